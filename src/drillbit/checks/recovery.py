@@ -1,0 +1,104 @@
+"""Recovery measurements from a history (DESIGN.md, Contracts / Measurements).
+
+All times are seconds from the fault's confirmed effect (t_fault). Only events before
+``observe.end`` count: what happens after the harness healed the fault is not the
+job's own recovery.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from drillbit.history import Event, History
+
+
+class Measurements(BaseModel):
+    t_fault: float | None = None
+    t_observe_end: float | None = None
+    observed_s: float | None = None
+    baseline_step_s: float | None = None
+    step_at_fault: int | None = None
+    time_to_detect: float | None = None
+    time_to_restart: float | None = None
+    time_to_restore: float | None = None
+    restored_step: int | None = None
+    time_to_first_step: float | None = None
+    first_step: int | None = None
+    lost_steps: int | None = None
+    restarts: int = 0
+    steps_after_recovery: int = 0
+    last_step_s: float | None = None
+    job_exit_s: float | None = None
+    job_exit_code: int | None = None
+    goodput: float | None = None
+
+
+def _window(history: History) -> tuple[list[Event], float | None]:
+    end = history.first("observe.end")
+    t_end = end.t if end else None
+    events = [e for e in history if t_end is None or e.t <= t_end or e.kind == "observe.end"]
+    return events, t_end
+
+
+def measure(history: History) -> Measurements:
+    events, t_end = _window(history)
+    steady = next((e for e in events if e.kind == "steady"), None)
+    confirmed = next((e for e in events if e.kind == "fault.confirmed"), None)
+    m = Measurements(baseline_step_s=steady.data.get("baseline_step_s") if steady else None, t_observe_end=t_end)
+    if confirmed is None:
+        return m
+    t0 = confirmed.t
+    m.t_fault = t0
+    last_t = t_end if t_end is not None else max(e.t for e in events)
+    m.observed_s = max(0.0, last_t - t0)
+
+    steps = [e for e in events if e.kind == "step"]
+    # A stall is confirmed only after a quiet spell; a step that was already in flight
+    # when the rank froze may land inside it and still belongs before the fault.
+    settle = float(confirmed.data.get("progress_quiet_s", 0.0))
+    before = [e for e in steps if e.t < t0 + settle]
+    after = [e for e in steps if e.t >= t0 and e not in before]
+    m.step_at_fault = before[-1].data["n"] if before else None
+
+    def first(kind: str) -> Event | None:
+        return next((e for e in events if e.kind == kind and e.t >= t0), None)
+
+    detect, restart, restore = first("detect"), first("restart"), first("restore")
+    m.restarts = sum(1 for e in events if e.kind == "restart" and e.t >= t0)
+    if detect:
+        m.time_to_detect = detect.t - t0
+    if restart:
+        m.time_to_restart = restart.t - t0
+    exit_ = first("job.exit")
+    if exit_:
+        m.job_exit_s = exit_.t - t0
+        m.job_exit_code = exit_.data.get("code")
+
+    if restore:
+        m.time_to_restore = restore.t - t0
+        m.restored_step = int(restore.data["step"])
+        marker, floor = restore.t, m.restored_step
+    elif restart:
+        m.restored_step = 0  # restarted without a checkpoint: from scratch
+        marker, floor = restart.t, 0
+    else:
+        marker, floor = t0, m.step_at_fault if m.step_at_fault is not None else -1
+    recovered = [e for e in after if e.t >= marker and e.data["n"] > floor]
+    if recovered:
+        m.time_to_first_step = recovered[0].t - t0
+        m.first_step = recovered[0].data["n"]
+        m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
+    if m.step_at_fault is not None and m.restored_step is not None:
+        m.lost_steps = max(0, m.step_at_fault - m.restored_step)
+    elif m.step_at_fault is not None and m.time_to_first_step is not None:
+        m.lost_steps = 0  # progress resumed without a restart
+    if after:
+        m.last_step_s = after[-1].t - t0
+    return m
+
+
+def quiet_after_fault(history: History, m: Measurements) -> float | None:
+    """Longest stretch without a step from the fault to the end of observation."""
+    if m.t_fault is None or m.t_observe_end is None:
+        return None
+    times = [m.t_fault] + [e.t for e in history.of("step") if m.t_fault <= e.t <= m.t_observe_end] + [m.t_observe_end]
+    return max(b - a for a, b in zip(times, times[1:]))

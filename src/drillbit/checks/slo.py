@@ -1,0 +1,75 @@
+"""SLOs: each limit in the spec judged against its measurement.
+
+A measurement that never came is a breach when the drill watched longer than the limit
+(or the job exited), and ``unknown`` when observation ended before the limit elapsed.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from drillbit.checks.recovery import Measurements
+from drillbit.history import History
+from drillbit.spec.models import SLO
+
+Status = Literal["pass", "fail", "unknown"]
+
+# slo field -> (measurement, what it is in words, comparison)
+_TIMED = {
+    "detect_within": ("time_to_detect", "detection"),
+    "restart_within": ("time_to_restart", "restart"),
+    "restore_within": ("time_to_restore", "restore"),
+    "first_step_within": ("time_to_first_step", "first step after recovery"),
+}
+
+
+class SLOResult(BaseModel):
+    name: str
+    measurement: str
+    limit: float
+    measured: float | None
+    status: Status
+    detail: str = ""
+
+
+def evaluate(slo: SLO, m: Measurements, history: History) -> tuple[list[SLOResult], list[str]]:
+    results: list[SLOResult] = []
+    reasons: list[str] = []
+    if m.t_fault is None:
+        return results, reasons
+    watched = m.observed_s or 0.0
+    for name, (field, words) in _TIMED.items():
+        limit = getattr(slo, name)
+        if limit is None:
+            continue
+        value = getattr(m, field)
+        if value is not None:
+            ok = value <= limit
+            results.append(SLOResult(name=name, measurement=field, limit=limit, measured=round(value, 3),
+                                     status="pass" if ok else "fail"))
+            if not ok:
+                reasons.append(f"{words} took {value:.1f} s after the fault; the SLO allows {limit:g} s")
+        elif watched >= limit or m.job_exit_s is not None:
+            results.append(SLOResult(name=name, measurement=field, limit=limit, measured=None, status="fail",
+                                     detail=f"never seen in {watched:.0f} s of observation"))
+            reasons.append(f"no {words} within {limit:g} s of the fault (watched {watched:.0f} s)")
+        else:
+            results.append(SLOResult(name=name, measurement=field, limit=limit, measured=None, status="unknown",
+                                     detail=f"observation ended {watched:.0f} s after the fault"))
+    if slo.max_lost_steps is not None:
+        lost = m.lost_steps
+        status: Status = "unknown" if lost is None else ("pass" if lost <= slo.max_lost_steps else "fail")
+        results.append(SLOResult(name="max_lost_steps", measurement="lost_steps", limit=slo.max_lost_steps,
+                                 measured=lost, status=status))
+        if status == "fail":
+            reasons.append(f"{lost} steps were lost (restored step {m.restored_step}, fault at step "
+                           f"{m.step_at_fault}); the SLO allows {slo.max_lost_steps}")
+    if slo.goodput_min is not None:
+        g = m.goodput
+        status = "unknown" if g is None else ("pass" if g >= slo.goodput_min else "fail")
+        results.append(SLOResult(name="goodput_min", measurement="goodput", limit=slo.goodput_min,
+                                 measured=None if g is None else round(g, 4), status=status))
+        if status == "fail":
+            reasons.append(f"goodput over the window was {g:.2f}; the SLO floor is {slo.goodput_min:g}")
+    return results, reasons

@@ -1,0 +1,75 @@
+"""The tri-state verdict (plus aborted) and the reasons a human can act on.
+
+Combining ranks fail > aborted > inconclusive > pass.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from drillbit.checks.recovery import Measurements, quiet_after_fault
+from drillbit.checks.slo import SLOResult
+from drillbit.history import History
+
+Verdict = Literal["pass", "fail", "inconclusive", "aborted"]
+RANK: dict[str, int] = {"pass": 0, "inconclusive": 1, "aborted": 2, "fail": 3}
+
+
+def worst(*verdicts: Verdict) -> Verdict:
+    return max(verdicts, key=lambda v: RANK[v]) if verdicts else "pass"
+
+
+def _diagnosis(history: History, m: Measurements) -> str | None:
+    """One sentence on what went wrong in the recovery, from the measurements."""
+    if m.time_to_first_step is not None:
+        return None
+    quiet = quiet_after_fault(history, m)
+    if m.time_to_detect is None and m.restarts == 0:
+        return (f"no step for {quiet:.0f} s after the fault; the stall was never detected"
+                if quiet is not None else "the fault was never detected")
+    parts = []
+    if m.time_to_detect is not None:
+        parts.append(f"detected after {m.time_to_detect:.1f} s")
+    if m.restarts:
+        parts.append(f"restarted {m.restarts} time{'s' if m.restarts > 1 else ''}")
+    said = ", ".join(parts)
+    tail = "but no restart ever produced a step" if m.restarts else "but the job never made a step again"
+    if m.job_exit_s is not None:
+        tail += f"; the job exited (code {m.job_exit_code}) {m.job_exit_s:.0f} s after the fault"
+    return f"{said} {tail}".strip()
+
+
+def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reasons: list[str]) -> tuple[Verdict, list[str]]:
+    reasons: list[str] = []
+    verdict: Verdict = "pass"
+    aborts = history.of("abort")
+    if aborts:
+        verdict = worst(verdict, "aborted")
+        reasons += [f"aborted: {a.data.get('reason', 'unknown')}" for a in aborts]
+    if history.first("steady") is None:
+        verdict = worst(verdict, "inconclusive")
+        reasons.append("the job never reached steady state, so there is no baseline")
+    unconfirmed = history.of("fault.unconfirmed")
+    if m.t_fault is None:
+        verdict = worst(verdict, "inconclusive")
+        if unconfirmed:
+            reasons += [f"the fault could not be confirmed: {e.data.get('reason')}" for e in unconfirmed]
+        elif history.first("fault.inject") is not None:
+            reasons.append("the fault was injected but never confirmed to take effect")
+        elif not aborts and history.first("steady") is not None:
+            reasons.append("the fault was never injected")
+        return verdict, reasons
+    failed = [s for s in slos if s.status == "fail"]
+    unknown = [s for s in slos if s.status == "unknown"]
+    if failed:
+        verdict = worst(verdict, "fail")
+        diagnosis = _diagnosis(history, m)
+        if diagnosis:
+            reasons.append(diagnosis)
+        reasons += slo_reasons
+    if unknown:
+        verdict = worst(verdict, "inconclusive")
+        reasons += [f"{s.name}: not measured ({s.detail or 'signal missing'})" for s in unknown]
+    if not history.of("step"):
+        verdict = worst(verdict, "inconclusive")
+        reasons.append("no step signal was ever read from the job")
+    return verdict, reasons

@@ -1,0 +1,39 @@
+"""The one exception family of drillbit."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class DrillError(Exception):
+    """Base of every error drillbit raises on purpose."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem in a spec or config file, with where it is."""
+
+    file: str
+    line: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        field = f" {self.path}:" if self.path else ""
+        return f"{where}:{field} {self.message}"
+
+
+class SpecError(DrillError):
+    """Every problem found in the input, all at once."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class FaultError(DrillError):
+    """A fault could not be planned, injected or healed."""
+
+
+class LeaseError(DrillError):
+    """The cluster is held by another drill."""

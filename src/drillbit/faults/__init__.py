@@ -1,0 +1,57 @@
+"""Fault injectors, registered under the ``drillbit.faults`` entry point.
+
+Plugins are checked when they are registered (pluggy's habit): a class without a name,
+Params model or the four methods is refused with a message naming it and the fix.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib.metadata import entry_points
+
+from drillbit.errors import DrillError
+from drillbit.faults.base import Fault, Params
+
+_BUILTIN = {
+    "kill-rank": "drillbit.faults.kill_rank:KillRank",
+    "hang-collective": "drillbit.faults.hang_collective:HangCollective",
+}
+
+
+def _load(ref: str) -> type[Fault]:
+    module, _, attr = ref.partition(":")
+    mod = __import__(module, fromlist=[attr])
+    return getattr(mod, attr)
+
+
+def check_plugin(source: str, cls: object) -> type[Fault]:
+    if not isinstance(cls, type) or not issubclass(cls, Fault):
+        raise DrillError(f"fault plugin {source}: {cls!r} is not a subclass of drillbit.faults.base.Fault")
+    if not getattr(cls, "name", None):
+        raise DrillError(f"fault plugin {source}: set the class attribute `name` (e.g. 'kill-rank')")
+    if not (isinstance(cls.Params, type) and issubclass(cls.Params, Params)):
+        raise DrillError(f"fault plugin {source}: `Params` must subclass drillbit.faults.base.Params")
+    for method in ("plan", "inject", "confirm", "heal"):
+        if getattr(cls, method) is getattr(Fault, method):
+            raise DrillError(f"fault plugin {source}: implement `{method}`")
+    return cls
+
+
+@lru_cache(maxsize=1)
+def registry() -> dict[str, type[Fault]]:
+    found: dict[str, type[Fault]] = {}
+    refs = dict(_BUILTIN)
+    for ep in entry_points(group="drillbit.faults"):
+        refs[ep.name] = ep.value
+    for name, ref in refs.items():
+        cls = check_plugin(ref, _load(ref))
+        if cls.name != name:
+            raise DrillError(f"fault plugin {ref}: registered as {name!r} but its name is {cls.name!r}")
+        found[name] = cls
+    return found
+
+
+def get(name: str) -> Fault:
+    try:
+        return registry()[name]()
+    except KeyError:
+        raise DrillError(f"unknown fault {name!r}; known: {', '.join(sorted(registry()))}") from None

@@ -1,0 +1,96 @@
+"""The history: the append-only record of one drill run.
+
+Every harness action and every observation is an :class:`Event`, written to
+``history.jsonl`` and flushed as it happens, so a crash in a checker (or of the
+controller) loses nothing. Checkers read a History; nothing else judges.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seq: int
+    t: float
+    source: str
+    kind: str
+    node: str | None = None
+    rank: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class History:
+    """Events in order; optionally mirrored to a JSONL file, flushed per event."""
+
+    def __init__(self, path: Path | None = None, events: Iterable[Event] = ()) -> None:
+        self._events: list[Event] = list(events)
+        self._lock = threading.Lock()
+        self._fh = open(path, "a", buffering=1) if path is not None else None
+        self._listeners: list[Any] = []
+
+    def record(self, source: str, kind: str, *, t: float | None = None, node: str | None = None,
+               rank: int | None = None, **data: Any) -> Event:
+        with self._lock:
+            event = Event(seq=len(self._events), t=time.time() if t is None else t,
+                          source=source, kind=kind, node=node, rank=rank, data=data)
+            self._events.append(event)
+            if self._fh is not None:
+                self._fh.write(event.model_dump_json() + "\n")
+                self._fh.flush()
+        for listener in list(self._listeners):
+            listener(event)
+        return event
+
+    def subscribe(self, listener: Any) -> None:
+        self._listeners.append(listener)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(list(self._events))
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def of(self, *kinds: str) -> list[Event]:
+        return [e for e in self._events if e.kind in kinds]
+
+    def first(self, kind: str, *, after: float | None = None, before: float | None = None) -> Event | None:
+        for e in self._events:
+            if e.kind == kind and (after is None or e.t >= after) and (before is None or e.t <= before):
+                return e
+        return None
+
+    def last(self, kind: str, *, before: float | None = None) -> Event | None:
+        found = None
+        for e in self._events:
+            if e.kind == kind and (before is None or e.t < before):
+                found = e
+        return found
+
+    @classmethod
+    def load(cls, path: Path) -> "History":
+        events = [Event.model_validate(json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
+        return cls(events=events)
+
+    @classmethod
+    def build(cls, rows: Iterable[tuple[float, str, dict[str, Any]] | tuple[float, str]]) -> "History":
+        """A history from (t, kind[, data]) rows: how tests hand-build one."""
+        history = cls()
+        for row in rows:
+            t, kind = row[0], row[1]
+            data = dict(row[2]) if len(row) > 2 else {}  # type: ignore[misc]
+            rank = data.pop("rank", None)
+            history.record("test", kind, t=t, rank=rank, **data)
+        return history

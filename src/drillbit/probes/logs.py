@@ -1,0 +1,88 @@
+"""The probes: a thread that follows the job's logs and records what the presets match.
+
+``ProgressProbe`` records ``step`` events (from step lines, or from a heartbeat file whose
+content is ``<step> <epoch>``); ``EventsProbe`` records everything else a preset knows
+(detect, restart, restore, ckpt.save, ...). Both stamp an event with the time in the line
+when the line has one, else with the time it was read.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from drillbit.history import History
+from drillbit.probes.preset import Matcher, matcher
+from drillbit.probes.tail import FileFollower
+
+
+class LogProbe:
+    source = "probe:logs"
+
+    def __init__(self, history: History, paths: list[Path], match: Matcher, poll: float = 0.1) -> None:
+        self._history = history
+        self._followers = [FileFollower(p) for p in paths]
+        self._match = match
+        self._poll = poll
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lines_read = 0
+
+    def start(self, record: Callable | None = None) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.source, daemon=True)
+        self._thread.start()
+
+    def poll_once(self) -> None:
+        for follower in self._followers:
+            for line in follower.read_lines():
+                self.lines_read += 1
+                for kind, t, data in self._match.match(line):
+                    rank = data.pop("rank", None)
+                    self._history.record(self.source, kind, t=t, rank=rank, **data)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self._poll)
+        self.poll_once()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+class ProgressProbe(LogProbe):
+    source = "probe:progress"
+
+    def __init__(self, history: History, paths: list[Path], presets: list[str], poll: float = 0.1) -> None:
+        super().__init__(history, paths, matcher(presets, kinds={"step"}), poll)
+
+
+class EventsProbe(LogProbe):
+    source = "probe:events"
+
+    def __init__(self, history: History, paths: list[Path], presets: list[str], poll: float = 0.1) -> None:
+        super().__init__(history, paths, matcher(presets, exclude={"step"}), poll)
+
+
+class HeartbeatProbe(LogProbe):
+    """Progress from a heartbeat file holding ``<step> <epoch>``, for jobs without step lines."""
+
+    source = "probe:progress"
+
+    def __init__(self, history: History, path: Path, poll: float = 0.1) -> None:
+        super().__init__(history, [], Matcher([]), poll)
+        self._path = Path(path)
+        self._last: int | None = None
+
+    def poll_once(self) -> None:
+        try:
+            fields = self._path.read_text().split()
+            n, t = int(fields[0]), float(fields[1])
+        except (OSError, ValueError, IndexError):
+            return
+        if n != self._last:
+            self._last = n
+            self._history.record(self.source, "step", t=t if t <= time.time() + 1 else None, n=n)

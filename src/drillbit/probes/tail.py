@@ -1,0 +1,38 @@
+"""Follow growing text files (the job's logs) line by line, like ``tail -F``.
+
+Handles files that appear late, are truncated or are replaced; a partial last line is
+held back until its newline arrives.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class FileFollower:
+    def __init__(self, path: str | Path, *, from_start: bool = True) -> None:
+        self.path = Path(path)
+        self._pos = 0
+        self._inode: int | None = None
+        self._partial = b""
+        self._from_start = from_start
+
+    def read_lines(self) -> list[str]:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return []
+        if self._inode is None and not self._from_start:
+            self._pos = st.st_size
+        if self._inode is not None and (st.st_ino != self._inode or st.st_size < self._pos):
+            self._pos, self._partial = 0, b""  # replaced or truncated
+        self._inode = st.st_ino
+        if st.st_size == self._pos:
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self._pos)
+            data = fh.read()
+        self._pos += len(data)
+        data = self._partial + data
+        *lines, self._partial = data.split(b"\n")
+        return [line.decode("utf-8", "replace") for line in lines]

@@ -1,0 +1,87 @@
+"""Launch the reference job: torchrun (elastic, --max-restarts) plus its watchdog.
+
+    python -m drillbit.reference.launch --run-dir DIR [--nproc 4] [--no-watchdog] ...
+
+Writes ``DIR/events.log`` (structured events from ranks and watchdog), ``DIR/launcher.log``
+(torchrun's own output) and checkpoints under ``DIR/ckpt``. Exits with torchrun's exit
+code. SIGTERM/SIGINT stop torchrun and the watchdog.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--max-restarts", type=int, default=3)
+    p.add_argument("--monitor-interval", type=float, default=0.5)
+    p.add_argument("--steps", type=int, default=1_000_000)
+    p.add_argument("--step-ms", type=float, default=250.0)
+    p.add_argument("--ckpt-every", type=int, default=10, help="0 switches checkpoints off")
+    p.add_argument("--watchdog", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--watchdog-deadline", type=float, default=10.0)
+    p.add_argument("--store-fix", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run_dir = Path(args.run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    events = run_dir / "events.log"
+    py = sys.executable
+    torchrun = [
+        py, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+        "--nproc-per-node", str(args.nproc), "--max-restarts", str(args.max_restarts),
+        "--monitor-interval", str(args.monitor_interval),
+        "-m", "drillbit.reference.train",
+        "--events", str(events), "--ckpt-dir", str(run_dir / "ckpt"),
+        "--ckpt-every", str(args.ckpt_every), "--steps", str(args.steps),
+        "--step-ms", str(args.step_ms), "--heartbeat-dir", str(run_dir / "heartbeat"),
+        "--store-fix" if args.store_fix else "--no-store-fix",
+        "--verify" if args.verify else "--no-verify",
+    ]
+    # LOGLEVEL=INFO makes torchrun print "Worker group FAILED. k/M attempts left; will restart
+    # worker group", which the torchrun signal preset reads.
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", LOGLEVEL="INFO")
+    with open(run_dir / "launcher.log", "ab") as out:
+        agent = subprocess.Popen(torchrun, stdout=out, stderr=subprocess.STDOUT, env=env)
+    children = [agent]
+    if args.watchdog:
+        children.append(subprocess.Popen(
+            [py, "-m", "drillbit.reference.watchdog", "--events", str(events),
+             "--agent-pid", str(agent.pid), "--deadline", str(args.watchdog_deadline)],
+            env=env,
+        ))
+
+    def stop(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    code = agent.wait()
+    for child in children[1:]:
+        if child.poll() is None:
+            child.terminate()
+        deadline = time.time() + 5
+        while child.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

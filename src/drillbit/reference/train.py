@@ -1,0 +1,136 @@
+"""One rank of the reference DDP job (run by torchrun; never imported by the harness).
+
+Each step sleeps ``--step-ms`` to stand in for compute, then runs a real forward,
+backward (a DDP all-reduce across every rank) and optimizer step on a small MLP with
+deterministic synthetic data. Rank 0 logs one ``step`` event per step and saves a
+checkpoint every ``--ckpt-every`` steps; every rank restores from the newest checkpoint
+that verifies when it starts.
+
+``--store-fix`` prefixes the rendezvous store per restart attempt. Without it, torch 2.13
+CPU workers restarted after a SIGKILL read the dead workers' gloo addresses from the
+reused store and fail ``connectFullMesh`` on every attempt (see DESIGN.md).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from drillbit.reference import checkpoint
+from drillbit.reference.eventlog import EventLog
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--events", required=True, help="event log file (appended)")
+    p.add_argument("--ckpt-dir", required=True)
+    p.add_argument("--ckpt-every", type=int, default=10, help="0 disables checkpoints")
+    p.add_argument("--keep", type=int, default=5)
+    p.add_argument("--steps", type=int, default=1_000_000)
+    p.add_argument("--step-ms", type=float, default=250.0)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--store-fix", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                   help="verify checkpoint sha256 before restoring")
+    p.add_argument("--heartbeat-dir", default=None, help="per-rank heartbeat files")
+    return p.parse_args(argv)
+
+
+def init_process_group(store_fix: bool, attempt: int) -> None:
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    timeout = datetime.timedelta(minutes=30)  # gloo's default: a hang is not caught by it
+    if not store_fix:
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
+        return
+    base = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+        world_size=world, is_master=False, timeout=datetime.timedelta(seconds=120),
+    )
+    store = dist.PrefixStore(f"attempt{attempt}", base)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+
+
+def serialize(model: nn.Module, optim: torch.optim.Optimizer, step: int) -> bytes:
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step}, buf)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    log = EventLog(args.events, source=f"rank{rank}")
+    if rank == 0:
+        log.emit("worker.start", attempt=attempt, world=world, pid=os.getpid())
+        if attempt > 0:
+            log.emit("restart", attempt=attempt)
+    init_process_group(args.store_fix, attempt)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
+    ddp = DistributedDataParallel(model)
+    optim = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    ckpt_dir = Path(args.ckpt_dir)
+
+    step = 0
+    found, rejected = checkpoint.newest_valid(ckpt_dir, checksums=args.verify)
+    if rank == 0:
+        for path, reason in rejected:
+            log.emit("ckpt.reject", path=path, reason=reason)
+    if found is not None:
+        t0 = time.time()
+        state = torch.load(found.path / "shard_0.pt", map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+        step = found.step
+        if rank == 0:
+            log.emit("restore", step=step, path=found.path, seconds=f"{time.time() - t0:.4f}")
+    dist.barrier()
+
+    heartbeat = None
+    if args.heartbeat_dir:
+        Path(args.heartbeat_dir).mkdir(parents=True, exist_ok=True)
+        heartbeat = Path(args.heartbeat_dir) / f"rank{rank}"
+    step_s = args.step_ms / 1000.0
+    last = time.time()
+    while step < args.steps:
+        gen = torch.Generator().manual_seed(step * world + rank)
+        x = torch.randn(16, 32, generator=gen)
+        y = x.sum(dim=1, keepdim=True)
+        time.sleep(step_s)  # stands in for the forward/backward compute of a real model
+        loss = nn.functional.mse_loss(ddp(x), y)
+        optim.zero_grad()
+        loss.backward()  # the all-reduce: every rank must reach it
+        optim.step()
+        step += 1
+        now = time.time()
+        if heartbeat is not None:
+            heartbeat.write_text(f"{step} {now:.6f}\n")
+        if rank == 0:
+            log.emit("step", n=step, rank=rank, dt=f"{now - last:.4f}", loss=f"{loss.item():.5f}")
+            if args.ckpt_every and step % args.ckpt_every == 0:
+                t0 = time.time()
+                path = checkpoint.write_checkpoint(
+                    ckpt_dir, step, {"shard_0.pt": serialize(model, optim, step)},
+                    {"world_size": world, "attempt": attempt},
+                )
+                checkpoint.prune(ckpt_dir, args.keep)
+                log.emit("ckpt.save", step=step, seconds=f"{time.time() - t0:.4f}", path=path)
+        last = now
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Run output: result.json, the console summary (and later markdown, html, junit)."""

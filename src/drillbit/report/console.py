@@ -1,0 +1,73 @@
+"""The rich console: phases live while a drill runs, then the verdict and the SLO table."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+COLORS = {"pass": "green", "fail": "red", "inconclusive": "yellow", "aborted": "magenta"}
+
+
+class ConsoleUI:
+    """Prints each phase as it starts and keeps one live status line while waiting."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self._status: Any = None
+        self._t0 = time.time()
+
+    def phase(self, name: str, detail: str = "") -> None:
+        self._stop_status()
+        self.console.print(f"[dim]{time.time() - self._t0:6.1f}s[/] [bold cyan]{name:<9}[/] {detail}")
+        self._status = self.console.status(f"{name} …")
+        self._status.start()
+
+    def status(self, text: str) -> None:
+        if self._status is not None:
+            self._status.update(text)
+
+    def _stop_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def close(self) -> None:
+        self._stop_status()
+
+
+def _fmt(value: Any, unit: str = "s") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.2f} {unit}".strip()
+    return str(value)
+
+
+def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
+    verdict = payload["verdict"]
+    color = COLORS.get(verdict, "white")
+    console.print()
+    console.print(f"[bold]{payload['drill']}[/] on [bold]{payload['cluster']}[/] / {payload['job']}: "
+                  f"[bold {color}]{verdict.upper()}[/]")
+    for reason in payload["reasons"]:
+        console.print(f"  • {reason}")
+    m = payload["measurements"]
+    table = Table(title="Recovery", show_edge=False)
+    table.add_column("measurement")
+    table.add_column("value", justify="right")
+    for key, unit in (("time_to_detect", "s"), ("time_to_restart", "s"), ("time_to_restore", "s"),
+                      ("time_to_first_step", "s"), ("step_at_fault", ""), ("restored_step", ""),
+                      ("lost_steps", ""), ("restarts", ""), ("baseline_step_s", "s"), ("goodput", "")):
+        table.add_row(key, _fmt(m.get(key), unit))
+    console.print(table)
+    if payload["slos"]:
+        slos = Table(title="SLOs", show_edge=False)
+        for col in ("slo", "limit", "measured", "status"):
+            slos.add_column(col, justify="right" if col in ("limit", "measured") else "left")
+        for s in payload["slos"]:
+            slos.add_row(s["name"], f"{s['limit']:g}", _fmt(s["measured"], ""),
+                         f"[{COLORS.get(s['status'], 'yellow')}]{s['status']}[/]")
+        console.print(slos)
+    console.print(f"[dim]run folder: {run_dir}[/]")

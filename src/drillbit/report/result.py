@@ -1,0 +1,58 @@
+"""result.json: the contract in DESIGN.md, built from a run's outcome."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from drillbit.checks import CheckResult
+from drillbit.history import History
+
+EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3, "aborted": 4}
+EXIT_USAGE, EXIT_HARNESS = 2, 5
+
+
+def _iso(t: float | None) -> str | None:
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat() if t else None
+
+
+def build(*, drill: str, cluster: str, job: str, fault_type: str, params: dict, history: History,
+          result: CheckResult, error: str | None = None) -> dict[str, Any]:
+    start = history.first("drill.start")
+    end = history.last("drill.end")
+    injects = history.of("fault.inject")
+    confirmed = history.first("fault.confirmed")
+    heals = history.of("fault.heal")
+    m = result.measurements
+    return {
+        "drill": drill,
+        "cluster": cluster,
+        "job": job,
+        "verdict": result.verdict,
+        "exit_code": EXIT_HARNESS if error else EXIT_CODES[result.verdict],
+        "reasons": result.reasons,
+        "error": error,
+        "started_at": _iso(start.t if start else None),
+        "finished_at": _iso(end.t if end else None),
+        "fault": {
+            "type": fault_type,
+            "params": params,
+            "targets": [{"node": e.node, "rank": e.rank, "pid": e.data.get("pid")} for e in injects],
+            "injected_at": _iso(injects[0].t) if injects else None,
+            "confirmed": confirmed is not None,
+            "confirmed_at": _iso(confirmed.t) if confirmed else None,
+            "healed": bool(injects) and len(heals) == len(injects) and all(h.data.get("healed") for h in heals),
+            "heals": [{"rank": h.rank, "pid": h.data.get("pid"), "detail": h.data.get("detail"),
+                       "verified": h.data.get("verified")} for h in heals],
+        },
+        "measurements": {k: (round(v, 4) if isinstance(v, float) else v)
+                         for k, v in m.model_dump().items() if k not in ("t_fault", "t_observe_end")},
+        "slos": [s.model_dump() for s in result.slos],
+    }
+
+
+def write(run_dir: Path, payload: dict[str, Any]) -> Path:
+    path = run_dir / "result.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path

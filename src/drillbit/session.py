@@ -1,0 +1,90 @@
+"""One drill invocation: resolve spec, cluster and job, run the loop, write the outputs.
+
+This is what ``drill run`` and the tests call; the CLI only parses and prints.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drillbit.errors import DrillError, Problem, SpecError
+from drillbit.report import result as result_json
+from drillbit.runner import UI, DrillRunner, RunOutcome
+from drillbit.spec.config import DrillConfig
+from drillbit.spec.load import find_config, load_config, load_drill, resolve_drill
+from drillbit.spec.models import DrillSpec
+
+
+@dataclass
+class Resolved:
+    spec: DrillSpec
+    config: DrillConfig
+    cluster: str
+    job: str
+
+
+def resolve(drill: str, *, cluster: str | None = None, job: str | None = None, config_path: str | None = None,
+            drills_dir: str | None = None) -> Resolved:
+    config = load_config(find_config(config_path))
+    spec = load_drill(resolve_drill(drill, drills_dir), config)
+    cluster_name = cluster or config.default_cluster
+    job_name = job or spec.job or config.default_job
+    problems = []
+    if cluster_name not in config.clusters:
+        problems.append(Problem("--cluster", None, "", f"unknown cluster {cluster_name!r}; known: "
+                                f"{', '.join(sorted(config.clusters))}"))
+    if job_name not in config.jobs:
+        problems.append(Problem("--job", None, "", f"unknown job profile {job_name!r}; known: "
+                                f"{', '.join(sorted(config.jobs))}"))
+    if problems:
+        raise SpecError(problems)
+    return Resolved(spec=spec, config=config, cluster=cluster_name, job=job_name)
+
+
+def plan_text(r: Resolved) -> str:
+    s = r.spec
+    trig = s.fault.trigger
+    when = f"at step {trig.at_step}" if trig.at_step is not None else f"{trig.after:g} s after steady state"
+    tg = s.fault.targets
+    who = f"ranks {tg.ranks}" if tg.ranks is not None else f"{tg.count} rank(s), {tg.select}"
+    slo = ", ".join(f"{k}={v:g}" for k, v in s.slo.model_dump().items() if v is not None)
+    job = r.config.jobs[r.job]
+    launch = " ".join(job.launch.command) if job.launch else f"attach to pid {job.attach_pid}"
+    return "\n".join([
+        f"drill     {s.name} ({s.class_}): {s.summary}",
+        f"cluster   {r.cluster} ({r.config.clusters[r.cluster].engine})",
+        f"job       {r.job}: {launch}",
+        f"steady    {s.steady.warmup_steps} steps",
+        f"fault     {s.fault.type} {s.fault.params or ''} on {who}, {when}",
+        f"observe   until {s.observe.until_steps_after_recovery} steps after recovery, window {s.observe.window:g} s",
+        f"slo       {slo or '(none)'}",
+        f"abort     after {s.abort.max_duration:g} s",
+    ])
+
+
+def new_run_dir(reports: Path, drill: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = reports / f"{stamp}-{drill}"
+    path, i = base, 1
+    while path.exists():
+        i += 1
+        path = Path(f"{base}-{i}")
+    path.mkdir(parents=True)
+    return path
+
+
+def execute(r: Resolved, *, reports_dir: str | None = None, ui: UI | None = None) -> tuple[dict[str, Any], RunOutcome]:
+    reports = Path(reports_dir or r.config.reports_dir)
+    run_dir = new_run_dir(reports, r.spec.name)
+    runner = DrillRunner(r.spec, r.cluster, r.config.clusters[r.cluster], r.job, r.config.jobs[r.job], run_dir, ui)
+    outcome = runner.run()
+    payload = result_json.build(drill=r.spec.name, cluster=r.cluster, job=r.job, fault_type=r.spec.fault.type,
+                                params=runner.params.model_dump(), history=outcome.history,
+                                result=outcome.result, error=outcome.error)
+    result_json.write(run_dir, payload)
+    return payload, outcome
+
+
+__all__ = ["DrillError", "Resolved", "execute", "plan_text", "resolve"]

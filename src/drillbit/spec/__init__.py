@@ -1,0 +1,1 @@
+"""Drill specs, suites and cluster config: typed models and their YAML loader."""

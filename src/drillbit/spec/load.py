@@ -1,0 +1,175 @@
+"""YAML -> typed models. Every problem is reported at once, each with file:line and field.
+
+YAML is composed node by node so every value keeps the line it came from; pydantic's
+errors (all of them) are mapped back to those lines. Fault params are validated against
+the fault's own Params model here, at load time, never halfway through a drill.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from drillbit.errors import Problem, SpecError
+from drillbit.spec.config import DrillConfig, with_builtins
+from drillbit.spec.models import DrillSpec
+
+Loc = tuple[Any, ...]
+
+
+def _construct(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> Any:
+    lines[loc] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = yaml.safe_load(yaml.serialize(key_node))
+            lines[loc + (key,)] = key_node.start_mark.line + 1
+            out[key] = _construct(value_node, loc + (key,), lines)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_construct(child, loc + (i,), lines) for i, child in enumerate(node.value)]
+    return yaml.safe_load(yaml.serialize(node))
+
+
+def read_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
+    """Parse a YAML file, keeping the line of every key; syntax errors raise SpecError."""
+    text = Path(path).read_text()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise SpecError([Problem(str(path), mark.line + 1 if mark else None, "",
+                                 f"YAML syntax: {getattr(exc, 'problem', exc)}")]) from exc
+    lines: dict[Loc, int] = {}
+    if node is None:
+        return {}, lines
+    return _construct(node, (), lines), lines
+
+
+def _line(lines: dict[Loc, int], loc: Loc) -> int | None:
+    for cut in range(len(loc), -1, -1):
+        if loc[:cut] in lines:
+            return lines[loc[:cut]]
+    return None
+
+
+def _loc_text(loc: Loc) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def problems_from(exc: ValidationError, path: Path, lines: dict[Loc, int], prefix: Loc = ()) -> list[Problem]:
+    problems = []
+    for err in exc.errors():
+        loc = prefix + tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        problems.append(Problem(str(path), _line(lines, loc), _loc_text(loc), message))
+    return problems
+
+
+def validate(model: type[BaseModel], data: Any, path: Path, lines: dict[Loc, int],
+             prefix: Loc = ()) -> tuple[Any, list[Problem]]:
+    try:
+        return model.model_validate(data), []
+    except ValidationError as exc:
+        return None, problems_from(exc, path, lines, prefix)
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(choices))})"
+
+
+def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
+    """Load and fully validate a drill spec, fault params and job reference included."""
+    from drillbit.faults import registry
+
+    path = Path(path)
+    data, lines = read_yaml(path)
+    problems: list[Problem] = []
+    if not isinstance(data, dict):
+        raise SpecError([Problem(str(path), 1, "", "a drill spec is a mapping (name:, fault:, ...)")])
+    spec, problems = validate(DrillSpec, data, path, lines)
+    fault = data.get("fault") if isinstance(data.get("fault"), dict) else None
+    if fault is not None and isinstance(fault.get("type"), str):
+        faults = registry()
+        cls = faults.get(fault["type"])
+        if cls is None:
+            problems.append(Problem(str(path), _line(lines, ("fault", "type")), "fault.type",
+                                    f"unknown fault {fault['type']!r}" + _suggest(fault["type"], list(faults))))
+        else:
+            _, more = validate(cls.Params, fault.get("params") or {}, path, lines, ("fault", "params"))
+            problems += more
+    if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
+        problems.append(Problem(str(path), _line(lines, ("job",)), "job",
+                                f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs))))
+    if problems:
+        raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.path)))
+    return spec
+
+
+def load_config(path: Path | None) -> DrillConfig:
+    """drill.yaml (if any) merged over the built-in clusters and jobs."""
+    if path is None:
+        return with_builtins(DrillConfig())
+    data, lines = read_yaml(Path(path))
+    config, problems = validate(DrillConfig, data or {}, Path(path), lines)
+    if problems:
+        raise SpecError(problems)
+    return with_builtins(config)
+
+
+def find_config(explicit: str | None) -> Path | None:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("DRILLBIT_CONFIG")
+    if env:
+        return Path(env)
+    here = Path("drill.yaml")
+    return here if here.exists() else None
+
+
+def drill_dirs(extra: str | None = None) -> list[Path]:
+    """Where drill specs are looked up, in order."""
+    dirs = []
+    if extra:
+        dirs.append(Path(extra))
+    dirs.append(Path.cwd() / "drills")
+    source_tree = Path(__file__).resolve().parents[3] / "drills"
+    if source_tree.is_dir():
+        dirs.append(source_tree)
+    seen, out = set(), []
+    for d in dirs:
+        key = d.resolve()
+        if key not in seen and d.is_dir():
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def catalogue(extra: str | None = None) -> dict[str, Path]:
+    """Drill name -> spec file, first directory wins."""
+    found: dict[str, Path] = {}
+    for d in drill_dirs(extra):
+        for f in sorted(d.glob("*.yaml")):
+            found.setdefault(f.stem, f)
+    return found
+
+
+def resolve_drill(name_or_path: str, extra: str | None = None) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or candidate.exists():
+        if not candidate.exists():
+            raise SpecError([Problem(name_or_path, None, "", "no such file")])
+        return candidate
+    known = catalogue(extra)
+    if name_or_path not in known:
+        raise SpecError([Problem(name_or_path, None, "", "no such drill" + _suggest(name_or_path, list(known)))])
+    return known[name_or_path]
