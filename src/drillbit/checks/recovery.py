@@ -78,8 +78,7 @@ def measure(history: History) -> Measurements:
         m.restored_step = int(restore.data["step"])
         marker, floor = restore.t, m.restored_step
     elif restart:
-        m.restored_step = 0  # restarted without a checkpoint: from scratch
-        marker, floor = restart.t, 0
+        marker, floor = restart.t, 0  # restarted without a restore: from wherever it began
     else:
         marker, floor = t0, m.step_at_fault if m.step_at_fault is not None else -1
     recovered = [e for e in after if e.t >= marker and e.data["n"] > floor]
@@ -87,6 +86,8 @@ def measure(history: History) -> Measurements:
         m.time_to_first_step = recovered[0].t - t0
         m.first_step = recovered[0].data["n"]
         m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
+        if restart and not restore:
+            m.restored_step = m.first_step - 1
     if m.step_at_fault is not None and m.restored_step is not None:
         m.lost_steps = max(0, m.step_at_fault - m.restored_step)
     elif m.step_at_fault is not None and m.time_to_first_step is not None:

@@ -28,7 +28,7 @@ class SLOResult(BaseModel):
     name: str
     measurement: str
     limit: float
-    measured: float | None
+    measured: int | float | None
     status: Status
     detail: str = ""
 

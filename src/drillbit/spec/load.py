@@ -22,7 +22,7 @@ Loc = tuple[Any, ...]
 
 
 def _construct(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> Any:
-    lines[loc] = node.start_mark.line + 1
+    lines.setdefault(loc, node.start_mark.line + 1)  # a key's own line wins over its value's
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:

@@ -1,0 +1,45 @@
+"""Shared test fixtures: a guard that no test leaves a rank, job or stopped process behind."""
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+MARKERS = ("drillbit.reference", "drillbit.agent")
+
+
+def _leftovers() -> list[str]:
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if proc.info["pid"] == me:
+                continue
+            if any(m in cmd for m in MARKERS) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(f"{proc.info['pid']} [{proc.info['status']}] {cmd[:120]}")
+            elif proc.info["status"] == psutil.STATUS_STOPPED and proc.ppid() == me:
+                found.append(f"{proc.info['pid']} [stopped] {cmd[:120]}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    before = set(_leftovers())
+    yield
+    deadline = time.time() + 15
+    left = [p for p in _leftovers() if p not in before]
+    while left and time.time() < deadline:
+        time.sleep(0.25)
+        left = [p for p in _leftovers() if p not in before]
+    assert not left, "processes left behind:\n" + "\n".join(left)
+
+
+@pytest.fixture(autouse=True)
+def lease_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRILLBIT_LEASE_DIR", str(tmp_path))
+    return tmp_path

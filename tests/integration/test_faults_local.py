@@ -1,0 +1,146 @@
+"""Faults, the agent registry, the dead-man's switch and the lease on real processes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from drillbit.agent import NodeAgent
+from drillbit.errors import LeaseError
+from drillbit.lease import Lease
+from drillbit.proc import ProcRef
+from drillbit.spec.config import RankDiscovery
+
+
+@pytest.fixture
+def ranks(tmp_path):
+    """Three real processes that look like ranks (RANK in their environment)."""
+    procs = []
+    for rank in range(3):
+        env = dict(os.environ, RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "fake-rank"], env=env))
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+        p.wait()
+
+
+def wait_status(pid: int, want: str, timeout: float = 5.0) -> str:
+    deadline = time.time() + timeout
+    status = ""
+    while time.time() < deadline:
+        status = psutil.Process(pid).status()
+        if status == want:
+            return status
+        time.sleep(0.01)
+    return status
+
+
+def test_agent_finds_ranks_by_cmdline_and_env(tmp_path, ranks):
+    agent = NodeAgent("n0", tmp_path / "reg.json")
+    found = agent.find_ranks(RankDiscovery(cmdline="fake-rank"), root_pid=os.getpid())
+    assert [r.rank for r in found] == [0, 1, 2]
+    assert [r.pid for r in found] == [p.pid for p in ranks]
+
+
+def test_hang_collective_stops_and_heals(tmp_path, ranks):
+    agent = NodeAgent("n0", tmp_path / "reg.json")
+    target = ProcRef.of(psutil.Process(ranks[1].pid), rank=1)
+    handle = agent.inject("hang-collective", target, {})
+    evidence = agent.confirm(handle)
+    assert evidence is not None and evidence.data["status"] == psutil.STATUS_STOPPED
+    assert json.loads((tmp_path / "reg.json").read_text())["faults"][0]["target"]["pid"] == ranks[1].pid
+    report = agent.heal(handle)
+    assert report.healed and report.verified
+    assert psutil.Process(ranks[1].pid).status() != psutil.STATUS_STOPPED
+    assert agent.active() == []
+    assert agent.heal(handle).healed  # idempotent
+
+
+def test_kill_rank_confirms_process_gone(tmp_path, ranks):
+    agent = NodeAgent("n0", tmp_path / "reg.json")
+    target = ProcRef.of(psutil.Process(ranks[2].pid), rank=2)
+    handle = agent.inject("kill-rank", target, {"signal": "SIGKILL"})
+    ranks[2].wait(timeout=5)
+    assert agent.confirm(handle) is not None
+    assert ranks[2].returncode == -signal.SIGKILL
+
+
+def test_signal_never_reaches_a_reused_pid(ranks):
+    proc = psutil.Process(ranks[0].pid)
+    stale = ProcRef(pid=proc.pid, start_time=proc.create_time() - 100.0)  # same pid, other process
+    assert not stale.alive()
+    assert stale.send(signal.SIGSTOP) is False
+    assert proc.status() != psutil.STATUS_STOPPED
+
+
+def test_heal_of_dead_target_is_a_noop(tmp_path, ranks):
+    agent = NodeAgent("n0", tmp_path / "reg.json")
+    target = ProcRef.of(psutil.Process(ranks[0].pid), rank=0)
+    handle = agent.inject("hang-collective", target, {})
+    ranks[0].kill()
+    ranks[0].wait()
+    report = agent.heal(handle)
+    assert report.healed and "gone" in report.detail
+
+
+CONTROLLER = textwrap.dedent("""
+    import sys, time, psutil
+    from pathlib import Path
+    from drillbit.agent import NodeAgent
+    from drillbit.proc import ProcRef
+    agent = NodeAgent("n0", Path(sys.argv[1]))
+    agent.arm(ProcRef.of(psutil.Process()))
+    target = ProcRef.of(psutil.Process(int(sys.argv[2])), rank=1)
+    handle = agent.inject("hang-collective", target, {})
+    assert agent.confirm(handle) is not None
+    print("injected", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_dead_mans_switch_heals_after_controller_sigkill(tmp_path, ranks):
+    registry = tmp_path / "reg.json"
+    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, str(registry), str(ranks[1].pid)],
+                                  stdout=subprocess.PIPE, text=True)
+    assert controller.stdout.readline().strip() == "injected"
+    assert psutil.Process(ranks[1].pid).status() == psutil.STATUS_STOPPED
+    guardians = [c for c in psutil.process_iter() if "drillbit.agent guard" in " ".join(c.cmdline() or [])
+                 and str(registry) in " ".join(c.cmdline() or [])]
+    assert len(guardians) == 1
+    controller.kill()
+    controller.wait()
+    assert wait_status(ranks[1].pid, psutil.STATUS_SLEEPING, timeout=10) == psutil.STATUS_SLEEPING
+    guardians[0].wait(timeout=10)
+    log = [json.loads(line) for line in registry.with_suffix(".deadman.jsonl").read_text().splitlines()]
+    assert log[0]["by"] == "dead-man" and log[0]["healed"] and log[0]["pid"] == ranks[1].pid
+
+
+def test_lease_refuses_second_holder_and_expires_with_dead_holder(tmp_path):
+    with Lease("c1", holder="drill a"):
+        with pytest.raises(LeaseError, match="held by drill a"):
+            Lease("c1", holder="drill b").acquire()
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import time
+        from drillbit.lease import Lease
+        Lease("c2", holder="doomed").acquire()
+        print("held", flush=True)
+        time.sleep(120)
+    """)], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(LeaseError, match="doomed"):
+        Lease("c2", holder="me").acquire()
+    holder.kill()
+    holder.wait()
+    lease = Lease("c2", holder="me")
+    lease.acquire()  # the dead holder's lease expired with it
+    lease.release()

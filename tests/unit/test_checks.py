@@ -1,0 +1,159 @@
+"""Checkers driven from hand-built histories (no processes)."""
+from __future__ import annotations
+
+import pytest
+
+from drillbit.checks import check
+from drillbit.checks.recovery import measure
+from drillbit.checks.verdict import worst
+from drillbit.history import History
+from drillbit.spec.models import DrillSpec
+
+BASE = 1000.0
+
+
+def spec(**slo) -> DrillSpec:
+    return DrillSpec.model_validate({
+        "name": "t", "class": "fail-stop", "summary": "s",
+        "fault": {"type": "kill-rank", "trigger": {"at_step": 5}},
+        "slo": slo or {"detect_within": 60, "first_step_within": 180, "max_lost_steps": 20},
+    })
+
+
+def steps(first: int, last: int, t0: float, dt: float = 0.25) -> list[tuple]:
+    return [(t0 + i * dt, "step", {"n": n}) for i, n in enumerate(range(first, last + 1))]
+
+
+def prelude(until_step: int = 25) -> list[tuple]:
+    rows = [(BASE, "drill.start"), (BASE + 0.1, "job.launch")]
+    rows += steps(1, until_step, BASE + 5)
+    rows.append((BASE + 6.5, "steady", {"baseline_step_s": 0.25}))
+    return rows
+
+
+T_FAULT = BASE + 5 + 24 * 0.25 + 0.1  # just after step 25
+
+
+def kill_pass_history() -> History:
+    rows = prelude()
+    rows += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed"),
+             (T_FAULT + 0.2, "detect", {"by": "torchrun"}), (T_FAULT + 3, "restart", {"attempt": 1}),
+             (T_FAULT + 5.8, "restore", {"step": 20, "path": "/c/step_20"})]
+    rows += steps(21, 40, T_FAULT + 6.0)
+    end = T_FAULT + 6.0 + 19 * 0.25 + 0.1
+    rows += [(end, "observe.end"), (end + 0.1, "fault.heal", {"healed": True}), (end + 0.5, "drill.end")]
+    return History.build(rows)
+
+
+def test_kill_rank_measurements_and_pass():
+    result = check(spec(), kill_pass_history())
+    m = result.measurements
+    assert result.verdict == "pass", result.reasons
+    assert m.time_to_detect == pytest.approx(0.2)
+    assert m.time_to_restart == pytest.approx(3.0)
+    assert m.time_to_restore == pytest.approx(5.8)
+    assert m.time_to_first_step == pytest.approx(6.0)
+    assert (m.step_at_fault, m.restored_step, m.lost_steps) == (25, 20, 5)
+    assert [s.status for s in result.slos] == ["pass", "pass", "pass"]
+
+
+def test_slow_detection_fails_with_reason():
+    result = check(spec(detect_within=0.1), kill_pass_history())
+    assert result.verdict == "fail"
+    assert any("detection took 0.2 s" in r for r in result.reasons)
+
+
+def test_too_many_lost_steps_fails():
+    result = check(spec(max_lost_steps=2), kill_pass_history())
+    assert result.verdict == "fail"
+    assert any("5 steps were lost" in r for r in result.reasons)
+
+
+def test_stall_never_detected_fails_with_diagnosis():
+    rows = prelude() + [(T_FAULT, "fault.confirmed", {"progress_quiet_s": 2.0}),
+                        (T_FAULT + 183, "observe.end")]
+    result = check(spec(detect_within=60, first_step_within=120), History.build(rows))
+    assert result.verdict == "fail"
+    assert result.reasons[0] == "no step for 183 s after the fault; the stall was never detected"
+
+
+def test_restart_that_never_steps_fails_and_names_the_exit():
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 0.2, "detect"),
+                        (T_FAULT + 3, "restart", {"attempt": 1}), (T_FAULT + 6, "restart", {"attempt": 2}),
+                        (T_FAULT + 18, "job.exit", {"code": 1}), (T_FAULT + 18.1, "observe.end")]
+    result = check(spec(), History.build(rows))
+    assert result.verdict == "fail"
+    assert "no restart ever produced a step" in result.reasons[0]
+    assert "exited (code 1)" in result.reasons[0]
+    first_step = next(s for s in result.slos if s.name == "first_step_within")
+    assert first_step.status == "fail"
+    lost = next(s for s in result.slos if s.name == "max_lost_steps")
+    assert lost.status == "unknown"  # no recovery, so nothing to count
+
+
+def test_in_flight_step_during_stall_confirmation_is_not_recovery():
+    rows = prelude() + [(T_FAULT, "fault.confirmed", {"progress_quiet_s": 2.0}),
+                        (T_FAULT + 0.05, "step", {"n": 26}), (T_FAULT + 100, "observe.end")]
+    m = measure(History.build(rows))
+    assert m.step_at_fault == 26
+    assert m.time_to_first_step is None
+
+
+def test_missing_steady_state_is_inconclusive():
+    rows = [(BASE, "drill.start"), (BASE + 300, "abort", {"reason": "harness error: no steady state"})]
+    result = check(spec(), History.build(rows))
+    assert result.verdict == "aborted"
+    assert any("never reached steady state" in r for r in result.reasons)
+
+
+def test_fault_never_confirmed_is_inconclusive_never_pass():
+    rows = prelude() + [(T_FAULT, "fault.inject"),
+                        (T_FAULT + 10, "fault.unconfirmed", {"reason": "no evidence of effect on rank(s) [2]"})]
+    result = check(spec(), History.build(rows))
+    assert result.verdict == "inconclusive"
+    assert "could not be confirmed" in result.reasons[0]
+
+
+def test_observation_shorter_than_limit_is_unknown_not_fail():
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 10, "observe.end")]
+    result = check(spec(detect_within=60), History.build(rows))
+    assert result.verdict == "inconclusive"
+    assert result.slos[0].status == "unknown"
+
+
+def test_missing_step_signal_is_inconclusive():
+    rows = [(BASE, "drill.start"), (BASE + 1, "steady", {"baseline_step_s": 0.25}),
+            (BASE + 2, "fault.confirmed"), (BASE + 3, "detect"), (BASE + 200, "observe.end")]
+    result = check(spec(detect_within=60), History.build(rows))
+    assert result.verdict == "inconclusive"
+    assert any("no step signal" in r for r in result.reasons)
+
+
+def test_abort_outranks_inconclusive_and_fail_outranks_abort():
+    assert worst("pass", "inconclusive", "aborted") == "aborted"
+    assert worst("aborted", "fail") == "fail"
+    assert worst() == "pass"
+    history = kill_pass_history()
+    history.record("harness", "abort", t=T_FAULT + 20, reason="interrupted by SIGINT")
+    assert check(spec(), history).verdict == "aborted"
+
+
+def test_checker_that_throws_is_inconclusive():
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 1, "restore", {"path": "no step field"})]
+    result = check(spec(), History.build(rows))
+    assert result.verdict == "inconclusive"
+    assert result.reasons[0].startswith("checker error: KeyError")
+
+
+def test_goodput_counts_recomputed_steps_once():
+    m = check(spec(), kill_pass_history()).measurements
+    # steady lands with step 7 (t=BASE+6.5); new steps are 8..40 = 33 distinct: the
+    # replayed 21..25 count once
+    window = (T_FAULT + 6.0 + 19 * 0.25 + 0.1) - (BASE + 6.5)
+    assert m.goodput == pytest.approx(33 * 0.25 / window)
+
+
+def test_events_after_observe_end_do_not_count():
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 100, "observe.end"),
+                        (T_FAULT + 101, "detect")]
+    assert measure(History.build(rows)).time_to_detect is None

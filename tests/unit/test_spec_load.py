@@ -1,0 +1,126 @@
+"""Spec and config loading: every error at once, each with file:line and field path."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from drillbit.errors import SpecError
+from drillbit.spec.load import catalogue, load_config, load_drill
+from drillbit.spec.models import parse_duration
+
+
+def write(tmp_path, text, name="d.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+def test_catalogue_specs_all_valid():
+    config = load_config(None)
+    names = catalogue()
+    assert {"kill-rank", "stall-nccl"} <= set(names)
+    for path in names.values():
+        load_drill(path, config)
+
+
+def test_all_errors_at_once_with_lines(tmp_path):
+    path = write(tmp_path, """
+        name: Bad Name
+        class: fail-stop
+        summary: x
+        colour: blue
+        fault:
+          type: kill-rank
+          params: {signal: SIGHUP}
+          trigger: {at_step: 0}
+        slo:
+          detect_within: soon
+    """)
+    with pytest.raises(SpecError) as info:
+        load_drill(path)
+    problems = {(p.line, p.path) for p in info.value.problems}
+    assert (1, "name") in problems
+    assert (4, "colour") in problems
+    assert (7, "fault.params.signal") in problems
+    assert (8, "fault.trigger.at_step") in problems
+    assert (10, "slo.detect_within") in problems
+    text = str(info.value)
+    assert f"{path}:4: colour: unknown field" in text
+    assert "is not a duration" in text
+
+
+def test_unknown_fault_suggests(tmp_path):
+    path = write(tmp_path, """
+        name: x
+        class: fail-stop
+        summary: x
+        fault:
+          type: kill-rnk
+          trigger: {at_step: 3}
+    """)
+    with pytest.raises(SpecError, match=r"d.yaml:5: fault.type: unknown fault 'kill-rnk' \(did you mean 'kill-rank'\?\)"):
+        load_drill(path)
+
+
+def test_unknown_job_profile(tmp_path):
+    path = write(tmp_path, """
+        name: x
+        class: fail-stop
+        summary: x
+        job: refrence
+        fault: {type: kill-rank, trigger: {at_step: 3}}
+    """)
+    with pytest.raises(SpecError, match="did you mean 'reference'"):
+        load_drill(path, load_config(None))
+
+
+def test_missing_fields_and_trigger_rule(tmp_path):
+    path = write(tmp_path, """
+        name: x
+        fault:
+          type: kill-rank
+          trigger: {at_step: 3, after: 10s}
+    """)
+    with pytest.raises(SpecError) as info:
+        load_drill(path)
+    paths = {p.path: p for p in info.value.problems}
+    assert "class" in paths and "summary" in paths
+    assert paths["fault.trigger"].line == 4
+    assert "exactly one of at_step or after" in paths["fault.trigger"].message
+
+
+def test_yaml_syntax_error_has_line(tmp_path):
+    path = write(tmp_path, "name: x\nfault: [\n  type: 1\n")
+    with pytest.raises(SpecError) as info:
+        load_drill(path)
+    assert info.value.problems[0].line is not None
+    assert "YAML syntax" in info.value.problems[0].message
+
+
+def test_config_errors_and_builtins(tmp_path):
+    path = write(tmp_path, """
+        clusters:
+          staging: {engine: local, protectd: true}
+        jobs:
+          mine:
+            ranks: {cmdline: train.py}
+    """, name="drill.yaml")
+    with pytest.raises(SpecError) as info:
+        load_config(path)
+    found = {(p.line, p.path) for p in info.value.problems}
+    assert (2, "clusters.staging.protectd") in found
+    assert (4, "jobs.mine.logs") in found
+    config = load_config(None)
+    assert "local" in config.clusters and "reference-nowatchdog" in config.jobs
+
+
+@pytest.mark.parametrize("text,seconds", [("60s", 60), ("10m", 600), ("1.5h", 5400), ("250ms", 0.25), (7, 7)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["soon", "-5s", True, -1])
+def test_bad_durations(bad):
+    with pytest.raises(ValueError):
+        parse_duration(bad)
