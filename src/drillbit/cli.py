@@ -15,8 +15,8 @@ from drillbit.report.result import EXIT_HARNESS, EXIT_USAGE
 from drillbit.session import execute, plan_text, resolve
 from drillbit.spec.load import catalogue, find_config, load_config, load_drill
 
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail_input(exc: DrillError) -> None:

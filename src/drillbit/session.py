@@ -38,6 +38,9 @@ def resolve(drill: str, *, cluster: str | None = None, job: str | None = None, c
     if job_name not in config.jobs:
         problems.append(Problem("--job", None, "", f"unknown job profile {job_name!r}; known: "
                                 f"{', '.join(sorted(config.jobs))}"))
+    elif config.clusters[cluster_name].protected:
+        problems.append(Problem("--cluster", None, "", f"cluster {cluster_name!r} is protected in the config; "
+                                "drills are refused there"))
     if problems:
         raise SpecError(problems)
     return Resolved(spec=spec, config=config, cluster=cluster_name, job=job_name)
