@@ -114,6 +114,142 @@ def list_() -> None:
         sys.exit(EXIT_USAGE)
 
 
+@main.command()
+@click.option("--save-seconds", type=float, required=True, help="cost of one checkpoint save, seconds (C)")
+@click.option("--mtbf", "mtbf_text", required=True, help="mean time between failures of the job: 168h, 6h, 90m (M)")
+@click.option("--detect", "detect_text", default="0s", help="detection time D, for the goodput estimate")
+@click.option("--restart", "restart_text", default="0s", help="restart + restore time R, for the goodput estimate")
+@click.option("--interval", "interval_text", help="the job's actual save interval, to compare")
+def cadence(save_seconds: float, mtbf_text: str, detect_text: str, restart_text: str, interval_text: str | None) -> None:
+    """Young's and Daly's optimal checkpoint intervals, overhead and expected lost work."""
+    from drillbit.model.cadence import cadence as compute
+    from drillbit.spec.models import parse_duration
+
+    try:
+        mtbf, d, r = parse_duration(mtbf_text), parse_duration(detect_text), parse_duration(restart_text)
+        interval = parse_duration(interval_text) if interval_text else None
+        c = compute(save_seconds, mtbf, detect_s=d, restart_s=r, actual_interval_s=interval)
+    except ValueError as exc:
+        _fail_input(DrillError(str(exc)))
+        return
+    table = Table(show_edge=False, title=f"C = {save_seconds:g} s, M = {_human(mtbf)}")
+    table.add_column("")
+    table.add_column("interval", justify="right")
+    table.add_row("Young  sqrt(2CM)", _human(c.young_s))
+    table.add_row("Daly, first order", _human(c.daly_first_s))
+    table.add_row("Daly, higher order (optimum)", _human(c.daly_s))
+    if c.actual_interval_s:
+        table.add_row("yours", f"{_human(c.actual_interval_s)} ({c.ratio_to_optimum:.2f}x optimum)")
+    out.print(table)
+    out.print(f"at the optimum: save overhead {c.save_overhead:.2%}, expected lost work per failure "
+              f"{_human(c.lost_work_per_failure_s)}, expected goodput {c.expected_goodput:.2%}"
+              + (f"; at yours {c.actual_goodput:.2%}" if c.actual_goodput is not None else ""))
+
+
+def _human(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
+
+
+@main.command()
+@click.option("--scenario", required=True, help="llama3-405b, opt-175b, bloom-176b, or a scenario YAML")
+@click.option("--from", "from_run", help="a run folder: take D and R from its result.json")
+@click.option("--detect", "detect_text", help="detection time D (overrides the scenario / --from)")
+@click.option("--restart", "restart_text", help="restart + restore time R")
+@click.option("--save-seconds", type=float, help="checkpoint save cost C")
+@click.option("--interval", "interval_text", help="checkpoint interval tau")
+@click.option("--gpus", type=int, help="scale the fleet (the per-GPU-day rate is kept)")
+@click.option("--days", type=float, help="length of the run")
+@click.option("--spares", type=int, help="spare hosts")
+@click.option("--replacement-delay", "replacement_text", help="time to bring a replaced host back")
+@click.option("--trials", type=int, default=1000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--svg", type=click.Path(), help="write the goodput histogram as SVG")
+@click.option("--json", "as_json", is_flag=True)
+def simulate(scenario: str, from_run: str | None, detect_text: str | None, restart_text: str | None,
+             save_seconds: float | None, interval_text: str | None, gpus: int | None, days: float | None,
+             spares: int | None, replacement_text: str | None, trials: int, seed: int, svg: str | None,
+             as_json: bool) -> None:
+    """Monte Carlo of a whole training run: goodput, interruptions, GPU-hours lost by cause."""
+    from drillbit.checks.projection import recovery_split
+    from drillbit.checks.recovery import Measurements
+    from drillbit.model.simulate import load_scenario, params_for, simulate as run_sim, svg_histogram
+    from drillbit.spec.models import parse_duration
+
+    try:
+        sc = load_scenario(scenario)
+        d = r = None
+        if from_run:
+            result = json.loads((Path(from_run) / "result.json").read_text())
+            known = {k: v for k, v in result["measurements"].items() if k in Measurements.model_fields}
+            split = recovery_split(Measurements.model_validate(known))
+            if split is None:
+                raise DrillError(f"{from_run}: the run measured no detection or no first step after recovery")
+            d, r = split
+        dur = lambda text: parse_duration(text) if text else None  # noqa: E731
+        d = dur(detect_text) if detect_text else d
+        r = dur(restart_text) if restart_text else r
+        params = params_for(sc, detect_s=d, restart_s=r, save_s=save_seconds, interval_s=dur(interval_text),
+                            gpus=gpus, days=days, spares=spares, replacement_delay_s=dur(replacement_text))
+    except (DrillError, ValueError, OSError, KeyError) as exc:
+        _fail_input(exc if isinstance(exc, DrillError) else DrillError(str(exc)))
+        return
+    res = run_sim(sc, params, trials=trials, seed=seed)
+    if svg:
+        Path(svg).write_text(svg_histogram(res))
+    if as_json:
+        click.echo(res.model_dump_json(indent=2))
+        return
+    p = res.params
+    out.print(f"[bold]{sc.name}[/]: {p.gpus:,} GPUs, {p.days:g} days, {p.rate_per_gpu_day:.2e} interruptions "
+              f"per GPU-day; D {_human(p.detect_s)}, R {_human(p.restart_s)}, C {_human(p.save_s)}, "
+              f"tau {_human(p.interval_s)}; {trials} trials, seed {seed}")
+    out.print(f"goodput      p50 {res.goodput_p50:.2%}   p5 {res.goodput_p5:.2%}   mean {res.goodput_mean:.2%}")
+    out.print(f"interruptions mean {res.interruptions_mean:.1f} (p5 {res.interruptions_p5:.0f}, "
+              f"p95 {res.interruptions_p95:.0f}); host losses {res.host_losses_per_day:.2f}/day; "
+              f"spare waits {res.spare_wait_hours_mean:.1f} h per run")
+    table = Table(title="GPU-hours lost per run, by cause", show_edge=False)
+    table.add_column("cause")
+    table.add_column("GPU-hours", justify="right")
+    for cause, hours in res.gpu_hours_lost_by_cause.items():
+        table.add_row(cause, f"{hours:,.0f}")
+    out.print(table)
+    top = max(c for _, c in res.goodput_histogram) or 1
+    for edge, count in res.goodput_histogram:
+        out.print(f"{edge:8.4f} {'█' * round(40 * count / top)} {count}")
+    if svg:
+        out.print(f"[dim]histogram written to {svg}[/]")
+
+
+@main.command()
+@click.argument("drill", required=False)
+@click.option("--db", help="results store (default: reports/drills.db)")
+@click.option("--limit", type=int, default=30, show_default=True)
+def history(drill: str | None, db: str | None, limit: int) -> None:
+    """The trend of past runs: verdicts, detect / recover times, lost steps, goodput."""
+    from drillbit.report.store import Store
+
+    config = load_config(find_config(None))
+    path = Path(db or config.results_db or Path(config.reports_dir) / "drills.db")
+    if not path.exists():
+        err.print(f"no results store at {path} yet; run a drill first")
+        sys.exit(EXIT_USAGE)
+    with Store(path) as store:
+        rows = store.runs(drill, limit)
+    table = Table(show_edge=False)
+    for col in ("id", "drill", "cluster", "job", "verdict", "started", "detect s", "first step s", "lost", "goodput"):
+        table.add_column(col, justify="right" if col in ("id", "detect s", "first step s", "lost", "goodput") else "left")
+    fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
+    for row in reversed(rows):
+        table.add_row(str(row["id"]), row["drill"], row["cluster"], row["job"], row["verdict"],
+                      (row["started_at"] or "")[:19], fmt(row["time_to_detect"], ".2f"),
+                      fmt(row["time_to_first_step"], ".2f"), fmt(row["lost_steps"], "d"), fmt(row["goodput"], ".2f"))
+    out.print(table)
+
+
 if __name__ == "__main__":
     try:
         main()

@@ -19,13 +19,14 @@ from typing import Callable, Protocol
 import psutil
 
 from drillbit.checks import CheckResult, check
-from drillbit.checks.recovery import measure
+from drillbit.checks.recovery import Measurements, measure
 from drillbit.errors import DrillError
 from drillbit.executors.local import LaunchedJob, LocalExecutor
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
 from drillbit.history import Event, History
 from drillbit.lease import Lease
+from drillbit.model.simulate import Scenario
 from drillbit.probes.logs import EventsProbe, HeartbeatProbe, LogProbe, ProgressProbe
 from drillbit.proc import ProcRef
 from drillbit.spec.config import ClusterSpec, JobProfile
@@ -88,7 +89,8 @@ def select_targets(ranks: list[ProcRef], targets: Targets) -> list[ProcRef]:
 
 class DrillRunner:
     def __init__(self, spec: DrillSpec, cluster_name: str, cluster: ClusterSpec, job_name: str,
-                 job: JobProfile, run_dir: Path, ui: UI | None = None) -> None:
+                 job: JobProfile, run_dir: Path, ui: UI | None = None, *,
+                 baseline: Measurements | None = None, scenarios: dict[str, Scenario] | None = None) -> None:
         self.spec = spec
         self.cluster_name = cluster_name
         self.cluster = cluster
@@ -96,6 +98,8 @@ class DrillRunner:
         self.job = job
         self.run_dir = run_dir
         self.ui = ui or QuietUI()
+        self.baseline = baseline
+        self.scenarios = scenarios or {}
         self.fault = get_fault(spec.fault.type)
         self.params = self.fault.Params.model_validate(spec.fault.params)
         self.history = History(run_dir / "history.jsonl")
@@ -181,7 +185,8 @@ class DrillRunner:
                     signal.signal(s, handler)
         self.record("drill.end")
         self.history.close()
-        result = check(self.spec, self.history)
+        result = check(self.spec, self.history, baseline=self.baseline, scenarios=self.scenarios,
+                       slow_fault=self.fault.expects == "slow")
         return RunOutcome(run_dir=self.run_dir, history=self.history, result=result, targets=self.targets,
                           handles=self.handles, error=error, started_at=started, finished_at=time.time())
 

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.errors import DrillError, Problem, SpecError
+from drillbit.model.simulate import Scenario, load_scenario
 from drillbit.report import result as result_json
+from drillbit.report.store import Store
 from drillbit.runner import UI, DrillRunner, RunOutcome
 from drillbit.spec.config import DrillConfig
 from drillbit.spec.load import find_config, load_config, load_drill, resolve_drill
@@ -78,15 +80,34 @@ def new_run_dir(reports: Path, drill: str) -> Path:
     return path
 
 
-def execute(r: Resolved, *, reports_dir: str | None = None, ui: UI | None = None) -> tuple[dict[str, Any], RunOutcome]:
+def store_path(r: Resolved, reports_dir: str | None = None, db: str | None = None) -> Path:
+    if db:
+        return Path(db)
+    if r.config.results_db and not reports_dir:
+        return Path(r.config.results_db)
+    return Path(reports_dir or r.config.reports_dir) / "drills.db"
+
+
+def scenarios_for(spec: DrillSpec) -> dict[str, Scenario]:
+    names = {s.scenario for s in (spec.slo.project, spec.slo.cadence) if s is not None and s.scenario}
+    return {name: load_scenario(name) for name in names}
+
+
+def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = None,
+            ui: UI | None = None) -> tuple[dict[str, Any], RunOutcome]:
     reports = Path(reports_dir or r.config.reports_dir)
     run_dir = new_run_dir(reports, r.spec.name)
-    runner = DrillRunner(r.spec, r.cluster, r.config.clusters[r.cluster], r.job, r.config.jobs[r.job], run_dir, ui)
-    outcome = runner.run()
-    payload = result_json.build(drill=r.spec.name, cluster=r.cluster, job=r.job, fault_type=r.spec.fault.type,
-                                params=runner.params.model_dump(), history=outcome.history,
-                                result=outcome.result, error=outcome.error)
-    result_json.write(run_dir, payload)
+    with Store(store_path(r, reports_dir, db)) as store:
+        found = store.baseline(r.spec.name, r.cluster, r.job)
+        runner = DrillRunner(r.spec, r.cluster, r.config.clusters[r.cluster], r.job, r.config.jobs[r.job], run_dir,
+                             ui, baseline=found[1] if found else None, scenarios=scenarios_for(r.spec))
+        outcome = runner.run()
+        payload = result_json.build(drill=r.spec.name, cluster=r.cluster, job=r.job, fault_type=r.spec.fault.type,
+                                    params=runner.params.model_dump(), history=outcome.history,
+                                    result=outcome.result, error=outcome.error)
+        payload["baseline_run"] = found[0] if found else None
+        result_json.write(run_dir, payload)
+        store.record(payload, str(run_dir))
     return payload, outcome
 
 

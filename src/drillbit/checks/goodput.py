@@ -1,23 +1,116 @@
-"""Goodput over the observed window.
+"""The goodput ledger: the observed window's wall time split into productive time and badput.
 
-goodput = (distinct new steps completed x baseline step time) / window wall time, where
-the window runs from steady state to the end of observation and recomputed steps (those
-replayed after a restore) count once.
+The window runs from steady state to the end of observation. Every second of it lands
+in exactly one category, so the categories add up to the wall time:
+
+  productive               distinct new steps x baseline step time (a replayed step counts once)
+  detection                fault -> first detection (all of the disruption if never detected)
+  infrastructure_recovery  detection -> restore begins (restart, rendezvous, re-init)
+  checkpoint_restore       the restore itself (its own ``seconds``)
+  wasted_progress          steps computed twice (replayed after a restore) x baseline
+  checkpoint_save          ckpt.save seconds outside the disruption
+  slowdown                 step time above baseline while a fail-slow fault is active
+  other                    the rest of training time: jitter, a restarted group's first
+                           step; negative when steps ran faster than the baseline
+
+``goodput = productive / wall``. Names map onto Google's ml-goodput-measurement badput
+buckets where they mean the same (``BUCKETS``).
 """
 from __future__ import annotations
+
+from pydantic import BaseModel
 
 from drillbit.checks.recovery import Measurements
 from drillbit.history import History
 
+BUCKETS = {
+    "productive": "productive time",
+    "detection": "custom: detection delay",
+    "infrastructure_recovery": "infrastructure recovery from disruption",
+    "checkpoint_restore": "checkpoint restore",
+    "wasted_progress": "wasted progress from disruption",
+    "checkpoint_save": "checkpoint save",
+    "slowdown": "custom: fail-slow tax",
+    "other": "other",
+}
+
+
+class Ledger(BaseModel):
+    wall_s: float
+    productive_s: float = 0.0
+    detection_s: float = 0.0
+    infrastructure_recovery_s: float = 0.0
+    checkpoint_restore_s: float = 0.0
+    wasted_progress_s: float = 0.0
+    checkpoint_save_s: float = 0.0
+    slowdown_s: float = 0.0
+    other_s: float = 0.0
+
+    def categories(self) -> dict[str, float]:
+        return {name: getattr(self, f"{name}_s") for name in BUCKETS}
+
+    @property
+    def goodput(self) -> float:
+        return self.productive_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+def ledger(history: History, m: Measurements, *, slow_fault: bool = False) -> Ledger | None:
+    steady = history.first("steady")
+    if steady is None or m.baseline_step_s is None or m.t_observe_end is None or m.t_observe_end <= steady.t:
+        return None
+    start, end, base = steady.t, m.t_observe_end, m.baseline_step_s
+    led = Ledger(wall_s=end - start)
+    steps = [e for e in history.of("step") if start < e.t <= end]
+    high = max((e.data["n"] for e in history.of("step") if e.t <= start), default=0)
+    new = {e.data["n"] for e in steps if e.data["n"] > high}
+    led.productive_s = len(new) * base
+    led.wasted_progress_s = (sum(1 for e in steps if e.data["n"] > high) - len(new)) * base
+
+    # the disruption: from the fault to when the job trains again
+    d0 = d1 = None
+    if m.t_fault is not None and not slow_fault:
+        d0 = max(start, m.t_fault)
+        if m.time_to_restore is not None:
+            d1 = m.t_fault + m.time_to_restore
+        elif m.time_to_restart is not None and m.time_to_first_step is not None:
+            d1 = m.t_fault + m.time_to_restart
+        elif m.time_to_first_step is not None:
+            d1 = max(d0, m.t_fault + m.time_to_first_step - base)
+        else:
+            d1 = end
+        d1 = min(max(d1, d0), end)
+        t_detect = m.t_fault + m.time_to_detect if m.time_to_detect is not None else d1
+        t_detect = min(max(t_detect, d0), d1)
+        led.detection_s = t_detect - d0
+        restore = history.first("restore", after=m.t_fault)
+        if m.time_to_restore is not None and restore is not None:
+            t_restore_begin = min(max(d1 - float(restore.data.get("seconds", 0.0)), t_detect), d1)
+        else:
+            t_restore_begin = d1
+        led.infrastructure_recovery_s = t_restore_begin - t_detect
+        led.checkpoint_restore_s = d1 - t_restore_begin
+    for save in history.of("ckpt.save"):
+        t1, t0 = save.t, save.t - float(save.data.get("seconds", 0.0))
+        inside = _overlap(t0, t1, start, end)
+        if d0 is not None:
+            inside -= _overlap(t0, t1, max(d0, start), min(d1, end))
+        led.checkpoint_save_s += max(0.0, inside)
+    training = led.wall_s - led.detection_s - led.infrastructure_recovery_s - led.checkpoint_restore_s
+    excess = training - led.productive_s - led.wasted_progress_s - led.checkpoint_save_s
+    if slow_fault and m.t_fault is not None:
+        heal = history.first("fault.heal", after=m.t_fault)
+        active_end = min(heal.t if heal else end, end)
+        active = [e for e in steps if m.t_fault < e.t <= active_end]
+        led.slowdown_s = max(0.0, min(excess, sum(max(0.0, float(e.data.get("dt", base)) - base) for e in active)))
+    led.other_s = excess - led.slowdown_s
+    return led
+
 
 def goodput(history: History, m: Measurements) -> float | None:
-    steady = history.first("steady")
-    if steady is None or m.baseline_step_s is None or m.t_observe_end is None:
-        return None
-    start, end = steady.t, m.t_observe_end
-    if end <= start:
-        return None
-    seen_before = [e.data["n"] for e in history.of("step") if e.t <= start]
-    high = max(seen_before) if seen_before else 0
-    done = {e.data["n"] for e in history.of("step") if start < e.t <= end and e.data["n"] > high}
-    return min(1.0, len(done) * m.baseline_step_s / (end - start))
+    """Goodput over the window: distinct new steps x baseline / wall time."""
+    led = ledger(history, m)
+    return None if led is None else min(1.0, led.goodput)

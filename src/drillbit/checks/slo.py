@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from drillbit.checks.recovery import Measurements
 from drillbit.history import History
-from drillbit.spec.models import SLO
+from drillbit.spec.models import HIGHER_IS_BETTER, SLO
 
 Status = Literal["pass", "fail", "unknown"]
 
@@ -33,7 +33,8 @@ class SLOResult(BaseModel):
     detail: str = ""
 
 
-def evaluate(slo: SLO, m: Measurements, history: History) -> tuple[list[SLOResult], list[str]]:
+def evaluate(slo: SLO, m: Measurements, history: History,
+             baseline: Measurements | None = None) -> tuple[list[SLOResult], list[str]]:
     results: list[SLOResult] = []
     reasons: list[str] = []
     if m.t_fault is None:
@@ -72,4 +73,44 @@ def evaluate(slo: SLO, m: Measurements, history: History) -> tuple[list[SLOResul
                                  measured=None if g is None else round(g, 4), status=status))
         if status == "fail":
             reasons.append(f"goodput over the window was {g:.2f}; the SLO floor is {slo.goodput_min:g}")
+    for name, limit in slo.limits.items():
+        value = getattr(m, name)
+        for bound, words in ((limit.max, "at most"), (limit.min, "at least")):
+            if bound is None:
+                continue
+            key = f"limits.{name}.{'max' if words == 'at most' else 'min'}"
+            if value is None:
+                results.append(SLOResult(name=key, measurement=name, limit=bound, measured=None, status="unknown"))
+                continue
+            ok = value <= bound if words == "at most" else value >= bound
+            results.append(SLOResult(name=key, measurement=name, limit=bound, measured=_round(value),
+                                     status="pass" if ok else "fail"))
+            if not ok:
+                reasons.append(f"{name} was {_round(value)}; the SLO says {words} {bound:g}")
+    for name, allowed in slo.regression.items():
+        value = getattr(m, name)
+        before = getattr(baseline, name) if baseline is not None else None
+        key = f"regression.{name}"
+        if baseline is None:
+            # The first passing run becomes the baseline; there is nothing to regress from.
+            results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None, status="pass",
+                                     detail="no passing baseline run yet"))
+            continue
+        if before is None or value is None or before == 0:
+            results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None, status="unknown",
+                                     detail="not measured in this run or the baseline"))
+            continue
+        change = (value - before) / abs(before)
+        worse = -change if name in HIGHER_IS_BETTER else change
+        ok = worse <= allowed
+        results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=round(worse, 4),
+                                 status="pass" if ok else "fail",
+                                 detail=f"{_round(value)} now vs {_round(before)} in the baseline"))
+        if not ok:
+            reasons.append(f"{name} regressed {worse:.0%} against the last passing run "
+                           f"({_round(value)} vs {_round(before)}); the SLO allows {allowed:.0%}")
     return results, reasons
+
+
+def _round(value: float | int) -> float | int:
+    return round(value, 3) if isinstance(value, float) else value

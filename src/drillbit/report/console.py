@@ -70,4 +70,24 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
             slos.add_row(s["name"], f"{s['limit']:g}", _fmt(s["measured"], ""),
                          f"[{COLORS.get(s['status'], 'yellow')}]{s['status']}[/]")
         console.print(slos)
+    ledger = payload.get("ledger")
+    if ledger:
+        led = Table(title=f"Goodput ledger ({ledger['wall_s']:.1f} s window, goodput {ledger['goodput']:.2f})",
+                    show_edge=False)
+        led.add_column("category")
+        led.add_column("seconds", justify="right")
+        led.add_column("share", justify="right")
+        for name, seconds in ledger["categories"].items():
+            if abs(seconds) >= 0.0005:
+                led.add_row(name.replace("_", " "), f"{seconds:.2f}", f"{seconds / ledger['wall_s']:.1%}")
+        console.print(led)
+    proj = payload.get("projection")
+    if proj:
+        console.print(f"Projection to [bold]{proj['scenario']}[/]: goodput p50 {proj['goodput']:.2%} "
+                      f"(p5 {proj['goodput_p5']:.2%}) with detection {proj['detect_s']:.1f} s and recovery "
+                      f"{proj['restart_s']:.1f} s; floor {proj['goodput_min']:.2%}")
+    cad = payload.get("cadence")
+    if cad:
+        console.print(f"Checkpoint cadence: every {cad['actual_interval_s']:.1f} s (save {cad['save_s']:.3f} s); "
+                      f"Daly's optimum {cad['daly_s']:.1f} s, Young's {cad['young_s']:.1f} s")
     console.print(f"[dim]run folder: {run_dir}[/]")

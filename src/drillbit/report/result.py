@@ -49,6 +49,13 @@ def build(*, drill: str, cluster: str, job: str, fault_type: str, params: dict, 
         "measurements": {k: (round(v, 4) if isinstance(v, float) else v)
                          for k, v in m.model_dump().items() if k not in ("t_fault", "t_observe_end")},
         "slos": [s.model_dump() for s in result.slos],
+        "ledger": None if result.ledger is None else {
+            "wall_s": round(result.ledger.wall_s, 4),
+            "goodput": round(result.ledger.goodput, 4),
+            "categories": {k: round(v, 4) for k, v in result.ledger.categories().items()},
+        },
+        "projection": None if result.projection is None else result.projection.model_dump(),
+        "cadence": None if result.cadence is None else result.cadence.model_dump(),
     }
 
 

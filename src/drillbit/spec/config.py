@@ -50,6 +50,7 @@ class DrillConfig(Strict):
     default_cluster: str = "local"
     default_job: str = "reference"
     reports_dir: str = "reports"
+    results_db: str | None = Field(None, description="SQLite results store (default: <reports_dir>/drills.db)")
     clusters: dict[str, ClusterSpec] = Field(default_factory=dict)
     jobs: dict[str, JobProfile] = Field(default_factory=dict)
 

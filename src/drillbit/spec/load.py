@@ -107,6 +107,18 @@ def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
         else:
             _, more = validate(cls.Params, fault.get("params") or {}, path, lines, ("fault", "params"))
             problems += more
+    slo = data.get("slo") if isinstance(data.get("slo"), dict) else {}
+    for key in ("project", "cadence"):
+        block = slo.get(key) if isinstance(slo.get(key), dict) else {}
+        name = block.get("scenario")
+        if isinstance(name, str):
+            try:
+                from drillbit.model.simulate import load_scenario
+
+                load_scenario(name)
+            except SpecError as exc:
+                problems.append(Problem(str(path), _line(lines, ("slo", key, "scenario")), f"slo.{key}.scenario",
+                                        exc.problems[0].message))
     if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
         problems.append(Problem(str(path), _line(lines, ("job",)), "job",
                                 f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs))))
@@ -136,13 +148,14 @@ def find_config(explicit: str | None) -> Path | None:
     return here if here.exists() else None
 
 
-def drill_dirs(extra: str | None = None) -> list[Path]:
-    """Where drill specs are looked up, in order."""
+def project_dirs(subdir: str, extra: str | None = None) -> list[Path]:
+    """Where project data (drills, scenarios, runbooks) is looked up, in order: an
+    explicit directory, ./<subdir>, then the source tree this package came from."""
     dirs = []
     if extra:
         dirs.append(Path(extra))
-    dirs.append(Path.cwd() / "drills")
-    source_tree = Path(__file__).resolve().parents[3] / "drills"
+    dirs.append(Path.cwd() / subdir)
+    source_tree = Path(__file__).resolve().parents[3] / subdir
     if source_tree.is_dir():
         dirs.append(source_tree)
     seen, out = set(), []
@@ -152,6 +165,10 @@ def drill_dirs(extra: str | None = None) -> list[Path]:
             seen.add(key)
             out.append(d)
     return out
+
+
+def drill_dirs(extra: str | None = None) -> list[Path]:
+    return project_dirs("drills", extra)
 
 
 def catalogue(extra: str | None = None) -> dict[str, Path]:

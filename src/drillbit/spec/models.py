@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|min|m|h|d)?\s*$")
@@ -72,6 +72,53 @@ class Observe(Strict):
     window: Duration = 240.0
 
 
+# The measurement names an SLO may name (checks/recovery.py Measurements; a test keeps
+# the two in step).
+MEASUREMENTS = (
+    "time_to_detect", "time_to_restart", "time_to_restore", "time_to_first_step", "step_at_fault",
+    "restored_step", "lost_steps", "restarts", "steps_after_recovery", "baseline_step_s", "goodput",
+)
+# Where a larger value is the better one (regressions are judged the other way round).
+HIGHER_IS_BETTER = ("goodput", "steps_after_recovery")
+
+
+class Limit(Strict):
+    max: float | None = None
+    min: float | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> "Limit":
+        if self.max is None and self.min is None:
+            raise ValueError("give max, min or both")
+        return self
+
+
+class ProjectSLO(Strict):
+    """Fail when the measured recovery would push fleet goodput under a floor."""
+
+    scenario: str
+    goodput_min: float = Field(ge=0, le=1)
+    save: Duration | None = Field(None, description="checkpoint save cost, if the scenario has none")
+    interval: Duration | None = Field(None, description="checkpoint interval, if the scenario has none")
+    trials: int = Field(500, ge=10)
+    seed: int = 0
+
+
+class CadenceSLO(Strict):
+    """The job's save interval (from ckpt.save events) against Daly's optimum."""
+
+    mtbf: Duration | None = None
+    scenario: str | None = Field(None, description="take the MTBF from this scenario's rate and GPUs")
+    gpus: int | None = Field(None, gt=0, description="the job's GPUs, for the scenario's per-GPU rate")
+    max_ratio: float = Field(2.0, gt=1, description="actual/optimal interval allowed either way")
+
+    @model_validator(mode="after")
+    def _source(self) -> "CadenceSLO":
+        if (self.mtbf is None) == (self.scenario is None):
+            raise ValueError("give exactly one of mtbf or scenario")
+        return self
+
+
 class SLO(Strict):
     """Limits the checkers judge. Absent limits are not judged."""
 
@@ -81,6 +128,20 @@ class SLO(Strict):
     first_step_within: Duration | None = None
     max_lost_steps: int | None = Field(None, ge=0)
     goodput_min: float | None = Field(None, ge=0, le=1)
+    limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")
+    regression: dict[str, float] = Field(
+        default_factory=dict,
+        description="measurement -> allowed relative worsening against the last passing run (0.2 = 20%)")
+    project: ProjectSLO | None = None
+    cadence: CadenceSLO | None = None
+
+    @field_validator("limits", "regression")
+    @classmethod
+    def _known(cls, value: dict) -> dict:
+        unknown = [k for k in value if k not in MEASUREMENTS]
+        if unknown:
+            raise ValueError(f"unknown measurement(s) {unknown}; known: {', '.join(MEASUREMENTS)}")
+        return value
 
 
 class Abort(Strict):

@@ -1,0 +1,1 @@
+"""Models beyond one drill: checkpoint cadence (Young/Daly) and the fleet Monte Carlo."""

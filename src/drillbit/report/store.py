@@ -1,0 +1,83 @@
+"""The results store: every drill run recorded in SQLite (reports/drills.db by default).
+
+``drill history`` reads the trend from it, and the regression SLOs (and the gate) take
+their baseline from it: the last passing run of the same drill on the same cluster and job.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from drillbit.checks.recovery import Measurements
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    drill TEXT NOT NULL,
+    cluster TEXT NOT NULL,
+    job TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    started_at TEXT,
+    finished_at TEXT,
+    run_dir TEXT,
+    time_to_detect REAL,
+    time_to_first_step REAL,
+    lost_steps INTEGER,
+    goodput REAL,
+    result TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_key ON runs (drill, cluster, job, id);
+"""
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path)
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def record(self, payload: dict[str, Any], run_dir: str) -> int:
+        m = payload.get("measurements", {})
+        with self._db:
+            cur = self._db.execute(
+                "INSERT INTO runs (drill, cluster, job, verdict, started_at, finished_at, run_dir, time_to_detect,"
+                " time_to_first_step, lost_steps, goodput, result) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (payload["drill"], payload["cluster"], payload["job"], payload["verdict"], payload.get("started_at"),
+                 payload.get("finished_at"), run_dir, m.get("time_to_detect"), m.get("time_to_first_step"),
+                 m.get("lost_steps"), m.get("goodput"), json.dumps(payload)))
+        return int(cur.lastrowid)
+
+    def baseline(self, drill: str, cluster: str, job: str) -> tuple[int, Measurements] | None:
+        """The last passing run of this drill on this cluster and job."""
+        row = self._db.execute(
+            "SELECT id, result FROM runs WHERE drill=? AND cluster=? AND job=? AND verdict='pass' "
+            "ORDER BY id DESC LIMIT 1", (drill, cluster, job)).fetchone()
+        if row is None:
+            return None
+        fields = json.loads(row[1])["measurements"]
+        known = {k: v for k, v in fields.items() if k in Measurements.model_fields}
+        return int(row[0]), Measurements.model_validate(known)
+
+    def runs(self, drill: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        query = ("SELECT id, drill, cluster, job, verdict, started_at, time_to_detect, time_to_first_step, "
+                 "lost_steps, goodput, run_dir FROM runs")
+        args: tuple = ()
+        if drill:
+            query += " WHERE drill=?"
+            args = (drill,)
+        query += " ORDER BY id DESC LIMIT ?"
+        cols = ("id", "drill", "cluster", "job", "verdict", "started_at", "time_to_detect", "time_to_first_step",
+                "lost_steps", "goodput", "run_dir")
+        return [dict(zip(cols, row)) for row in self._db.execute(query, args + (limit,))]

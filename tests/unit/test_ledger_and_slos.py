@@ -1,0 +1,141 @@
+"""The goodput ledger, regression, projection and cadence SLOs, and the results store."""
+from __future__ import annotations
+
+import pytest
+
+from drillbit.checks import check
+from drillbit.checks.goodput import BUCKETS, ledger
+from drillbit.checks.recovery import Measurements, measure
+from drillbit.history import History
+from drillbit.model.simulate import load_scenario
+from drillbit.report.store import Store
+from drillbit.spec.models import MEASUREMENTS, DrillSpec
+from tests.unit.test_checks import BASE, T_FAULT, kill_pass_history, prelude, steps
+
+
+def spec(**slo) -> DrillSpec:
+    return DrillSpec.model_validate({"name": "t", "class": "fail-stop", "summary": "s",
+                                     "fault": {"type": "kill-rank", "trigger": {"at_step": 5}}, "slo": slo})
+
+
+def with_saves(rows):
+    return rows + [(BASE + 5 + i * 2.5, "ckpt.save", {"step": 10 * i, "seconds": 0.01}) for i in range(1, 3)]
+
+
+def test_measurement_names_in_step_with_the_model():
+    assert set(MEASUREMENTS) <= set(Measurements.model_fields)
+
+
+@pytest.mark.parametrize("history", [
+    kill_pass_history(),
+    History.build(prelude() + [(T_FAULT, "fault.confirmed", {"progress_quiet_s": 2.0}), (T_FAULT + 60, "observe.end")]),
+    History.build(with_saves(prelude()) + [(T_FAULT, "fault.confirmed"), (T_FAULT + 0.3, "detect"),
+                                           (T_FAULT + 5, "restart"), (T_FAULT + 40, "job.exit", {"code": 1}),
+                                           (T_FAULT + 40.1, "observe.end")]),
+], ids=["recovered", "never-detected", "never-recovered"])
+def test_ledger_categories_add_up_to_wall_time(history):
+    m = measure(history)
+    led = ledger(history, m)
+    assert set(led.categories()) == set(BUCKETS)
+    assert sum(led.categories().values()) == pytest.approx(led.wall_s, abs=1e-9)
+
+
+def test_ledger_splits_the_disruption():
+    history = kill_pass_history()
+    history.record("test", "ckpt.save", t=BASE + 8.0, step=10, seconds=0.05)
+    m = measure(history)
+    led = ledger(history, m)
+    assert led.detection_s == pytest.approx(0.2)
+    assert led.infrastructure_recovery_s == pytest.approx(5.6)  # detect -> restore (restore has no seconds)
+    assert led.checkpoint_restore_s == pytest.approx(0.0)
+    assert led.wasted_progress_s == pytest.approx(5 * 0.25)  # steps 21..25 replayed
+    assert led.checkpoint_save_s == pytest.approx(0.05)
+    assert check(spec(), history).measurements.goodput == pytest.approx(led.goodput)
+
+
+def test_undetected_stall_is_all_detection_badput():
+    history = History.build(prelude() + [(T_FAULT, "fault.confirmed", {"progress_quiet_s": 2.0}),
+                                         (T_FAULT + 60, "observe.end")])
+    led = ledger(history, measure(history))
+    assert led.detection_s == pytest.approx(60)
+    assert led.infrastructure_recovery_s == 0
+
+
+def test_slowdown_tax_while_a_slow_fault_is_active():
+    rows = prelude() + [(T_FAULT, "fault.confirmed")]
+    rows += [(T_FAULT + 0.5 * i, "step", {"n": 25 + i, "dt": 0.5}) for i in range(1, 21)]
+    rows += [(T_FAULT + 10.2, "fault.heal"), (T_FAULT + 10.3, "observe.end")]
+    history = History.build(rows)
+    led = ledger(history, measure(history), slow_fault=True)
+    assert led.slowdown_s == pytest.approx(20 * 0.25)
+    assert sum(led.categories().values()) == pytest.approx(led.wall_s)
+
+
+def test_regression_against_baseline():
+    history = kill_pass_history()  # first step at +6.0 s
+    base = Measurements(time_to_first_step=4.0, goodput=0.5)
+    slow = check(spec(regression={"time_to_first_step": 0.2}), history, baseline=base)
+    assert slow.verdict == "fail"
+    assert any("regressed 50%" in r for r in slow.reasons)
+    ok = check(spec(regression={"time_to_first_step": 0.6}), history, baseline=base)
+    assert ok.verdict == "pass"
+    first = check(spec(regression={"time_to_first_step": 0.2}), history, baseline=None)
+    assert first.verdict == "pass" and first.slos[0].detail == "no passing baseline run yet"
+
+
+def test_absolute_limits_on_any_measurement():
+    result = check(spec(limits={"time_to_restore": {"max": 5.0}, "goodput": {"min": 0.1}}), kill_pass_history())
+    by_name = {s.name: s for s in result.slos}
+    assert by_name["limits.time_to_restore.max"].status == "fail"
+    assert by_name["limits.goodput.min"].status == "pass"
+
+
+def test_unknown_measurement_in_limits_is_a_spec_error():
+    with pytest.raises(ValueError, match="unknown measurement"):
+        spec(limits={"time_to_coffee": {"max": 1}})
+
+
+def _with_recovery(restart_after_detect: float) -> History:
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 1, "detect"),
+                        (T_FAULT + 1 + restart_after_detect, "restart")]
+    rows += steps(26, 40, T_FAULT + 1 + restart_after_detect + 0.25)
+    rows.append((T_FAULT + 1 + restart_after_detect + 5, "observe.end"))
+    return History.build(rows)
+
+
+def test_projection_gate_passes_fast_recovery_and_fails_slow_one():
+    scenarios = {"bloom-176b": load_scenario("bloom-176b")}
+    slo = {"project": {"scenario": "bloom-176b", "goodput_min": 0.97, "trials": 300}}
+    fast = check(spec(**slo), _with_recovery(10.0), scenarios=scenarios)
+    assert fast.verdict == "pass", fast.reasons
+    assert fast.projection.goodput > 0.98
+    slow = check(spec(**slo), _with_recovery(4 * 3600.0), scenarios=scenarios)  # R = 4 h
+    assert slow.verdict == "fail"
+    assert "bloom-176b would run at" in slow.reasons[-1]
+
+
+def test_cadence_slo_from_save_events():
+    rows = with_saves(prelude()) + [(T_FAULT, "fault.confirmed"), (T_FAULT + 0.2, "detect")]
+    rows += steps(26, 40, T_FAULT + 0.5)
+    rows.append((T_FAULT + 5, "observe.end"))
+    history = History.build(rows)
+    tight = check(spec(cadence={"mtbf": "168h"}), history)
+    c = next(s for s in tight.slos if s.name == "cadence")
+    assert c.status == "fail"  # saves every 2.5 s; Daly's optimum for C = 0.01 s, M = 1 week is ~110 s
+    assert tight.cadence.daly_s == pytest.approx(110, rel=0.02)
+    loose = check(spec(cadence={"mtbf": "168h", "max_ratio": 100}), history)
+    assert next(s for s in loose.slos if s.name == "cadence").status == "pass"
+
+
+def test_store_records_and_finds_last_passing_baseline(tmp_path):
+    with Store(tmp_path / "drills.db") as store:
+        def payload(verdict, ttfs):
+            return {"drill": "kill-rank", "cluster": "local", "job": "reference", "verdict": verdict,
+                    "measurements": {"time_to_first_step": ttfs, "time_to_detect": 0.2}}
+        store.record(payload("pass", 6.0), "r1")
+        second = store.record(payload("pass", 6.5), "r2")
+        store.record(payload("fail", None), "r3")
+        run_id, m = store.baseline("kill-rank", "local", "reference")
+        assert run_id == second and m.time_to_first_step == 6.5
+        assert store.baseline("kill-rank", "local", "other") is None
+        assert [r["verdict"] for r in store.runs("kill-rank")] == ["fail", "pass", "pass"]
