@@ -1,6 +1,8 @@
 """Shared test fixtures: a guard that no test leaves a rank, job or stopped process behind."""
 from __future__ import annotations
 
+pytest_plugins = ["pytester"]
+
 import os
 import time
 

@@ -69,6 +69,21 @@ def run(drill: str, cluster: str | None, job: str | None, config_path: str | Non
 
 
 @main.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+def report(run_dir: str) -> None:
+    """Re-judge a run folder from its history and re-render result.json and the reports."""
+    from drillbit.session import rerender
+
+    try:
+        payload = rerender(Path(run_dir))
+    except DrillError as exc:
+        _fail_input(exc)
+        return
+    summary(out, payload, run_dir)
+    out.print(f"wrote {run_dir}/report.html, report.md, junit.xml, result.json")
+
+
+@main.command()
 @click.argument("files", nargs=-1, type=click.Path())
 @click.option("--config", "config_path", help="drill.yaml to validate too")
 def validate(files: tuple[str, ...], config_path: str | None) -> None:
@@ -248,6 +263,132 @@ def history(drill: str | None, db: str | None, limit: int) -> None:
                       (row["started_at"] or "")[:19], fmt(row["time_to_detect"], ".2f"),
                       fmt(row["time_to_first_step"], ".2f"), fmt(row["lost_steps"], "d"), fmt(row["goodput"], ".2f"))
     out.print(table)
+
+
+@main.group()
+def suite() -> None:
+    """Suites: ordered lists of drills (drills/suites/*.yaml)."""
+
+
+def _suite_run(name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
+               db: str | None, max_regression: float | None, before=None, after=None):
+    from drillbit.spec.load import load_suite
+    from drillbit.suite import run_suite
+
+    config = load_config(find_config(config_path))
+    try:
+        spec = load_suite(name, config)
+    except DrillError as exc:
+        _fail_input(exc)
+        raise
+    ui = ConsoleUI(err)
+    try:
+        return run_suite(spec, cluster=cluster, job=job, config_path=config_path,
+                         reports_dir=reports_dir or config.reports_dir, db=db, ui=ui,
+                         max_regression=max_regression, before=before, after=after)
+    except DrillError as exc:
+        ui.close()
+        _fail_input(exc)
+        raise
+    finally:
+        ui.close()
+
+
+_suite_options = [
+    click.option("--cluster", help="cluster name (default: the suite's, else local)"),
+    click.option("--job", help="job profile for every drill (default: the suite's / each drill's)"),
+    click.option("--config", "config_path", help="drill.yaml path"),
+    click.option("--reports", "reports_dir", help="where run folders go"),
+    click.option("--db", help="results store (default: <reports>/drills.db)"),
+]
+
+
+def suite_options(f):
+    for option in reversed(_suite_options):
+        f = option(f)
+    return f
+
+
+@suite.command(name="run")
+@click.argument("name")
+@suite_options
+def suite_run(name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
+              db: str | None) -> None:
+    """Run every drill of a suite in order."""
+    from drillbit.suite import summary_markdown
+
+    run = _suite_run(name, cluster, job, config_path, reports_dir, db, None)
+    out.print(summary_markdown(run, f"Suite {name}"), markup=False, highlight=False)
+    sys.exit(run.exit_code)
+
+
+@main.command()
+@click.option("--suite", "suite_name", default="pre-deploy", show_default=True)
+@suite_options
+@click.option("--max-regression", type=float, help="allowed worsening of detect / first-step vs the baseline (0.2 = 20%)")
+@click.option("--junit", "junit_path", help="also write junit.xml here")
+@click.option("--summary", "summary_path", help="append the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+def gate(suite_name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
+         db: str | None, max_regression: float | None, junit_path: str | None, summary_path: str | None) -> None:
+    """The pre-deploy gate: run a suite, compare with the baselines, write junit + summary."""
+    from drillbit.report import junit
+    from drillbit.suite import summary_markdown, write_gate_outputs
+
+    run = _suite_run(suite_name, cluster, job, config_path, reports_dir, db, max_regression)
+    config = load_config(find_config(config_path))
+    folder = write_gate_outputs(run, reports_dir or config.reports_dir)
+    text = summary_markdown(run, "Recovery gate")
+    if junit_path:
+        Path(junit_path).write_text(junit.to_xml(f"drillbit.{run.suite.name}", run.results))
+    if summary_path:
+        with open(summary_path, "a") as fh:
+            fh.write(text)
+    out.print(text, markup=False, highlight=False)
+    out.print(f"gate outputs: {folder}/junit.xml, {folder}/summary.md")
+    sys.exit(run.exit_code)
+
+
+@main.group()
+def gameday() -> None:
+    """Game days: a suite walked through with operators, and the post-drill review."""
+
+
+@gameday.command(name="run")
+@click.argument("name", default="game-day")
+@suite_options
+@click.option("--yes", "assume_yes", is_flag=True, help="run unattended: no confirmations")
+def gameday_run(name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
+                db: str | None, assume_yes: bool) -> None:
+    """Announce, confirm and run each drill of a suite; write review.md."""
+    import time as _time
+
+    from drillbit.gameday import Host, review_markdown
+
+    host = Host(out, assume_yes)
+    run = _suite_run(name, cluster, job, config_path, reports_dir, db, None, before=host.before, after=host.after)
+    config = load_config(find_config(config_path))
+    folder = Path(reports_dir or config.reports_dir) / f"gameday-{_time.strftime('%Y%m%d-%H%M%S')}-{name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "review.md").write_text(review_markdown(run, host.specs, run.run_dirs))
+    out.print(f"post-drill review: {folder}/review.md")
+    sys.exit(run.exit_code if run.results else 0)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--db", help="results store for the last result (default: reports/drills.db)")
+def runbook(name: str, db: str | None) -> None:
+    """Render a drill's runbook with its parameters and its last result."""
+    from drillbit.report.runbook import last_result, render_runbook
+    from drillbit.spec.load import resolve_drill
+
+    config = load_config(find_config(None))
+    try:
+        spec = load_drill(resolve_drill(name), config)
+        path = Path(db or config.results_db or Path(config.reports_dir) / "drills.db")
+        click.echo(render_runbook(spec, last_result(path, spec.name)))
+    except DrillError as exc:
+        _fail_input(exc)
 
 
 if __name__ == "__main__":

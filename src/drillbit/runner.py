@@ -183,7 +183,7 @@ class DrillRunner:
                     lease.release()
                 for s, handler in previous.items():
                     signal.signal(s, handler)
-        self.record("drill.end")
+        self.record("drill.end", error=error)
         self.history.close()
         result = check(self.spec, self.history, baseline=self.baseline, scenarios=self.scenarios,
                        slow_fault=self.fault.expects == "slow")

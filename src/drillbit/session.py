@@ -4,6 +4,7 @@ This is what ``drill run`` and the tests call; the CLI only parses and prints.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from drillbit.errors import DrillError, Problem, SpecError
 from drillbit.model.simulate import Scenario, load_scenario
+from drillbit.report import render
 from drillbit.report import result as result_json
 from drillbit.report.store import Store
 from drillbit.runner import UI, DrillRunner, RunOutcome
@@ -54,7 +56,8 @@ def plan_text(r: Resolved) -> str:
     when = f"at step {trig.at_step}" if trig.at_step is not None else f"{trig.after:g} s after steady state"
     tg = s.fault.targets
     who = f"ranks {tg.ranks}" if tg.ranks is not None else f"{tg.count} rank(s), {tg.select}"
-    slo = ", ".join(f"{k}={v:g}" for k, v in s.slo.model_dump().items() if v is not None)
+    slo = ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={json.dumps(v)}"
+                    for k, v in s.slo.model_dump(exclude_none=True).items() if v not in ({}, []))
     job = r.config.jobs[r.job]
     launch = " ".join(job.launch.command) if job.launch else f"attach to pid {job.attach_pid}"
     return "\n".join([
@@ -97,8 +100,11 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
             ui: UI | None = None) -> tuple[dict[str, Any], RunOutcome]:
     reports = Path(reports_dir or r.config.reports_dir)
     run_dir = new_run_dir(reports, r.spec.name)
+    (run_dir / "spec.json").write_text(r.spec.model_dump_json(by_alias=True, indent=2))
     with Store(store_path(r, reports_dir, db)) as store:
         found = store.baseline(r.spec.name, r.cluster, r.job)
+        if found:
+            (run_dir / "baseline.json").write_text(json.dumps({"run": found[0], "measurements": found[1].model_dump()}))
         runner = DrillRunner(r.spec, r.cluster, r.config.clusters[r.cluster], r.job, r.config.jobs[r.job], run_dir,
                              ui, baseline=found[1] if found else None, scenarios=scenarios_for(r.spec))
         outcome = runner.run()
@@ -106,9 +112,39 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
                                     params=runner.params.model_dump(), history=outcome.history,
                                     result=outcome.result, error=outcome.error)
         payload["baseline_run"] = found[0] if found else None
-        result_json.write(run_dir, payload)
+        render.write_all(run_dir, payload, outcome.history)
         store.record(payload, str(run_dir))
     return payload, outcome
+
+
+def rerender(run_dir: Path) -> dict[str, Any]:
+    """Re-judge and re-render a run folder from its history (``drill report``)."""
+    from drillbit.checks import check
+    from drillbit.checks.recovery import Measurements
+    from drillbit.faults import get as get_fault
+    from drillbit.history import History
+
+    run_dir = Path(run_dir)
+    try:
+        spec = DrillSpec.model_validate_json((run_dir / "spec.json").read_text())
+        history = History.load(run_dir / "history.jsonl")
+    except OSError as exc:
+        raise DrillError(f"{run_dir} is not a run folder: {exc}") from exc
+    baseline = None
+    if (run_dir / "baseline.json").exists():
+        saved = json.loads((run_dir / "baseline.json").read_text())
+        baseline = (saved["run"], Measurements.model_validate(saved["measurements"]))
+    fault = get_fault(spec.fault.type)
+    result = check(spec, history, baseline=baseline[1] if baseline else None, scenarios=scenarios_for(spec),
+                   slow_fault=fault.expects == "slow")
+    start = history.first("drill.start")
+    end = history.last("drill.end")
+    payload = result_json.build(drill=spec.name, cluster=start.data["cluster"], job=start.data["job"],
+                                fault_type=spec.fault.type, params=fault.Params.model_validate(spec.fault.params).model_dump(),
+                                history=history, result=result, error=end.data.get("error") if end else None)
+    payload["baseline_run"] = baseline[0] if baseline else None
+    render.write_all(run_dir, payload, history)
+    return payload
 
 
 __all__ = ["DrillError", "Resolved", "execute", "plan_text", "resolve"]

@@ -44,9 +44,16 @@ def test_kill_rank_fails_without_the_store_fix(tmp_path):
     result = run("kill-rank-fast", "reference-nostorefix", tmp_path)
     assert result["verdict"] == "fail"
     assert result["exit_code"] == 1
-    assert "no restart ever produced a step" in result["reasons"][0]
-    first = next(s for s in result["slos"] if s["name"] == "first_step_within")
-    assert first["status"] == "fail" and first["measured"] is None
+    # Usually no restart ever rendezvouses; now and then the last attempt wins the race for
+    # the store and the job limps back after burning its restart budget. Both must fail.
+    restarts = next(s for s in result["slos"] if s["name"] == "limits.restarts.max")
+    if result["measurements"]["time_to_first_step"] is None:
+        assert "no restart ever produced a step" in result["reasons"][0]
+        first = next(s for s in result["slos"] if s["name"] == "first_step_within")
+        assert first["status"] == "fail" and first["measured"] is None
+    else:
+        assert restarts["status"] == "fail" and restarts["measured"] > 1
+        assert any("restarts to recover from one fault" in r for r in result["reasons"])
 
 
 def test_stall_nccl_passes_with_the_watchdog(tmp_path):

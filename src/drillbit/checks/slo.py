@@ -85,7 +85,10 @@ def evaluate(slo: SLO, m: Measurements, history: History,
             ok = value <= bound if words == "at most" else value >= bound
             results.append(SLOResult(name=key, measurement=name, limit=bound, measured=_round(value),
                                      status="pass" if ok else "fail"))
-            if not ok:
+            if not ok and name == "restarts":
+                reasons.append(f"the job needed {value} restarts to recover from one fault (each failed restart "
+                               f"spends the restart budget); the SLO allows {bound:g}")
+            elif not ok:
                 reasons.append(f"{name} was {_round(value)}; the SLO says {words} {bound:g}")
     for name, allowed in slo.regression.items():
         value = getattr(m, name)

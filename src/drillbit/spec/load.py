@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from drillbit.errors import Problem, SpecError
 from drillbit.spec.config import DrillConfig, with_builtins
-from drillbit.spec.models import DrillSpec
+from drillbit.spec.models import DrillSpec, SuiteSpec
 
 Loc = tuple[Any, ...]
 
@@ -190,3 +190,42 @@ def resolve_drill(name_or_path: str, extra: str | None = None) -> Path:
     if name_or_path not in known:
         raise SpecError([Problem(name_or_path, None, "", "no such drill" + _suggest(name_or_path, list(known)))])
     return known[name_or_path]
+
+
+def suite_catalogue(extra: str | None = None) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in project_dirs("drills/suites", extra):
+        for f in sorted(d.glob("*.yaml")):
+            found.setdefault(f.stem, f)
+    return found
+
+
+def load_suite(name_or_path: str, config: DrillConfig | None = None) -> SuiteSpec:
+    """Load a suite and check that every drill (and job) it names exists, with lines."""
+    candidate = Path(name_or_path)
+    if candidate.suffix not in (".yaml", ".yml"):
+        known = suite_catalogue()
+        if name_or_path not in known:
+            raise SpecError([Problem(name_or_path, None, "", "no such suite" + _suggest(name_or_path, list(known)))])
+        candidate = known[name_or_path]
+    data, lines = read_yaml(candidate)
+    suite, problems = validate(SuiteSpec, data, candidate, lines)
+    if suite is not None:
+        drills = catalogue()
+        entries = []
+        for entry in suite.entries():  # a drill given as a path is relative to the suite file
+            if entry.drill.endswith((".yaml", ".yml")) and not Path(entry.drill).is_absolute():
+                entry = entry.model_copy(update={"drill": str((candidate.parent / entry.drill).resolve())})
+            entries.append(entry)
+        suite = suite.model_copy(update={"drills": entries})
+        for i, entry in enumerate(entries):
+            if entry.drill not in drills and not Path(entry.drill).exists():
+                problems.append(Problem(str(candidate), _line(lines, ("drills", i)), f"drills.{i}",
+                                        f"unknown drill {entry.drill!r}" + _suggest(entry.drill, list(drills))))
+            job = entry.job or suite.job
+            if config is not None and job is not None and job not in config.jobs:
+                problems.append(Problem(str(candidate), _line(lines, ("drills", i)), f"drills.{i}",
+                                        f"unknown job profile {job!r}" + _suggest(job, list(config.jobs))))
+    if problems:
+        raise SpecError(problems)
+    return suite

@@ -162,3 +162,24 @@ class DrillSpec(Strict):
     observe: Observe = Field(default_factory=Observe)
     slo: SLO = Field(default_factory=SLO)
     abort: Abort = Field(default_factory=Abort)
+
+
+class SuiteEntry(Strict):
+    drill: str
+    job: str | None = None
+
+
+class SuiteSpec(Strict):
+    """An ordered list of drills sharing a cluster and job (``drills/suites/*.yaml``)."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    description: str = ""
+    cluster: str | None = None
+    job: str | None = None
+    stop_on_failure: bool = False
+    max_regression: float | None = Field(
+        None, ge=0, description="gate: allowed worsening of detect / first-step times vs the baseline")
+    drills: list[str | SuiteEntry] = Field(min_length=1)
+
+    def entries(self) -> list[SuiteEntry]:
+        return [SuiteEntry(drill=d) if isinstance(d, str) else d for d in self.drills]

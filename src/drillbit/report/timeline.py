@@ -1,0 +1,100 @@
+"""The timeline chart: steps against time, with the fault, detection, restart, restore and
+first step marked and the badput shaded — as inline SVG, so a report needs no network."""
+from __future__ import annotations
+
+from html import escape
+
+from drillbit.history import History
+
+MARKS = (  # (event kind or measurement, label, colour)
+    ("fault", "fault", "#dc2626"),
+    ("detect", "detect", "#ea580c"),
+    ("restart", "restart", "#9333ea"),
+    ("restore", "restore", "#16a34a"),
+    ("first_step", "first step", "#0891b2"),
+)
+SHADES = {"detection": "#fecaca", "infrastructure_recovery": "#e9d5ff", "checkpoint_restore": "#bbf7d0"}
+STEP_COLOUR = "#2563eb"
+
+
+def timeline_svg(history: History, width: int = 900, height: int = 320) -> str:
+    steps = [(e.t, e.data["n"]) for e in history.of("step")]
+    start_ev = history.first("job.launch") or history.first("drill.start")
+    end_ev = history.first("observe.end") or history.last("drill.end")
+    if not steps or start_ev is None or end_ev is None:
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="60" role="img">'
+                '<text x="10" y="30" font-family="sans-serif">no steps were observed</text></svg>')
+    t0, t1 = start_ev.t, max(end_ev.t, steps[-1][0])
+    left, right, top, bottom = 56, 16, 28, 40
+    pw, ph = width - left - right, height - top - bottom
+    n_max = max(n for _, n in steps) or 1
+
+    def x(t: float) -> float:
+        return left + pw * (t - t0) / max(t1 - t0, 1e-9)
+
+    def y(n: float) -> float:
+        return top + ph * (1 - n / n_max)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" role="img" '
+             f'aria-label="training steps over time">',
+             f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#ffffff" stroke="#d1d5db"/>']
+    # badput shading from the ledger's intervals
+    confirmed = history.first("fault.confirmed")
+    marks: dict[str, float] = {}
+    if confirmed is not None:
+        marks["fault"] = confirmed.t
+        for kind in ("detect", "restart", "restore"):
+            ev = history.first(kind, after=confirmed.t, before=end_ev.t)
+            if ev is not None:
+                marks[kind] = ev.t
+        restore = history.first("restore", after=confirmed.t, before=end_ev.t)
+        floor = int(restore.data["step"]) if restore is not None else None
+        after_marker = marks.get("restore", marks.get("restart", confirmed.t))
+        for t, n in steps:
+            if t > after_marker and (floor is None or n > floor) and t <= end_ev.t:
+                marks["first_step"] = t
+                break
+        t_detect = marks.get("detect", marks.get("first_step", end_ev.t))
+        t_resume = marks.get("restore", marks.get("restart", marks.get("first_step", end_ev.t)))
+        t_restore_begin = (marks["restore"] - float(restore.data.get("seconds", 0.0))) if restore is not None else t_resume
+        for name, a, b in (("detection", marks["fault"], t_detect), ("infrastructure_recovery", t_detect, t_restore_begin),
+                           ("checkpoint_restore", t_restore_begin, t_resume)):
+            if b > a:
+                parts.append(f'<rect class="badput" x="{x(a):.1f}" y="{top}" width="{max(x(b) - x(a), 1):.1f}" '
+                             f'height="{ph}" fill="{SHADES[name]}" opacity="0.8"><title>{escape(name)}: '
+                             f'{b - a:.2f} s</title></rect>')
+    # axes
+    for i in range(6):
+        n = n_max * i / 5
+        parts.append(f'<text x="{left - 6}" y="{y(n) + 4:.1f}" text-anchor="end" fill="#374151">{n:.0f}</text>')
+        t = t0 + (t1 - t0) * i / 5
+        parts.append(f'<text x="{x(t):.1f}" y="{height - bottom + 16}" text-anchor="middle" fill="#374151">'
+                     f'{t - t0:.0f}s</text>')
+    parts.append(f'<text x="{left}" y="16" fill="#111827" font-weight="bold">step</text>')
+    # steps: one polyline per monotone run, so a restore shows as a drop
+    runs: list[list[tuple[float, int]]] = [[]]
+    for t, n in steps:
+        if runs[-1] and n <= runs[-1][-1][1]:
+            runs.append([])
+        runs[-1].append((t, n))
+    for run in runs:
+        if len(run) == 1:
+            t, n = run[0]
+            parts.append(f'<circle cx="{x(t):.1f}" cy="{y(n):.1f}" r="2.5" fill="{STEP_COLOUR}"/>')
+        elif run:
+            pts = " ".join(f"{x(t):.1f},{y(n):.1f}" for t, n in run)
+            parts.append(f'<polyline class="steps" points="{pts}" fill="none" stroke="{STEP_COLOUR}" stroke-width="2.5"/>')
+    # vertical marks with labels, staggered so they do not overlap
+    for i, (key, label, colour) in enumerate(MARKS):
+        if key not in marks:
+            continue
+        xm = x(marks[key])
+        parts.append(f'<line class="mark" x1="{xm:.1f}" y1="{top}" x2="{xm:.1f}" y2="{top + ph}" stroke="{colour}" '
+                     f'stroke-width="2" stroke-dasharray="5 3"/>')
+        parts.append(f'<text x="{xm + 3:.1f}" y="{top + 14 + 13 * i}" fill="{colour}">{escape(label)} '
+                     f'+{marks[key] - marks["fault"]:.1f}s</text>' if key != "fault" else
+                     f'<text x="{xm + 3:.1f}" y="{top + 14}" fill="{colour}">{escape(label)}</text>')
+    parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#374151">'
+                 'seconds since launch</text></svg>')
+    return "".join(parts)

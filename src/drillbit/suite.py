@@ -1,0 +1,112 @@
+"""Suites: run an ordered list of drills on one cluster, and the pre-deploy gate over them.
+
+The gate runs the suite, judges each drill against its baseline (the last passing run of
+the same drill on the same cluster and job, from the results store), and writes
+junit.xml and a Markdown summary for a CI job summary or a PR comment. Its exit code is
+the worst verdict's (DESIGN.md).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from drillbit.checks.verdict import worst
+from drillbit.report import junit
+from drillbit.report.result import EXIT_CODES, EXIT_HARNESS
+from drillbit.runner import UI
+from drillbit.session import Resolved, execute, resolve
+from drillbit.spec.models import SLO, SuiteSpec
+
+GATED = ("time_to_detect", "time_to_first_step")
+
+
+@dataclass
+class SuiteRun:
+    suite: SuiteSpec
+    cluster: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+    run_dirs: list[Path] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return worst(*[r["verdict"] for r in self.results]) if self.results else "inconclusive"
+
+    @property
+    def exit_code(self) -> int:
+        if self.verdict != "fail" and any(r.get("error") for r in self.results):
+            return EXIT_HARNESS
+        return EXIT_CODES[self.verdict]
+
+
+def with_regression(resolved: Resolved, allowed: float | None) -> Resolved:
+    """Add the gate's default regression limits where the drill sets none of its own."""
+    if allowed is None:
+        return resolved
+    regression = {**{k: allowed for k in GATED}, **resolved.spec.slo.regression}
+    slo = SLO.model_validate({**resolved.spec.slo.model_dump(), "regression": regression})
+    return Resolved(spec=resolved.spec.model_copy(update={"slo": slo}), config=resolved.config,
+                    cluster=resolved.cluster, job=resolved.job)
+
+
+def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None = None, config_path: str | None = None,
+              reports_dir: str | None = None, db: str | None = None, ui: UI | None = None,
+              max_regression: float | None = None,
+              before: Callable[[Resolved], bool] | None = None,
+              after: Callable[[Resolved, dict[str, Any]], None] | None = None) -> SuiteRun:
+    """Run each drill in order. ``before`` may veto a drill (a game-day confirmation)."""
+    cluster = cluster or suite.cluster
+    allowed = max_regression if max_regression is not None else suite.max_regression
+    run: SuiteRun | None = None
+    resolved_all = [resolve(e.drill, cluster=cluster, job=job or e.job or suite.job, config_path=config_path)
+                    for e in suite.entries()]  # every input error before anything runs
+    for resolved in resolved_all:
+        if run is None:
+            run = SuiteRun(suite=suite, cluster=resolved.cluster)
+        if before is not None and not before(resolved):
+            run.skipped.append(resolved.spec.name)
+            continue
+        payload, outcome = execute(with_regression(resolved, allowed), reports_dir=reports_dir, db=db, ui=ui)
+        run.results.append(payload)
+        run.run_dirs.append(outcome.run_dir)
+        if after is not None:
+            after(resolved, payload)
+        if suite.stop_on_failure and payload["verdict"] != "pass":
+            break
+    assert run is not None
+    return run
+
+
+def summary_markdown(run: SuiteRun, title: str) -> str:
+    icon = {"pass": "✅", "fail": "❌", "inconclusive": "❔", "aborted": "⛔"}
+    lines = [f"## {title}: {icon.get(run.verdict, '')} {run.verdict.upper()}", "",
+             f"Suite `{run.suite.name}` on cluster `{run.cluster}`.", "",
+             "| drill | job | verdict | detect s | first step s | lost steps | vs baseline | why |",
+             "|---|---|---|---:|---:|---:|---|---|"]
+    for r in run.results:
+        m = r["measurements"]
+        regress = [s for s in r["slos"] if s["name"].startswith("regression.")]
+        vs = ", ".join(f"{s['measurement']} {s['measured']:+.0%}" if s["measured"] is not None else
+                       f"{s['measurement']}: {s['detail']}" for s in regress) or "—"
+        fmt = lambda v: "—" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))  # noqa: E731
+        why = "<br>".join(r["reasons"]).replace("|", "\\|") or "all SLOs met"
+        lines.append(f"| {r['drill']} | {r['job']} | {icon.get(r['verdict'], '')} {r['verdict']} | "
+                     f"{fmt(m.get('time_to_detect'))} | {fmt(m.get('time_to_first_step'))} | "
+                     f"{fmt(m.get('lost_steps'))} | {vs} | {why} |")
+    for name in run.skipped:
+        lines.append(f"| {name} | | skipped | | | | | declined at the prompt |")
+    return "\n".join(lines) + "\n"
+
+
+def write_gate_outputs(run: SuiteRun, reports_dir: str | Path) -> Path:
+    out = Path(reports_dir) / f"gate-{time.strftime('%Y%m%d-%H%M%S')}-{run.suite.name}"
+    i = 1
+    while out.exists():
+        i += 1
+        out = Path(f"{out}-{i}")
+    out.mkdir(parents=True)
+    (out / "junit.xml").write_text(junit.to_xml(f"drillbit.{run.suite.name}", run.results))
+    (out / "summary.md").write_text(summary_markdown(run, "Recovery gate"))
+    return out

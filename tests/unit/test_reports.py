@@ -1,0 +1,132 @@
+"""Reports, junit, suites, the gate's regression wiring, game-day review and runbooks."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from drillbit.checks import check
+from drillbit.errors import SpecError
+from drillbit.gameday import review_markdown
+from drillbit.history import History
+from drillbit.report import junit, render
+from drillbit.report import result as result_json
+from drillbit.report.runbook import render_runbook
+from drillbit.session import resolve
+from drillbit.spec.load import load_config, load_suite
+from drillbit.suite import SuiteRun, summary_markdown, with_regression
+from tests.unit.test_checks import kill_pass_history, spec
+
+STEP_BLUE = (0x25, 0x63, 0xEB)
+
+
+def payload_for(history: History, verdict_spec=None) -> dict:
+    s = verdict_spec or spec()
+    return result_json.build(drill="kill-rank", cluster="local", job="reference", fault_type="kill-rank",
+                             params={"signal": "SIGKILL"}, history=history, result=check(s, history))
+
+
+def failing_payload() -> dict:
+    return payload_for(kill_pass_history(), spec(detect_within=0.1))
+
+
+def test_junit_marks_failing_drill_with_its_reason():
+    xml = junit.to_xml("drillbit.pre-deploy", [payload_for(kill_pass_history()), failing_payload()])
+    root = ET.fromstring(xml)
+    suite = root.find("testsuite")
+    assert suite.get("tests") == "2" and suite.get("failures") == "1"
+    failure = root.findall(".//testcase")[1].find("failure")
+    assert "detection took 0.2 s" in failure.get("message")
+
+
+def test_markdown_and_html_reports(tmp_path):
+    history = kill_pass_history()
+    payload = payload_for(history)
+    render.write_all(tmp_path, payload, history)
+    md = (tmp_path / "report.md").read_text()
+    assert "# kill-rank — PASS" in md and "| detect_within | 60.0 | 0.2 |" in md
+    html = (tmp_path / "report.html").read_text()
+    assert "<svg" in html and 'class="steps"' in html and "restore +5.8s" in html
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained
+
+
+def test_html_is_autoescaped(tmp_path):
+    history = kill_pass_history()
+    payload = payload_for(history)
+    payload["reasons"] = ["<script>alert(1)</script>"]
+    html = render.html(payload, history)
+    assert "<script>alert(1)" not in html and "&lt;script&gt;" in html
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Debian chromium not installed (.ci/run installs it)")
+def test_html_report_renders_timeline_in_headless_chromium(tmp_path):
+    from PIL import Image
+
+    history = kill_pass_history()
+    render.write_all(tmp_path, payload_for(history), history)
+    shot = tmp_path / "shot.png"
+    subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,700",
+                    f"--screenshot={shot}", (tmp_path / "report.html").as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    image = Image.open(shot).convert("RGB")
+    raw = image.tobytes()
+    pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
+    blue = sum(1 for p in pixels if all(abs(a - b) < 40 for a, b in zip(p, STEP_BLUE)))
+    shaded = sum(1 for p in pixels if all(abs(a - b) < 12 for a, b in zip(p, (0xFE, 0xCA, 0xCA))))
+    distinct = len(set(pixels[:: 7]))
+    assert distinct > 20, "the page rendered blank"
+    assert blue > 500, f"the step line is not drawn ({blue} step-blue pixels)"
+    assert shaded > 100, f"the badput shading is not drawn ({shaded} pixels)"
+
+
+def test_suite_catalogue_and_errors(tmp_path):
+    config = load_config(None)
+    suite = load_suite("pre-deploy", config)
+    assert [e.drill for e in suite.entries()] == ["kill-rank", "stall-nccl"]
+    bad = tmp_path / "s.yaml"
+    bad.write_text("name: s\ndrills:\n  - kill-rank\n  - kil-rank\n  - {drill: stall-nccl, job: nope}\n")
+    with pytest.raises(SpecError) as info:
+        load_suite(str(bad), config)
+    text = str(info.value)
+    assert "s.yaml:4: drills.1: unknown drill 'kil-rank' (did you mean 'kill-rank'?)" in text
+    assert "s.yaml:5: drills.2: unknown job profile 'nope'" in text
+
+
+def test_gate_adds_default_regression_without_overriding_the_drill():
+    resolved = resolve("kill-rank")
+    gated = with_regression(resolved, 0.2)
+    assert gated.spec.slo.regression == {"time_to_detect": 0.2, "time_to_first_step": 0.2}
+    assert resolved.spec.slo.regression == {}  # the original is untouched
+    assert with_regression(resolved, None) is resolved
+
+
+def test_summary_and_review(tmp_path):
+    config = load_config(None)
+    suite = load_suite("game-day", config)
+    run = SuiteRun(suite=suite, cluster="local", results=[failing_payload()], run_dirs=[tmp_path],
+                   skipped=["stall-nccl"])
+    assert run.verdict == "fail" and run.exit_code == 1
+    md = summary_markdown(run, "Recovery gate")
+    assert "❌ FAIL" in md and "detection took 0.2 s" in md and "| stall-nccl | | skipped |" in md
+    review = review_markdown(run, {"kill-rank": resolve("kill-rank")}, [tmp_path])
+    assert "| detected | ≤ 60s | +0.2s |" in review
+    assert "- [ ] stall-nccl: skipped at the prompt" in review
+
+
+def test_runbook_renders_with_last_result():
+    s = resolve("stall-nccl").spec
+    text = render_runbook(s, {"verdict": "fail", "cluster": "local", "job": "reference-nowatchdog",
+                              "started_at": "today", "reasons": ["the stall was never detected"],
+                              "measurements": {"time_to_detect": None, "time_to_first_step": None, "lost_steps": None}})
+    assert "FAIL on local / reference-nowatchdog" in text and "the stall was never detected" in text
+    assert "detect_within: 60.0" in text
+    assert "never run on this store" in render_runbook(s, None)
