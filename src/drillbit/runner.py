@@ -323,8 +323,10 @@ class DrillRunner:
                        "restart" if m.time_to_restart is None and m.time_to_first_step is None else
                        "first step after recovery" if m.time_to_first_step is None else
                        f"{obs.until_steps_after_recovery - m.steps_after_recovery} more steps")
+            recent = [e for e in self._steps[-50:] if e.t >= now - 5.0]
+            rate = len(recent) / 5.0
             self.ui.status(f"+{now - t0:5.1f} s since fault · last step {last.data['n'] if last else '-'} · "
-                           f"awaiting {awaited}")
+                           f"{rate:.1f} steps/s · awaiting {awaited}")
             self._tick(0.2)
         self.record("observe.end", reason=reason)
 
