@@ -70,6 +70,7 @@ class NodeAgent:
     # --- faults ------------------------------------------------------------------------
     def inject(self, fault_name: str, target: ProcRef, params: dict) -> Handle:
         fault = get_fault(fault_name)
+        fault.scratch = self.registry_path.parent / f"scratch-{self.node}"
         validated = fault.Params.model_validate(params)
         handle = fault.inject(target, validated)
         with self._lock:

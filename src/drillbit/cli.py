@@ -130,6 +130,26 @@ def list_() -> None:
 
 
 @main.command()
+def faults() -> None:
+    """The failure catalogue, grouped by class, with real-world rates and sources."""
+    from drillbit.catalogue import by_class, load_catalogue
+
+    try:
+        entries = load_catalogue()
+    except DrillError as exc:
+        _fail_input(exc)
+        return
+    for cls, members in by_class(entries).items():
+        out.print(f"[bold]{cls}[/]" + ("" if members else "  [dim](none yet)[/]"))
+        for e in members:
+            out.print(f"  [bold cyan]{e.name}[/] — {e.models}")
+            for rate in e.rates:
+                out.print(f"      {rate.what}: {rate.value}  [dim]({rate.source})[/]")
+            out.print(f"      [dim]confirm:[/] {e.confirm}\n      [dim]heal:[/] {e.heal}\n"
+                      f"      [dim]drill:[/] drill run {e.drill}   [dim]runbook:[/] drill runbook {e.drill}")
+
+
+@main.command()
 @click.option("--save-seconds", type=float, required=True, help="cost of one checkpoint save, seconds (C)")
 @click.option("--mtbf", "mtbf_text", required=True, help="mean time between failures of the job: 168h, 6h, 90m (M)")
 @click.option("--detect", "detect_text", default="0s", help="detection time D, for the goodput estimate")

@@ -21,7 +21,7 @@ import psutil
 from drillbit.checks import CheckResult, check
 from drillbit.checks.recovery import Measurements, measure
 from drillbit.errors import DrillError
-from drillbit.executors.local import LaunchedJob, LocalExecutor
+from drillbit.executors.local import LaunchedJob, LocalExecutor, expand
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
 from drillbit.history import Event, History
@@ -102,6 +102,8 @@ class DrillRunner:
         self.scenarios = scenarios or {}
         self.fault = get_fault(spec.fault.type)
         self.params = self.fault.Params.model_validate(spec.fault.params)
+        if (getattr(self.params, "checkpoint_dir", "unset") is None and job.checkpoint_dir):
+            self.params = self.params.model_copy(update={"checkpoint_dir": expand(job.checkpoint_dir, run_dir)})
         self.history = History(run_dir / "history.jsonl")
         self.executor = LocalExecutor(run_dir)
         self.agent = self.executor.agents["local"]

@@ -6,6 +6,8 @@ job's own recovery.
 """
 from __future__ import annotations
 
+import os
+
 from pydantic import BaseModel
 
 from drillbit.history import Event, History
@@ -30,6 +32,9 @@ class Measurements(BaseModel):
     job_exit_s: float | None = None
     job_exit_code: int | None = None
     goodput: float | None = None
+    corrupted_checkpoint: str | None = None
+    restored_path: str | None = None
+    rejected_corrupted: bool | None = None
 
 
 def _window(history: History) -> tuple[list[Event], float | None]:
@@ -73,7 +78,14 @@ def measure(history: History) -> Measurements:
         m.job_exit_s = exit_.t - t0
         m.job_exit_code = exit_.data.get("code")
 
+    for evidence in confirmed.data.get("evidence", []):
+        if evidence.get("data", {}).get("checkpoint"):
+            m.corrupted_checkpoint = os.path.basename(str(evidence["data"]["checkpoint"]).rstrip("/"))
+    if m.corrupted_checkpoint is not None:
+        m.rejected_corrupted = any(os.path.basename(str(e.data.get("path", "")).rstrip("/")) == m.corrupted_checkpoint
+                                   for e in events if e.kind == "ckpt.reject" and e.t >= t0)
     if restore:
+        m.restored_path = str(restore.data.get("path"))
         m.time_to_restore = restore.t - t0
         m.restored_step = int(restore.data["step"])
         marker, floor = restore.t, m.restored_step

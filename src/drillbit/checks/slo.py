@@ -5,6 +5,8 @@ A measurement that never came is a breach when the drill watched longer than the
 """
 from __future__ import annotations
 
+import os
+
 from typing import Literal
 
 from pydantic import BaseModel
@@ -58,9 +60,23 @@ def evaluate(slo: SLO, m: Measurements, history: History,
         else:
             results.append(SLOResult(name=name, measurement=field, limit=limit, measured=None, status="unknown",
                                      detail=f"observation ended {watched:.0f} s after the fault"))
+    if m.corrupted_checkpoint is not None:
+        # An invariant, not an option: restoring the checkpoint the harness corrupted is a failure.
+        restored = os.path.basename(m.restored_path.rstrip("/")) if m.restored_path else None
+        if restored is None:
+            status: Status = "unknown"
+        else:
+            status = "fail" if restored == m.corrupted_checkpoint else "pass"
+        results.append(SLOResult(name="restore_skipped_corrupted", measurement="restored_path", limit=1,
+                                 measured=None if restored is None else int(status == "pass"), status=status,
+                                 detail=f"corrupted {m.corrupted_checkpoint}; restored {restored or 'nothing'}"
+                                        + ("; the corrupted one was rejected" if m.rejected_corrupted else "")))
+        if status == "fail":
+            reasons.append(f"the job restored {restored}, the checkpoint the harness had corrupted: nothing "
+                           "verified it before loading")
     if slo.max_lost_steps is not None:
         lost = m.lost_steps
-        status: Status = "unknown" if lost is None else ("pass" if lost <= slo.max_lost_steps else "fail")
+        status = "unknown" if lost is None else ("pass" if lost <= slo.max_lost_steps else "fail")
         results.append(SLOResult(name="max_lost_steps", measurement="lost_steps", limit=slo.max_lost_steps,
                                  measured=lost, status=status))
         if status == "fail":

@@ -14,6 +14,7 @@ from drillbit.faults.base import Fault, Params
 _BUILTIN = {
     "kill-rank": "drillbit.faults.kill_rank:KillRank",
     "hang-collective": "drillbit.faults.hang_collective:HangCollective",
+    "corrupt-checkpoint": "drillbit.faults.corrupt_checkpoint:CorruptCheckpoint",
 }
 
 

@@ -8,6 +8,7 @@ controller died. ``heal`` is idempotent and safe when the target is already gone
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,6 +57,9 @@ class Fault:
     # What the job's progress should do once the fault took effect: "stall" faults are
     # confirmed only when global progress stops too.
     expects: ClassVar[Literal["crash", "stall", "slow"]] = "crash"
+    # A folder of the drill's own where a fault may keep copies of what it touches; set
+    # by the agent before inject.
+    scratch: Path | None = None
 
     def plan(self, targets: list[ProcRef], params: Params) -> Plan:
         raise NotImplementedError
