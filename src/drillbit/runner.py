@@ -275,7 +275,7 @@ class DrillRunner:
             self.record("fault.unconfirmed", reason=f"no evidence of effect on rank(s) {missing}")
             return
         t_effect = max(e.t for e in evidence if e is not None)
-        data = {"evidence": [e.model_dump() for e in evidence if e is not None]}
+        data = {"evidence": [e.model_dump() for e in evidence if e is not None], "expects": self.fault.expects}
         if self.fault.expects == "stall":
             quiet = self._confirm_stall(t_effect)
             if quiet is None:
@@ -307,7 +307,8 @@ class DrillRunner:
         while True:
             now = time.time()
             m = measure(self.history)
-            if m.time_to_first_step is not None and m.steps_after_recovery >= obs.until_steps_after_recovery:
+            recovered = m.time_to_straggler if m.expects == "slow" else m.time_to_first_step
+            if recovered is not None and m.steps_after_recovery >= obs.until_steps_after_recovery:
                 reason = "recovered"
                 break
             code = self._job_exited()
@@ -321,7 +322,8 @@ class DrillRunner:
                 reason = "window elapsed"
                 break
             last = self._last_step()
-            awaited = ("detection" if m.time_to_detect is None else
+            awaited = ("the straggler to be named" if m.expects == "slow" and m.time_to_straggler is None else
+                       "detection" if m.time_to_detect is None and m.expects != "slow" else
                        "restart" if m.time_to_restart is None and m.time_to_first_step is None else
                        "first step after recovery" if m.time_to_first_step is None else
                        f"{obs.until_steps_after_recovery - m.steps_after_recovery} more steps")

@@ -144,3 +144,16 @@ def test_lease_refuses_second_holder_and_expires_with_dead_holder(tmp_path):
     lease = Lease("c2", holder="me")
     lease.acquire()  # the dead holder's lease expired with it
     lease.release()
+
+
+def test_slow_rank_duty_cycle_hits_its_target_and_heals(tmp_path, ranks):
+    agent = NodeAgent("n0", tmp_path / "reg.json")
+    target = ProcRef.of(psutil.Process(ranks[1].pid), rank=1)
+    handle = agent.inject("slow-rank", target, {"slowdown": 0.05, "period_ms": 50, "confirm_s": 2.0})
+    evidence = agent.confirm(handle)
+    assert evidence is not None
+    achieved = evidence.data["slowdown_achieved"]
+    assert abs(achieved - 0.05) < 0.01, achieved  # within a point of the target
+    report = agent.heal(handle)
+    assert report.healed and report.verified
+    assert wait_status(ranks[1].pid, psutil.STATUS_SLEEPING) == psutil.STATUS_SLEEPING

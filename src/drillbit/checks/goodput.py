@@ -105,7 +105,7 @@ def ledger(history: History, m: Measurements, *, slow_fault: bool = False) -> Le
         heal = history.first("fault.heal", after=m.t_fault)
         active_end = min(heal.t if heal else end, end)
         active = [e for e in steps if m.t_fault < e.t <= active_end]
-        led.slowdown_s = max(0.0, min(excess, sum(max(0.0, float(e.data.get("dt", base)) - base) for e in active)))
+        led.slowdown_s = sum(max(0.0, float(e.data.get("dt", base)) - base) for e in active)
     led.other_s = excess - led.slowdown_s
     return led
 

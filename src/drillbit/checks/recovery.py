@@ -7,6 +7,7 @@ job's own recovery.
 from __future__ import annotations
 
 import os
+import statistics
 
 from pydantic import BaseModel
 
@@ -32,6 +33,17 @@ class Measurements(BaseModel):
     job_exit_s: float | None = None
     job_exit_code: int | None = None
     goodput: float | None = None
+    # fail-slow
+    expects: str | None = None
+    target_ranks: list[int] = []
+    target_slowdown: float | None = None
+    slowdown_achieved: float | None = None
+    time_to_straggler: float | None = None
+    straggler_rank: int | None = None
+    straggler_node: str | None = None
+    straggler_correct: bool | None = None
+    slowdown: float | None = None
+    fleet_tax: float | None = None
     corrupted_checkpoint: str | None = None
     restored_path: str | None = None
     rejected_corrupted: bool | None = None
@@ -78,6 +90,11 @@ def measure(history: History) -> Measurements:
         m.job_exit_s = exit_.t - t0
         m.job_exit_code = exit_.data.get("code")
 
+    m.expects = confirmed.data.get("expects")
+    m.target_ranks = sorted({e.rank for e in events if e.kind == "fault.inject" and e.rank is not None})
+    if m.expects == "slow":
+        _measure_slow(m, events, confirmed, t0)
+        return m
     for evidence in confirmed.data.get("evidence", []):
         if evidence.get("data", {}).get("checkpoint"):
             m.corrupted_checkpoint = os.path.basename(str(evidence["data"]["checkpoint"]).rstrip("/"))
@@ -107,6 +124,29 @@ def measure(history: History) -> Measurements:
     if after:
         m.last_step_s = after[-1].t - t0
     return m
+
+
+def _measure_slow(m: Measurements, events: list[Event], confirmed: Event, t0: float) -> None:
+    """A fail-slow fault: was the right rank named, how fast, and what did it cost the fleet."""
+    achieved = [e.get("data", {}).get("slowdown_achieved") for e in confirmed.data.get("evidence", [])]
+    m.slowdown_achieved = next((a for a in achieved if a is not None), None)
+    m.target_slowdown = next((e.get("data", {}).get("target_slowdown") for e in confirmed.data.get("evidence", [])), None)
+    steps = [e for e in events if e.kind == "step"]
+    before = [e for e in steps if e.t < t0]
+    m.step_at_fault = before[-1].data["n"] if before else None
+    named = next((e for e in events if e.kind == "straggler" and e.t >= t0), None)
+    after = [e for e in steps if e.t >= t0]
+    if named is not None:
+        m.time_to_straggler = named.t - t0
+        m.straggler_rank = named.rank
+        m.straggler_node = named.node or named.data.get("node")
+        m.straggler_correct = named.rank in m.target_ranks
+        m.steps_after_recovery = sum(1 for e in after if e.t > named.t)
+    dts = [float(e.data["dt"]) for e in after if "dt" in e.data]
+    if dts and m.baseline_step_s:
+        m.slowdown = statistics.median(dts) / m.baseline_step_s
+        m.fleet_tax = m.slowdown - 1.0
+    m.lost_steps = 0
 
 
 def quiet_after_fault(history: History, m: Measurements) -> float | None:

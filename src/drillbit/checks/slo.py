@@ -60,6 +60,31 @@ def evaluate(slo: SLO, m: Measurements, history: History,
         else:
             results.append(SLOResult(name=name, measurement=field, limit=limit, measured=None, status="unknown",
                                      detail=f"observation ended {watched:.0f} s after the fault"))
+    if slo.straggler_within is not None:
+        limit = slo.straggler_within
+        if m.time_to_straggler is not None and m.straggler_correct:
+            ok = m.time_to_straggler <= limit
+            results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
+                                     measured=round(m.time_to_straggler, 3), status="pass" if ok else "fail",
+                                     detail=f"named rank {m.straggler_rank} on {m.straggler_node}"))
+            if not ok:
+                reasons.append(f"the slow rank was named after {m.time_to_straggler:.1f} s; the SLO allows {limit:g} s")
+        elif m.time_to_straggler is not None:
+            results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
+                                     measured=round(m.time_to_straggler, 3), status="fail",
+                                     detail=f"named rank {m.straggler_rank}; the slow rank was {m.target_ranks}"))
+            reasons.append(f"the detector named rank {m.straggler_rank}, but the slowed rank was "
+                           f"{', '.join(map(str, m.target_ranks))}")
+        elif watched >= limit:
+            results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
+                                     measured=None, status="fail", detail=f"nobody named in {watched:.0f} s"))
+            tax = f"; the job ran {m.fleet_tax:.1%} slower meanwhile" if m.fleet_tax is not None else ""
+            reasons.append(f"rank {', '.join(map(str, m.target_ranks))} ran "
+                           f"{(m.slowdown_achieved or m.target_slowdown or 0):.1%} slower and was never named "
+                           f"within {limit:g} s{tax}")
+        else:
+            results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
+                                     measured=None, status="unknown", detail=f"observation ended after {watched:.0f} s"))
     if m.corrupted_checkpoint is not None:
         # An invariant, not an option: restoring the checkpoint the harness corrupted is a failure.
         restored = os.path.basename(m.restored_path.rstrip("/")) if m.restored_path else None

@@ -20,7 +20,7 @@ def worst(*verdicts: Verdict) -> Verdict:
 
 def _diagnosis(history: History, m: Measurements) -> str | None:
     """One sentence on what went wrong in the recovery, from the measurements."""
-    if m.time_to_first_step is not None:
+    if m.time_to_first_step is not None or m.expects == "slow":
         return None
     quiet = quiet_after_fault(history, m)
     if m.time_to_detect is None and m.restarts == 0:

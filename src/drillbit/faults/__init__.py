@@ -15,6 +15,7 @@ _BUILTIN = {
     "kill-rank": "drillbit.faults.kill_rank:KillRank",
     "hang-collective": "drillbit.faults.hang_collective:HangCollective",
     "corrupt-checkpoint": "drillbit.faults.corrupt_checkpoint:CorruptCheckpoint",
+    "slow-rank": "drillbit.faults.slow_rank:SlowRank",
 }
 
 

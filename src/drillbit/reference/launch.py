@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watchdog-deadline", type=float, default=10.0)
     p.add_argument("--store-fix", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--straggler", choices=["fleet-median", "nvrx", "off"], default="fleet-median",
+                   help="straggler detector rule (off: none)")
     return p
 
 
@@ -61,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
             [py, "-m", "drillbit.reference.watchdog", "--events", str(events),
              "--agent-pid", str(agent.pid), "--deadline", str(args.watchdog_deadline)],
             env=env,
+        ))
+
+    if args.straggler != "off":
+        children.append(subprocess.Popen(
+            [py, "-m", "drillbit.reference.straggler", "--events", str(events), "--rule", args.straggler,
+             "--agent-pid", str(agent.pid)], env=env,
         ))
 
     def stop(signum: int, _frame: object) -> None:

@@ -16,6 +16,7 @@ import argparse
 import datetime
 import io
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -41,6 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                    help="verify checkpoint sha256 before restoring")
     p.add_argument("--heartbeat-dir", default=None, help="per-rank heartbeat files")
+    p.add_argument("--report-compute", action=argparse.BooleanOptionalAction, default=True,
+                   help="every rank logs its own compute time per step (for straggler detection)")
     return p.parse_args(argv)
 
 
@@ -60,6 +63,21 @@ def init_process_group(store_fix: bool, attempt: int) -> None:
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
+def compute(seconds: float, slice_s: float = 0.001) -> None:
+    """Stand-in compute that only progresses while the process runs.
+
+    Sleeps in ~1 ms slices and credits each slice at most 1.5x its length, so time the
+    process spends descheduled or stopped (a throttled GPU, a SIGSTOP duty cycle) is not
+    counted as work: the step takes longer, like real compute would, without burning CPU.
+    """
+    done = 0.0
+    while done < seconds:
+        want = min(slice_s, seconds - done)
+        t = time.perf_counter()
+        time.sleep(want)
+        done += min(time.perf_counter() - t, 1.5 * want)
+
+
 def serialize(model: nn.Module, optim: torch.optim.Optimizer, step: int) -> bytes:
     buf = io.BytesIO()
     torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step}, buf)
@@ -72,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     world = int(os.environ["WORLD_SIZE"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     log = EventLog(args.events, source=f"rank{rank}")
+    node = os.environ.get("DRILLBIT_NODE") or socket.gethostname()
     if rank == 0:
         log.emit("worker.start", attempt=attempt, world=world, pid=os.getpid())
         if attempt > 0:
@@ -108,13 +127,17 @@ def main(argv: list[str] | None = None) -> int:
         gen = torch.Generator().manual_seed(step * world + rank)
         x = torch.randn(16, 32, generator=gen)
         y = x.sum(dim=1, keepdim=True)
-        time.sleep(step_s)  # stands in for the forward/backward compute of a real model
+        t_compute = time.perf_counter()
+        compute(step_s)  # stands in for the forward/backward compute of a real model
         loss = nn.functional.mse_loss(ddp(x), y)
+        compute_s = time.perf_counter() - t_compute
         optim.zero_grad()
         loss.backward()  # the all-reduce: every rank must reach it
         optim.step()
         step += 1
         now = time.time()
+        if args.report_compute:
+            log.emit("compute", n=step, rank=rank, s=f"{compute_s:.6f}", node=node)
         if heartbeat is not None:
             heartbeat.write_text(f"{step} {now:.6f}\n")
         if rank == 0:

@@ -57,9 +57,15 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
     table = Table(title="Recovery", show_edge=False)
     table.add_column("measurement")
     table.add_column("value", justify="right")
-    for key, unit in (("time_to_detect", "s"), ("time_to_restart", "s"), ("time_to_restore", "s"),
-                      ("time_to_first_step", "s"), ("step_at_fault", ""), ("restored_step", ""),
-                      ("lost_steps", ""), ("restarts", ""), ("baseline_step_s", "s"), ("goodput", "")):
+    if m.get("expects") == "slow":
+        rows = (("target_slowdown", ""), ("slowdown_achieved", ""), ("time_to_straggler", "s"),
+                ("straggler_rank", ""), ("straggler_node", ""), ("target_ranks", ""), ("fleet_tax", ""),
+                ("baseline_step_s", "s"), ("goodput", ""))
+    else:
+        rows = (("time_to_detect", "s"), ("time_to_restart", "s"), ("time_to_restore", "s"),
+                ("time_to_first_step", "s"), ("step_at_fault", ""), ("restored_step", ""),
+                ("lost_steps", ""), ("restarts", ""), ("baseline_step_s", "s"), ("goodput", ""))
+    for key, unit in rows:
         table.add_row(key, _fmt(m.get(key), unit))
     console.print(table)
     if payload["slos"]:

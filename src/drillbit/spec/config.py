@@ -79,6 +79,9 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
     "reference-nostorefix": _reference("reference job without the per-attempt store prefix (restarts never rendezvous)", "--no-store-fix"),
     "reference-noverify": _reference("reference job restoring without checksum verification", "--no-verify"),
     "reference-nockpt": _reference("reference job with checkpoints switched off", "--ckpt-every", "0"),
+    "reference-nostraggler": _reference("reference job without a straggler detector", "--straggler", "off"),
+    "reference-nvrx": _reference("reference job whose straggler detector uses NVRx's rule "
+                                 "(speed / fastest < 0.75)", "--straggler", "nvrx"),
 }
 
 

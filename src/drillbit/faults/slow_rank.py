@@ -1,0 +1,117 @@
+"""slow-rank (fail-slow): slow one rank by a given percentage without a GPU.
+
+A duty cycle of SIGSTOP/SIGCONT: in every period the rank is stopped for a fraction
+f = s / (1 + s) of it, so work that only progresses while the rank runs takes (1 + s) times
+as long. The cycler measures the stop fraction it actually achieved, and that is the
+fault's proof of effect. BLOOM's bad node was ~2.4% slow in its own benchmark and cost
+the job 5.4% (FACTS.md); a fleet-relative detector has to see 3%.
+
+Heal stops the cycler and sends a final SIGCONT (through a pidfd, to the same pid and
+start time), then verifies the rank runs. If the controller dies, the cycler thread dies
+with it and the dead-man's switch sends the SIGCONT.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import psutil
+from pydantic import Field
+
+from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from drillbit.proc import ProcRef
+
+
+class SlowParams(Params):
+    slowdown: float = Field(0.03, gt=0, le=4.0, description="0.03 = the rank runs 3% slower")
+    period_ms: float = Field(100.0, ge=10, le=5000)
+    confirm_s: float = Field(3.0, gt=0, description="how long the achieved duty cycle is measured for")
+
+
+class _Cycler(threading.Thread):
+    def __init__(self, target: ProcRef, stop_fraction: float, period: float) -> None:
+        super().__init__(daemon=True, name=f"slow-rank-{target.pid}")
+        self.target, self.fraction, self.period = target, stop_fraction, period
+        self.halt = threading.Event()
+        self.stopped_s = 0.0
+        self.started = time.perf_counter()
+        self.started_wall = time.time()
+        self.lost = False
+
+    def run(self) -> None:
+        next_cycle = time.perf_counter()
+        while not self.halt.is_set():
+            t0 = time.perf_counter()
+            if not self.target.send(signal.SIGSTOP):
+                self.lost = True
+                return
+            # integral control: stop for what keeps the running stop fraction on target, so
+            # signal and sleep overshoot do not add up to a larger slowdown than asked for
+            owed = self.fraction * (t0 - self.started + self.period) - self.stopped_s
+            time.sleep(min(max(owed, 0.0), self.period))
+            self.target.send(signal.SIGCONT)
+            self.stopped_s += time.perf_counter() - t0
+            next_cycle += self.period
+            self.halt.wait(max(0.0, next_cycle - time.perf_counter()))
+
+    def achieved(self) -> float:
+        return self.stopped_s / max(time.perf_counter() - self.started, 1e-9)
+
+
+_RUNNING: dict[tuple[int, float], _Cycler] = {}
+
+
+class SlowRank(Fault):
+    name = "slow-rank"
+    fault_class = "fail-slow"
+    Params = SlowParams
+    expects = "slow"
+
+    def plan(self, targets: list[ProcRef], params: SlowParams) -> Plan:
+        f = params.slowdown / (1 + params.slowdown)
+        return Plan(fault=self.name, targets=targets,
+                    action=f"SIGSTOP for {f * params.period_ms:.1f} ms of every {params.period_ms:g} ms "
+                           f"(a {params.slowdown:.1%} slowdown)",
+                    heal="stop the duty cycle, SIGCONT, verify the rank runs")
+
+    def inject(self, target: ProcRef, params: SlowParams) -> Handle:
+        fraction = params.slowdown / (1 + params.slowdown)
+        cycler = _Cycler(target, fraction, params.period_ms / 1000.0)
+        _RUNNING[(target.pid, target.start_time)] = cycler
+        cycler.start()
+        return Handle(fault=self.name, target=target, params=params.model_dump(),
+                      state={"stop_fraction": fraction})
+
+    def confirm(self, handle: Handle) -> Evidence | None:
+        cycler = _RUNNING.get((handle.target.pid, handle.target.start_time))
+        if cycler is None:
+            return None
+        time.sleep(float(handle.params.get("confirm_s", 3.0)))
+        achieved = cycler.achieved()
+        if cycler.lost or achieved <= 0:
+            return None
+        # the effect starts with the first SIGSTOP, not when the measurement ends
+        return Evidence(t=cycler.started_wall, what="duty cycle running", data={
+            "target_slowdown": handle.params["slowdown"],
+            "stop_fraction_target": round(handle.state["stop_fraction"], 5),
+            "stop_fraction_achieved": round(achieved, 5),
+            "slowdown_achieved": round(achieved / (1 - achieved), 5) if achieved < 1 else None,
+        })
+
+    def heal(self, handle: Handle) -> HealReport:
+        cycler = _RUNNING.pop((handle.target.pid, handle.target.start_time), None)
+        detail = ""
+        if cycler is not None:
+            cycler.halt.set()
+            cycler.join(timeout=5)
+            detail = f"duty cycle stopped after {cycler.stopped_s:.2f} s stopped ({cycler.achieved():.2%}); "
+        if not handle.target.send(signal.SIGCONT):
+            return HealReport(healed=True, verified=True, detail=detail + "target gone")
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            status = handle.target.status()
+            if status is None or status != psutil.STATUS_STOPPED:
+                return HealReport(healed=True, verified=True, detail=detail + f"resumed (status {status or 'gone'})")
+            time.sleep(0.01)
+        return HealReport(healed=False, verified=False, detail=detail + "still stopped after SIGCONT")

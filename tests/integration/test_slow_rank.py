@@ -1,0 +1,38 @@
+"""slow-rank on the real reference job: a 3% slower rank must be named; NVRx's rule misses it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drillbit.session import execute, resolve
+
+pytestmark = pytest.mark.slow
+SPEC = Path(__file__).parent / "drills" / "slow-rank-fast.yaml"
+
+
+def run(job: str, tmp_path: Path) -> dict:
+    payload, _ = execute(resolve(str(SPEC), job=job), reports_dir=str(tmp_path))
+    return payload
+
+
+def test_three_percent_slow_rank_is_named(tmp_path):
+    result = run("reference", tmp_path)
+    assert result["verdict"] == "pass", result["reasons"]
+    m = result["measurements"]
+    assert m["straggler_rank"] == 2 and m["straggler_correct"]
+    assert abs(m["slowdown_achieved"] - 0.03) < 0.01  # measured within a point of the target
+    assert 0.0 < m["fleet_tax"] < 0.08  # the whole job pays for the one slow rank
+    assert result["ledger"]["categories"]["slowdown"] > 0
+    assert all(h["verified"] for h in result["fault"]["heals"])
+
+
+def test_nvrx_rule_never_names_it(tmp_path):
+    result = run("reference-nvrx", tmp_path)
+    assert result["verdict"] == "fail"
+    assert "was never named" in result["reasons"][0]
+
+
+def test_without_a_detector_it_fails(tmp_path):
+    result = run("reference-nostraggler", tmp_path)
+    assert result["verdict"] == "fail"
