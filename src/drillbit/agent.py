@@ -62,10 +62,27 @@ class NodeAgent:
                 rank = proc.environ().get(discovery.rank_env)
                 if rank is None or proc.status() == psutil.STATUS_ZOMBIE:
                     continue
-                found.append(ProcRef.of(proc, rank=int(rank), node=self.node))
+                found.append((proc.ppid(), ProcRef.of(proc, rank=int(rank), node=self.node)))
             except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
                 continue
-        return sorted(found, key=lambda r: r.rank if r.rank is not None else -1)
+        # a rank's own helpers (DataLoader workers) are forked copies with the same command
+        # line and environment: the rank is the one whose parent is not a rank
+        pids = {ref.pid for _, ref in found}
+        ranks = [ref for ppid, ref in found if ppid not in pids]
+        return sorted(ranks, key=lambda r: r.rank if r.rank is not None else -1)
+
+    def helpers_of(self, rank: ProcRef) -> list[ProcRef]:
+        """Child processes of a rank (its DataLoader workers), named by pid and start time."""
+        proc = rank.process()
+        if proc is None:
+            return []
+        out = []
+        for child in proc.children():
+            try:
+                out.append(ProcRef.of(child, rank=rank.rank, node=self.node))
+            except psutil.NoSuchProcess:
+                continue
+        return out
 
     # --- faults ------------------------------------------------------------------------
     def inject(self, fault_name: str, target: ProcRef, params: dict) -> Handle:

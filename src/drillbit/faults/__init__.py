@@ -16,6 +16,8 @@ _BUILTIN = {
     "hang-collective": "drillbit.faults.hang_collective:HangCollective",
     "corrupt-checkpoint": "drillbit.faults.corrupt_checkpoint:CorruptCheckpoint",
     "slow-rank": "drillbit.faults.slow_rank:SlowRank",
+    "dataloader-hang": "drillbit.faults.dataloader_hang:DataloaderHang",
+    "restore-hang": "drillbit.faults.restore_hang:RestoreHang",
 }
 
 

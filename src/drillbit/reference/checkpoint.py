@@ -19,6 +19,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 PREFIX = "step_"
 MANIFEST = "MANIFEST.json"
@@ -113,10 +114,36 @@ def verify(path: Path, *, checksums: bool = True) -> str | None:
     return None
 
 
-def newest_valid(ckpt_dir: Path, *, checksums: bool = True) -> tuple[Verified | None, list[tuple[Path, str]]]:
-    """The newest checkpoint that verifies, and every newer one rejected with its reason."""
+QUARANTINE = "QUARANTINE"
+
+
+def quarantined(ckpt_dir: Path) -> set[str]:
+    """Checkpoints the job's own watchdog gave up on (a restore that hung), by name."""
+    try:
+        return {line.strip() for line in (ckpt_dir / QUARANTINE).read_text().splitlines() if line.strip()}
+    except FileNotFoundError:
+        return set()
+
+
+def quarantine(ckpt_dir: Path, name: str) -> None:
+    with open(ckpt_dir / QUARANTINE, "a") as fh:
+        fh.write(name + "\n")
+
+
+def newest_valid(ckpt_dir: Path, *, checksums: bool = True,
+                 on_try: Callable[[Path], None] | None = None) -> tuple[Verified | None, list[tuple[Path, str]]]:
+    """The newest checkpoint that verifies, and every newer one rejected with its reason.
+
+    ``on_try`` is told of each candidate before it is read, so a restore that hangs on a
+    read can be seen (and the checkpoint quarantined) from outside."""
     rejected: list[tuple[Path, str]] = []
+    skip = quarantined(ckpt_dir)
     for path in checkpoint_dirs(ckpt_dir):
+        if path.name in skip:
+            rejected.append((path, "quarantined after a hung restore"))
+            continue
+        if on_try is not None:
+            on_try(path)
         reason = verify(path, checksums=checksums)
         if reason is None:
             meta = json.loads((path / "meta.json").read_text())

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, IterableDataset
 
 from drillbit.reference import checkpoint
 from drillbit.reference.eventlog import EventLog
@@ -42,6 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                    help="verify checkpoint sha256 before restoring")
     p.add_argument("--heartbeat-dir", default=None, help="per-rank heartbeat files")
+    p.add_argument("--loader-workers", type=int, default=1, help="DataLoader worker processes per rank")
     p.add_argument("--report-compute", action=argparse.BooleanOptionalAction, default=True,
                    help="every rank logs its own compute time per step (for straggler detection)")
     return p.parse_args(argv)
@@ -61,6 +63,21 @@ def init_process_group(store_fix: bool, attempt: int) -> None:
     )
     store = dist.PrefixStore(f"attempt{attempt}", base)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+
+
+class SyntheticBatches(IterableDataset):
+    """Deterministic batches by (step, rank), produced in a DataLoader worker process."""
+
+    def __init__(self, start: int, rank: int, world: int) -> None:
+        self.start, self.rank, self.world = start, rank, world
+
+    def __iter__(self):
+        step = self.start
+        while True:
+            gen = torch.Generator().manual_seed(step * self.world + self.rank)
+            x = torch.randn(16, 32, generator=gen)
+            yield x, x.sum(dim=1)
+            step += 1
 
 
 def compute(seconds: float, slice_s: float = 0.001) -> None:
@@ -103,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     ckpt_dir = Path(args.ckpt_dir)
 
     step = 0
-    found, rejected = checkpoint.newest_valid(ckpt_dir, checksums=args.verify)
+    def trying(path: Path) -> None:
+        if rank == 0:
+            log.emit("restore.begin", path=path)
+
+    found, rejected = checkpoint.newest_valid(ckpt_dir, checksums=args.verify, on_try=trying)
     if rank == 0:
         for path, reason in rejected:
             log.emit("ckpt.reject", path=path, reason=reason)
@@ -122,11 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.heartbeat_dir).mkdir(parents=True, exist_ok=True)
         heartbeat = Path(args.heartbeat_dir) / f"rank{rank}"
     step_s = args.step_ms / 1000.0
+    batches = iter(DataLoader(SyntheticBatches(step, rank, world), batch_size=None,
+                              num_workers=args.loader_workers))
     last = time.time()
     while step < args.steps:
-        gen = torch.Generator().manual_seed(step * world + rank)
-        x = torch.randn(16, 32, generator=gen)
-        y = x.sum(dim=1, keepdim=True)
+        x, y = next(batches)  # blocks for as long as the loader worker does: no timeout
+        y = y.reshape(-1, 1)
         t_compute = time.perf_counter()
         compute(step_s)  # stands in for the forward/backward compute of a real model
         loss = nn.functional.mse_loss(ddp(x), y)

@@ -1,0 +1,44 @@
+"""dataloader-hang (fail-hang): freeze one rank's data-loader worker.
+
+The rank waits for a batch that never comes (DataLoader's timeout is 0: forever), its peers
+wait for it in the all-reduce, and no collective timeout fires because no collective is
+running late — it never started. BLOOM 2022-04-30: a DataLoader worker deadlock froze
+training for ~18 h while the liveness check said "running" (FACTS.md).
+
+Target: the first child process of the chosen rank (its DataLoader worker). Confirmed when
+that worker is stopped and global progress stalls; healed with SIGCONT like hang-collective.
+"""
+from __future__ import annotations
+
+import psutil
+
+from drillbit.errors import FaultError
+from drillbit.faults.base import Handle, Plan
+from drillbit.faults.hang_collective import HangCollective, HangParams
+from drillbit.proc import ProcRef
+
+
+class DataloaderHang(HangCollective):
+    name = "dataloader-hang"
+    fault_class = "fail-hang"
+    Params = HangParams
+    expects = "stall"
+
+    def plan(self, targets: list[ProcRef], params: HangParams) -> Plan:
+        return Plan(fault=self.name, targets=targets, action="SIGSTOP the DataLoader worker of each target rank",
+                    heal="SIGCONT that worker (same pid and start time), verify it runs")
+
+    def inject(self, target: ProcRef, params: HangParams) -> Handle:
+        proc = target.process()
+        children = proc.children() if proc is not None else []
+        if not children:
+            raise FaultError(f"rank {target.rank} (pid {target.pid}) has no DataLoader worker to freeze; "
+                             "run the job with num_workers >= 1")
+        worker = sorted(children, key=lambda c: c.create_time())[0]
+        try:
+            ref = ProcRef.of(worker, rank=target.rank, node=target.node)
+        except psutil.NoSuchProcess as exc:
+            raise FaultError(f"rank {target.rank}'s loader worker exited before it could be frozen") from exc
+        handle = super().inject(ref, params)
+        handle.state["rank_pid"] = target.pid
+        return handle
