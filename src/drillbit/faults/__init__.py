@@ -18,6 +18,7 @@ _BUILTIN = {
     "slow-rank": "drillbit.faults.slow_rank:SlowRank",
     "dataloader-hang": "drillbit.faults.dataloader_hang:DataloaderHang",
     "restore-hang": "drillbit.faults.restore_hang:RestoreHang",
+    "throttle-clocks": "drillbit.faults.throttle_clocks:ThrottleClocks",
 }
 
 

@@ -1,0 +1,150 @@
+"""throttle-clocks (fail-slow) on NVIDIA GPUs through NVML (package nvidia-ml-py: pynvml).
+
+Two methods: ``lock-clocks`` locks the GPU's graphics clocks to a range below its maximum
+(nvmlDeviceSetGpuLockedClocks), ``power-limit`` lowers the board power limit
+(nvmlDeviceSetPowerManagementLimit) — how a hot or power-capped GPU behaves. The previous
+power limit is read before and restored exactly, and read back to verify; locked clocks
+are reset with nvmlDeviceResetGpuLockedClocks (NVML cannot read back a lock that was
+already in place, so heal returns the GPU to the driver's default range).
+
+Proof of effect: the power limit read back equals the one set; or, for locked clocks, the
+SM clock read under the job's load is at or under the cap. Both need root on the host.
+
+Which GPU: ``gpu_index``, else the target rank's LOCAL_RANK (CUDA_VISIBLE_DEVICES applied).
+On a machine without a GPU there is nothing to throttle: use ``slow-rank``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from drillbit.errors import FaultError
+from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from drillbit.proc import ProcRef
+
+
+def nvml() -> Any:
+    """The NVML binding; imported lazily so drillbit runs where there is none."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise FaultError("throttle-clocks needs NVML: pip install 'drillbit[gpu]' (nvidia-ml-py)") from exc
+    return pynvml
+
+
+class ThrottleParams(Params):
+    method: Literal["lock-clocks", "power-limit"] = "lock-clocks"
+    clock_fraction: float = Field(0.5, gt=0, le=1, description="lock-clocks: cap as a fraction of the max SM clock")
+    clock_mhz: int | None = Field(None, gt=0, description="lock-clocks: an explicit cap instead")
+    power_fraction: float = Field(0.6, gt=0, le=1, description="power-limit: fraction of the current limit")
+    gpu_index: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _sane(self) -> "ThrottleParams":
+        if self.method == "power-limit" and self.clock_mhz is not None:
+            raise ValueError("clock_mhz applies to lock-clocks, not power-limit")
+        return self
+
+
+def gpu_of(target: ProcRef, params: ThrottleParams) -> int:
+    if params.gpu_index is not None:
+        return params.gpu_index
+    proc = target.process()
+    if proc is None:
+        raise FaultError(f"rank {target.rank} (pid {target.pid}) is gone")
+    env = proc.environ()
+    local = int(env.get("LOCAL_RANK", "0"))
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        if local < len(ids) and ids[local].isdigit():
+            return int(ids[local])
+    return local
+
+
+def snapshot(lib: Any, handle: Any) -> dict[str, Any]:
+    """What the GPU says about itself: clocks and power, for the report and for restore."""
+    out: dict[str, Any] = {}
+    for key, call in (("sm_clock_mhz", lambda: lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM)),
+                      ("max_sm_clock_mhz", lambda: lib.nvmlDeviceGetMaxClockInfo(handle, lib.NVML_CLOCK_SM)),
+                      ("power_limit_mw", lambda: lib.nvmlDeviceGetPowerManagementLimit(handle)),
+                      ("power_limit_min_max_mw", lambda: list(lib.nvmlDeviceGetPowerManagementLimitConstraints(handle))),
+                      ("power_usage_mw", lambda: lib.nvmlDeviceGetPowerUsage(handle))):
+        try:
+            out[key] = call()
+        except lib.NVMLError as exc:  # not every board reports every value
+            out[key] = f"n/a ({exc})"
+    return out
+
+
+class ThrottleClocks(Fault):
+    name = "throttle-clocks"
+    fault_class = "fail-slow"
+    Params = ThrottleParams
+    expects = "slow"
+
+    def plan(self, targets: list[ProcRef], params: ThrottleParams) -> Plan:
+        what = (f"lock SM clocks to {params.clock_mhz} MHz" if params.clock_mhz else
+                f"lock SM clocks to {params.clock_fraction:.0%} of max") if params.method == "lock-clocks" \
+            else f"set the power limit to {params.power_fraction:.0%} of the current one"
+        return Plan(fault=self.name, targets=targets, action=f"{what} on each target's GPU",
+                    heal="reset locked clocks / restore the previous power limit exactly, then read back")
+
+    def inject(self, target: ProcRef, params: ThrottleParams) -> Handle:
+        lib = nvml()
+        lib.nvmlInit()
+        index = gpu_of(target, params)
+        dev = lib.nvmlDeviceGetHandleByIndex(index)
+        before = snapshot(lib, dev)
+        state: dict[str, Any] = {"gpu_index": index, "before": before, "method": params.method}
+        try:
+            if params.method == "lock-clocks":
+                cap = params.clock_mhz or int(before["max_sm_clock_mhz"] * params.clock_fraction)
+                lib.nvmlDeviceSetGpuLockedClocks(dev, 0, cap)
+                state["locked_max_mhz"] = cap
+            else:
+                previous = int(before["power_limit_mw"])
+                low = int(before["power_limit_min_max_mw"][0])
+                want = max(low, int(previous * params.power_fraction))
+                lib.nvmlDeviceSetPowerManagementLimit(dev, want)
+                state.update(previous_power_limit_mw=previous, power_limit_set_mw=want)
+        except lib.NVMLError as exc:
+            raise FaultError(f"NVML refused {params.method} on GPU {index}: {exc} (root needed?)") from exc
+        return Handle(fault=self.name, target=target, params=params.model_dump(), state=state)
+
+    def confirm(self, handle: Handle) -> Evidence | None:
+        lib = nvml()
+        dev = lib.nvmlDeviceGetHandleByIndex(handle.state["gpu_index"])
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            now = snapshot(lib, dev)
+            if handle.state["method"] == "power-limit":
+                if now["power_limit_mw"] == handle.state["power_limit_set_mw"]:
+                    return Evidence(what="power limit lowered", data={"before": handle.state["before"], "during": now})
+            elif isinstance(now["sm_clock_mhz"], int) and now["sm_clock_mhz"] <= handle.state["locked_max_mhz"]:
+                return Evidence(what="SM clock at or under the cap",
+                                data={"before": handle.state["before"], "during": now,
+                                      "locked_max_mhz": handle.state["locked_max_mhz"]})
+            time.sleep(0.2)
+        return None
+
+    def heal(self, handle: Handle) -> HealReport:
+        lib = nvml()
+        lib.nvmlInit()
+        dev = lib.nvmlDeviceGetHandleByIndex(handle.state["gpu_index"])
+        try:
+            if handle.state["method"] == "power-limit":
+                previous = handle.state["previous_power_limit_mw"]
+                lib.nvmlDeviceSetPowerManagementLimit(dev, previous)
+                after = snapshot(lib, dev)
+                ok = after["power_limit_mw"] == previous
+                detail = f"power limit back to {previous} mW" if ok else f"power limit reads {after['power_limit_mw']} mW"
+            else:
+                lib.nvmlDeviceResetGpuLockedClocks(dev)
+                after = snapshot(lib, dev)
+                ok, detail = True, f"locked clocks reset; SM clock now {after['sm_clock_mhz']} MHz"
+        except lib.NVMLError as exc:
+            return HealReport(healed=False, verified=False, detail=f"NVML refused the restore: {exc}")
+        return HealReport(healed=ok, verified=ok, detail=detail)
