@@ -4,7 +4,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 

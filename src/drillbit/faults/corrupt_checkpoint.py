@@ -13,23 +13,18 @@ never overwritten, and the report says so.
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import random
-import shutil
 import signal
-import time
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
-from drillbit.errors import FaultError
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from drillbit.faults.ckptfile import META, MARKER, pick, put_back, sha256, shard_of, take_aside, wait_gone
 from drillbit.proc import ProcRef
 
 Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata"]
-PREFIX, MARKER, META = "step_", "COMPLETE", "meta.json"
 
 
 class CorruptParams(Params):
@@ -39,25 +34,6 @@ class CorruptParams(Params):
     seed: int = 0
     then_kill: bool = Field(True, description="SIGKILL the target rank right after, forcing a restore now")
     checkpoint_dir: str | None = Field(None, description="default: the job profile's checkpoint_dir")
-
-
-def _sha(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return None
-
-
-def checkpoints(ckpt_dir: Path) -> list[Path]:
-    found = [p for p in ckpt_dir.iterdir() if p.is_dir() and p.name.startswith(PREFIX)] if ckpt_dir.is_dir() else []
-    return sorted(found, key=lambda p: int("".join(ch for ch in p.name if ch.isdigit()) or 0), reverse=True)
-
-
-def _shard(ckpt: Path) -> Path:
-    shards = sorted(p for p in ckpt.iterdir() if p.is_file() and p.name not in (MARKER, META, "MANIFEST.json"))
-    if not shards:
-        raise FaultError(f"{ckpt} has no shard to corrupt")
-    return shards[0]
 
 
 class CorruptCheckpoint(Fault):
@@ -73,20 +49,10 @@ class CorruptCheckpoint(Fault):
                     heal="restore every touched file from its copy, verified by sha256")
 
     def inject(self, target: ProcRef, params: CorruptParams) -> Handle:
-        if not params.checkpoint_dir:
-            raise FaultError("corrupt-checkpoint needs a checkpoint_dir (set it in the job profile)")
-        found = checkpoints(Path(params.checkpoint_dir))
-        if len(found) <= params.nth_newest:
-            raise FaultError(f"only {len(found)} checkpoint(s) in {params.checkpoint_dir}; "
-                             f"cannot corrupt #{params.nth_newest}")
-        ckpt = found[params.nth_newest]
-        victim = {"flip-bytes": _shard, "truncate": _shard, "delete-shard": _shard,
+        ckpt = pick(params.checkpoint_dir, params.nth_newest, self.name)
+        victim = {"flip-bytes": shard_of, "truncate": shard_of, "delete-shard": shard_of,
                   "drop-marker": lambda c: c / MARKER, "corrupt-metadata": lambda c: c / META}[params.mode](ckpt)
-        backup_root = Path(self.scratch or params.checkpoint_dir).resolve() / f"backup-{os.getpid()}-{time.time_ns()}"
-        backup_root.mkdir(parents=True)
-        backup = backup_root / victim.name
-        shutil.copy2(victim, backup)
-        original = _sha(backup)
+        state = take_aside(victim, self.scratch or Path(params.checkpoint_dir or "."))
         data = victim.read_bytes()
         if params.mode == "flip-bytes":
             rng = random.Random(params.seed)
@@ -102,23 +68,18 @@ class CorruptCheckpoint(Fault):
             victim.unlink()
         else:  # corrupt-metadata
             victim.write_text('{"step": "not-a-step", "truncated": tru')
-        state = {"checkpoint": str(ckpt), "file": str(victim), "backup": str(backup), "original_sha256": original,
-                 "corrupted_sha256": _sha(victim), "mode": params.mode, "killed": False}
+        state.update(corrupted_sha256=sha256(victim), mode=params.mode, killed=False)
         if params.then_kill:
             state["killed"] = target.send(signal.SIGKILL)
         return Handle(fault=self.name, target=target, params=params.model_dump(), state=state)
 
     def confirm(self, handle: Handle) -> Evidence | None:
         s = handle.state
-        now = _sha(Path(s["file"]))
+        now = sha256(Path(s["file"]))
         if now == s["original_sha256"]:
             return None
-        if s.get("killed") or handle.params.get("then_kill"):
-            deadline = time.time() + 10
-            while handle.target.alive() and time.time() < deadline:
-                time.sleep(0.01)
-            if handle.target.alive():
-                return None
+        if handle.params.get("then_kill") and not (s.get("killed") and wait_gone(handle.target)):
+            return None
         return Evidence(what=f"{s['mode']}: {Path(s['file']).name} changed",
                         data={"checkpoint": s["checkpoint"], "file": s["file"],
                               "original_sha256": s["original_sha256"], "now_sha256": now,
@@ -126,20 +87,4 @@ class CorruptCheckpoint(Fault):
 
     def heal(self, handle: Handle) -> HealReport:
         s = handle.state
-        path, backup = Path(s["file"]), Path(s["backup"])
-        current = _sha(path)
-        if current == s["original_sha256"]:
-            return HealReport(healed=True, verified=True, detail=f"{path.name} already intact")
-        if not backup.exists():
-            return HealReport(healed=False, verified=False, detail=f"backup {backup} is missing")
-        if current != s["corrupted_sha256"] or not path.parent.exists():
-            return HealReport(healed=True, verified=True,
-                              detail=f"{path} was since replaced or removed by the job; its newer data is kept "
-                                     f"(original kept at {backup})")
-        tmp = path.with_name(f".{path.name}.drillbit-heal")
-        shutil.copy2(backup, tmp)
-        os.replace(tmp, path)
-        ok = _sha(path) == s["original_sha256"]
-        return HealReport(healed=ok, verified=ok,
-                          detail=f"restored {path} byte for byte (sha256 {s['original_sha256'][:12]}…)" if ok
-                          else f"restored {path} but its sha256 does not match the original")
+        return put_back(s, still_ours=sha256(Path(s["file"])) == s["corrupted_sha256"])

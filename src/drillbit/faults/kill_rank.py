@@ -7,10 +7,10 @@ bringing the rank back is the job's recovery path, which the drill judges.
 from __future__ import annotations
 
 import signal
-import time
 from typing import Literal
 
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from drillbit.faults.ckptfile import wait_gone
 from drillbit.proc import ProcRef
 
 
@@ -36,11 +36,8 @@ class KillRank(Fault):
     def confirm(self, handle: Handle) -> Evidence | None:
         if not handle.state.get("sent"):
             return None
-        deadline = time.time() + float(handle.params.get("confirm_timeout_s", 10.0))
-        while time.time() < deadline:
-            if not handle.target.alive():
-                return Evidence(what="process gone", data={"pid": handle.target.pid})
-            time.sleep(0.01)
+        if wait_gone(handle.target, float(handle.params.get("confirm_timeout_s", 10.0))):
+            return Evidence(what="process gone", data={"pid": handle.target.pid})
         return None
 
     def heal(self, handle: Handle) -> HealReport:

@@ -13,9 +13,7 @@ back byte for byte (sha256 verified) — unless the job has replaced that file i
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
-import shutil
 import signal
 import stat
 import time
@@ -23,9 +21,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from drillbit.errors import FaultError
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
-from drillbit.faults.corrupt_checkpoint import _shard, checkpoints
+from drillbit.faults.ckptfile import pick, put_back, shard_of, take_aside, wait_gone
 from drillbit.proc import ProcRef
 
 
@@ -55,40 +52,24 @@ class RestoreHang(Fault):
                     heal="wake blocked readers, remove the FIFO, restore the shard byte for byte")
 
     def inject(self, target: ProcRef, params: RestoreHangParams) -> Handle:
-        if not params.checkpoint_dir:
-            raise FaultError("restore-hang needs a checkpoint_dir (set it in the job profile)")
-        found = checkpoints(Path(params.checkpoint_dir))
-        if len(found) <= params.nth_newest:
-            raise FaultError(f"only {len(found)} checkpoint(s) in {params.checkpoint_dir}")
-        shard = _shard(found[params.nth_newest])
-        backup_dir = Path(self.scratch or params.checkpoint_dir).resolve() / f"backup-{os.getpid()}-{time.time_ns()}"
-        backup_dir.mkdir(parents=True)
-        backup = backup_dir / shard.name
-        shutil.copy2(shard, backup)
-        original = hashlib.sha256(backup.read_bytes()).hexdigest()
+        shard = shard_of(pick(params.checkpoint_dir, params.nth_newest, self.name))
+        state: dict = take_aside(shard, self.scratch or Path(params.checkpoint_dir or "."))
         tmp = shard.with_name(f".{shard.name}.fifo")
         os.mkfifo(tmp)
         os.replace(tmp, shard)
-        state = {"checkpoint": str(shard.parent), "file": str(shard), "backup": str(backup),
-                 "original_sha256": original, "killed": False}
-        if params.then_kill:
-            state["killed"] = target.send(signal.SIGKILL)
+        state["killed"] = params.then_kill and target.send(signal.SIGKILL)
         return Handle(fault=self.name, target=target, params=params.model_dump(), state=state)
 
     def confirm(self, handle: Handle) -> Evidence | None:
         if not _is_fifo(Path(handle.state["file"])):
             return None
-        if handle.state.get("killed"):
-            deadline = time.time() + 10
-            while handle.target.alive() and time.time() < deadline:
-                time.sleep(0.01)
-            if handle.target.alive():
-                return None
+        if handle.params.get("then_kill") and not (handle.state.get("killed") and wait_gone(handle.target)):
+            return None
         return Evidence(what="checkpoint read now blocks", data={"checkpoint": handle.state["checkpoint"],
                                                                 "file": handle.state["file"], "hang": True})
 
     def heal(self, handle: Handle) -> HealReport:
-        path, backup = Path(handle.state["file"]), Path(handle.state["backup"])
+        path = Path(handle.state["file"])
         if not _is_fifo(path):
             return HealReport(healed=True, verified=True,
                               detail=f"{path} is no longer the FIFO (the job replaced or removed it); left alone")
@@ -103,10 +84,5 @@ class RestoreHang(Fault):
             os.close(fd)
             woken += 1
             time.sleep(0.01)
-        tmp = path.with_name(f".{path.name}.drillbit-heal")
-        shutil.copy2(backup, tmp)
-        os.replace(tmp, path)
-        ok = hashlib.sha256(path.read_bytes()).hexdigest() == handle.state["original_sha256"]
-        return HealReport(healed=ok, verified=ok,
-                          detail=f"woke {woken} blocked reader(s); restored {path} byte for byte" if ok
-                          else f"restored {path} but its sha256 does not match")
+        report = put_back(handle.state, still_ours=True)
+        return report.model_copy(update={"detail": f"woke {woken} blocked reader(s); {report.detail}"})
