@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import signal
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,8 +103,9 @@ class DrillRunner:
         self.scenarios = scenarios or {}
         self.fault = get_fault(spec.fault.type)
         self.params = self.fault.Params.model_validate(spec.fault.params)
-        if (getattr(self.params, "checkpoint_dir", "unset") is None and job.checkpoint_dir):
-            self.params = self.params.model_copy(update={"checkpoint_dir": expand(job.checkpoint_dir, run_dir)})
+        for field in ("checkpoint_dir", "node_pool"):  # where the job keeps them, unless the spec says
+            if getattr(self.params, field, "unset") is None and getattr(job, field):
+                self.params = self.params.model_copy(update={field: expand(getattr(job, field), run_dir)})
         self.history = History(run_dir / "history.jsonl")
         self.executor = LocalExecutor(run_dir)
         self.agent = self.executor.agents["local"]
@@ -334,9 +336,20 @@ class DrillRunner:
             self._tick(0.2)
         self.record("observe.end", reason=reason)
 
-    def heal(self) -> None:
+    def heal(self, timeout: float = 60.0) -> None:
+        """Heal every active fault. Each heal runs with a deadline, so one that blocks cannot
+        keep teardown from stopping the job; it is recorded as a failed heal instead."""
         self.ui.phase("heal", f"{len(self.agent.active())} active fault(s)")
-        for handle, report in self.agent.heal_all():
+        for handle in self.agent.active():
+            box: list = []
+            worker = threading.Thread(target=lambda h=handle: box.append(self.agent.heal(h)), daemon=True)
+            worker.start()
+            worker.join(timeout)
+            if not box:
+                self.record("heal.failed", rank=handle.target.rank, pid=handle.target.pid,
+                            detail=f"the heal did not finish in {timeout:g} s")
+                continue
+            report = box[0]
             self.history.record(HARNESS, "fault.heal", t=report.t, rank=handle.target.rank, pid=handle.target.pid,
                                 healed=report.healed, verified=report.verified, detail=report.detail)
         left = self.agent.active()

@@ -114,8 +114,9 @@ def test_dead_mans_switch_heals_after_controller_sigkill(tmp_path, ranks):
                                   stdout=subprocess.PIPE, text=True)
     assert controller.stdout.readline().strip() == "injected"
     assert psutil.Process(ranks[1].pid).status() == psutil.STATUS_STOPPED
-    guardians = [c for c in psutil.process_iter() if "drillbit.agent guard" in " ".join(c.cmdline() or [])
-                 and str(registry) in " ".join(c.cmdline() or [])]
+    guardians = [c for c in psutil.process_iter(["cmdline"])  # attrs: a zombie elsewhere must not raise
+                 if "drillbit.agent guard" in " ".join(c.info["cmdline"] or [])
+                 and str(registry) in " ".join(c.info["cmdline"] or [])]
     assert len(guardians) == 1
     controller.kill()
     controller.wait()

@@ -26,7 +26,9 @@ def fake_nvml(monkeypatch):
 @pytest.fixture
 def rank1():
     env = dict(os.environ, LOCAL_RANK="1", RANK="5")
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(60)"],
+                            env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"  # running its own image, environment and all
     yield ProcRef.of(psutil.Process(proc.pid), rank=5)
     proc.kill()
     proc.wait()
@@ -69,6 +71,21 @@ def test_fake_nvml_refusal_is_a_clear_error_and_changes_nothing(tmp_path, fake_n
     with pytest.raises(FaultError, match="NVML refused lock-clocks on GPU 1.*Insufficient Permissions"):
         agent.inject("throttle-clocks", rank1, {"method": "lock-clocks"})
     assert fake_nvml.DEVICES[1].locked is None and agent.active() == []
+
+
+def test_fake_nvml_gpu_is_never_guessed(tmp_path, fake_nvml):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                            env={k: v for k, v in os.environ.items() if k != "LOCAL_RANK"},
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        agent = NodeAgent("n0", tmp_path / "reg.json")
+        with pytest.raises(FaultError, match="cannot tell which GPU"):
+            agent.inject("throttle-clocks", ProcRef.of(psutil.Process(proc.pid), rank=3), {})
+        assert all(d.locked is None for d in fake_nvml.DEVICES)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_without_nvml_the_error_says_what_to_install(tmp_path, monkeypatch, rank1):

@@ -44,6 +44,9 @@ class Measurements(BaseModel):
     straggler_correct: bool | None = None
     slowdown: float | None = None
     fleet_tax: float | None = None
+    time_to_escalate: float | None = None
+    replace_failures: int = 0
+    replacement_node: str | None = None
     corrupted_checkpoint: str | None = None
     restored_path: str | None = None
     rejected_corrupted: bool | None = None
@@ -101,6 +104,13 @@ def measure(history: History) -> Measurements:
     if m.corrupted_checkpoint is not None:
         m.rejected_corrupted = any(os.path.basename(str(e.data.get("path", "")).rstrip("/")) == m.corrupted_checkpoint
                                    for e in events if e.kind == "ckpt.reject" and e.t >= t0)
+    escalate = first("escalate")
+    if escalate:
+        m.time_to_escalate = escalate.t - t0
+    m.replace_failures = sum(1 for e in events if e.kind == "replace.failed" and e.t >= t0)
+    done = first("replace.done")
+    if done:
+        m.replacement_node = done.data.get("node_name")
     if restore:
         m.restored_path = str(restore.data.get("path"))
         m.time_to_restore = restore.t - t0

@@ -60,6 +60,27 @@ def evaluate(slo: SLO, m: Measurements, history: History,
         else:
             results.append(SLOResult(name=name, measurement=field, limit=limit, measured=None, status="unknown",
                                      detail=f"observation ended {watched:.0f} s after the fault"))
+    if slo.recover_or_escalate_within is not None:
+        limit = slo.recover_or_escalate_within
+        outcomes = [(v, w) for v, w in ((m.time_to_first_step, "recovered"), (m.time_to_escalate, "escalated"))
+                    if v is not None]
+        if outcomes:
+            value, how = min(outcomes)
+            ok = value <= limit
+            results.append(SLOResult(name="recover_or_escalate_within", measurement=f"time_to_{how}", limit=limit,
+                                     measured=round(value, 3), status="pass" if ok else "fail",
+                                     detail=f"{how} after {m.replace_failures} failed replacement request(s)"))
+            if not ok:
+                reasons.append(f"the stack {how} only after {value:.1f} s; it should recover or escalate within "
+                               f"{limit:g} s, not wait")
+        elif watched >= limit or m.job_exit_s is not None:
+            results.append(SLOResult(name="recover_or_escalate_within", measurement="time_to_first_step",
+                                     limit=limit, measured=None, status="fail",
+                                     detail=f"{m.replace_failures} failed replacement request(s)"))
+            reasons.append(f"neither recovered nor escalated within {limit:g} s: the stack just waited")
+        else:
+            results.append(SLOResult(name="recover_or_escalate_within", measurement="time_to_first_step",
+                                     limit=limit, measured=None, status="unknown"))
     if slo.straggler_within is not None:
         limit = slo.straggler_within
         if m.time_to_straggler is not None and m.straggler_correct:

@@ -19,6 +19,7 @@ _BUILTIN = {
     "dataloader-hang": "drillbit.faults.dataloader_hang:DataloaderHang",
     "restore-hang": "drillbit.faults.restore_hang:RestoreHang",
     "throttle-clocks": "drillbit.faults.throttle_clocks:ThrottleClocks",
+    "fail-node-replacement": "drillbit.faults.fail_node_replacement:FailNodeReplacement",
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -19,9 +20,13 @@ PREFIX, MARKER, META, MANIFEST = "step_", "COMPLETE", "meta.json", "MANIFEST.jso
 
 
 def sha256(path: Path) -> str | None:
+    """The file's sha256; None when it is missing or not a regular file (never opens a FIFO,
+    whose read would block forever)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         return hashlib.sha256(path.read_bytes()).hexdigest()
-    except (FileNotFoundError, IsADirectoryError):
+    except FileNotFoundError:
         return None
 
 

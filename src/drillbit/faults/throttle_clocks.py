@@ -55,7 +55,10 @@ def gpu_of(target: ProcRef, params: ThrottleParams) -> int:
     if proc is None:
         raise FaultError(f"rank {target.rank} (pid {target.pid}) is gone")
     env = proc.environ()
-    local = int(env.get("LOCAL_RANK", "0"))
+    if "LOCAL_RANK" not in env:  # never guess: throttling the wrong GPU hurts another job
+        raise FaultError(f"cannot tell which GPU rank {target.rank} (pid {target.pid}) uses: no LOCAL_RANK "
+                         "in its environment; set gpu_index in the fault's params")
+    local = int(env["LOCAL_RANK"])
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible:
         ids = [v.strip() for v in visible.split(",") if v.strip()]

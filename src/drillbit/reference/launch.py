@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watchdog-deadline", type=float, default=10.0)
     p.add_argument("--store-fix", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--spares", type=int, default=3, help="spare nodes in the node pool")
+    p.add_argument("--replace-policy", choices=["fallback", "naive"], default="fallback")
     p.add_argument("--straggler", choices=["fleet-median", "nvrx", "off"], default="fleet-median",
                    help="straggler detector rule (off: none)")
     return p
@@ -41,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     events = run_dir / "events.log"
     py = sys.executable
+    from drillbit.reference import nodepool
+
+    nodepool.init(run_dir / "pool.json", args.spares)
     torchrun = [
         py, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
         "--nproc-per-node", str(args.nproc), "--max-restarts", str(args.max_restarts),
@@ -51,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         "--step-ms", str(args.step_ms), "--heartbeat-dir", str(run_dir / "heartbeat"),
         "--store-fix" if args.store_fix else "--no-store-fix",
         "--verify" if args.verify else "--no-verify",
+        "--pool", str(run_dir / "pool.json"), "--replace-policy", args.replace_policy,
     ]
     # LOGLEVEL=INFO makes torchrun print "Worker group FAILED. k/M attempts left; will restart
     # worker group", which the torchrun signal preset reads.

@@ -17,6 +17,7 @@ import datetime
 import io
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, IterableDataset
 
-from drillbit.reference import checkpoint
+from drillbit.reference import checkpoint, nodepool
 from drillbit.reference.eventlog import EventLog
 
 
@@ -43,6 +44,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                    help="verify checkpoint sha256 before restoring")
     p.add_argument("--heartbeat-dir", default=None, help="per-rank heartbeat files")
+    p.add_argument("--pool", default=None, help="node pool file (node replacement on restart)")
+    p.add_argument("--replace-policy", choices=["fallback", "naive"], default="fallback",
+                   help="fallback: time out, check the node, try another spare, escalate; naive: one call, "
+                        "no deadline, take whatever node comes back")
+    p.add_argument("--replace-timeout", type=float, default=10.0)
     p.add_argument("--loader-workers", type=int, default=1, help="DataLoader worker processes per rank")
     p.add_argument("--report-compute", action=argparse.BooleanOptionalAction, default=True,
                    help="every rank logs its own compute time per step (for straggler detection)")
@@ -80,6 +86,37 @@ class SyntheticBatches(IterableDataset):
             step += 1
 
 
+def replace_node(pool: Path, node: str, policy: str, timeout: float, log: EventLog) -> str:
+    """Get a healthy node for a restarting worker group from the provider (rank 0 only)."""
+    import subprocess
+
+    tries = 3 if policy == "fallback" else 1
+    failed = node
+    for attempt in range(1, tries + 1):
+        log.emit("replace.request", failed=failed, attempt=attempt, policy=policy)
+        try:
+            out = subprocess.run([sys.executable, "-m", "drillbit.reference.nodepool", "replace", "--pool", str(pool),
+                                  "--failed", failed], capture_output=True, text=True,
+                                 timeout=timeout if policy == "fallback" else None)
+        except subprocess.TimeoutExpired:
+            log.emit("replace.failed", reason=f"no answer in {timeout:g}s", attempt=attempt)
+            continue
+        if out.returncode != 0:
+            log.emit("replace.failed", reason=out.stderr.strip() or f"exit {out.returncode}", attempt=attempt)
+            if policy == "naive":
+                raise RuntimeError(f"node replacement failed: {out.stderr.strip()}")
+            continue
+        got = out.stdout.strip()
+        if policy == "fallback" and got in nodepool.read(pool)["bad"]:
+            log.emit("replace.failed", reason=f"handed back bad node {got}", attempt=attempt)
+            failed = got
+            continue
+        log.emit("replace.done", node=got, attempt=attempt)
+        return got
+    log.emit("escalate", reason=f"no healthy node after {tries} replacement attempts; paging a human")
+    raise SystemExit(3)
+
+
 def compute(seconds: float, slice_s: float = 0.001) -> None:
     """Stand-in compute that only progresses while the process runs.
 
@@ -108,11 +145,24 @@ def main(argv: list[str] | None = None) -> int:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     log = EventLog(args.events, source=f"rank{rank}")
     node = os.environ.get("DRILLBIT_NODE") or socket.gethostname()
+    if args.pool and Path(args.pool).exists():
+        node = nodepool.read(Path(args.pool))["active"]
     if rank == 0:
         log.emit("worker.start", attempt=attempt, world=world, pid=os.getpid())
         if attempt > 0:
             log.emit("restart", attempt=attempt)
+    pool = Path(args.pool) if args.pool else None
+    if pool is not None and rank == 0:
+        state = nodepool.read(pool)
+        if state["active"] in state["bad"]:  # the node we ran on was declared dead
+            replace_node(pool, state["active"], args.replace_policy, args.replace_timeout, log)
     init_process_group(args.store_fix, attempt)
+    if pool is not None:
+        dist.barrier()
+        state = nodepool.read(pool)
+        node = state["active"]
+        if node in state["bad"]:
+            raise RuntimeError(f"rank {rank} was started on {node}, a node known to be bad")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
     ddp = DistributedDataParallel(model)

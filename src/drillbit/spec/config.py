@@ -44,6 +44,7 @@ class JobProfile(Strict):
     logs: list[str] = Field(min_length=1)
     heartbeat_file: str | None = None
     checkpoint_dir: str | None = None
+    node_pool: str | None = Field(None, description="the job's node pool file (node replacement drills)")
 
 
 class DrillConfig(Strict):
@@ -66,6 +67,7 @@ def _reference(description: str, *flags: str) -> JobProfile:
         logs=["{run_dir}/job/events.log", "{run_dir}/job/launcher.log"],
         heartbeat_file="{run_dir}/job/heartbeat/rank0",
         checkpoint_dir="{run_dir}/job/ckpt",
+        node_pool="{run_dir}/job/pool.json",
     )
 
 
@@ -80,6 +82,8 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
     "reference-noverify": _reference("reference job restoring without checksum verification", "--no-verify"),
     "reference-nockpt": _reference("reference job with checkpoints switched off", "--ckpt-every", "0"),
     "reference-nostraggler": _reference("reference job without a straggler detector", "--straggler", "off"),
+    "reference-naivereplace": _reference("reference job whose node replacement waits on one call and takes "
+                                         "whatever node comes back", "--replace-policy", "naive"),
     "reference-nvrx": _reference("reference job whose straggler detector uses NVRx's rule "
                                  "(speed / fastest < 0.75)", "--straggler", "nvrx"),
 }

@@ -77,7 +77,7 @@ class Observe(Strict):
 MEASUREMENTS = (
     "time_to_detect", "time_to_restart", "time_to_restore", "time_to_first_step", "step_at_fault",
     "restored_step", "lost_steps", "restarts", "steps_after_recovery", "baseline_step_s", "goodput",
-    "time_to_straggler", "slowdown", "fleet_tax", "slowdown_achieved",
+    "time_to_straggler", "slowdown", "fleet_tax", "slowdown_achieved", "time_to_escalate", "replace_failures",
 )
 # Where a larger value is the better one (regressions are judged the other way round).
 HIGHER_IS_BETTER = ("goodput", "steps_after_recovery")
@@ -130,6 +130,8 @@ class SLO(Strict):
     max_lost_steps: int | None = Field(None, ge=0)
     goodput_min: float | None = Field(None, ge=0, le=1)
     straggler_within: Duration | None = Field(None, description="fail-slow: the slowed rank must be named in time")
+    recover_or_escalate_within: Duration | None = Field(
+        None, description="recovery path: a first step after recovery, or an escalation, within this")
     limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")
     regression: dict[str, float] = Field(
         default_factory=dict,
