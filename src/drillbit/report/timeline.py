@@ -13,7 +13,8 @@ MARKS = (  # (event kind or measurement, label, colour)
     ("restore", "restore", "#16a34a"),
     ("first_step", "first step", "#0891b2"),
 )
-SHADES = {"detection": "#fecaca", "infrastructure_recovery": "#e9d5ff", "checkpoint_restore": "#bbf7d0"}
+SHADES = {"detection": "#fecaca", "infrastructure_recovery": "#e9d5ff", "checkpoint_restore": "#bbf7d0",
+          "slowdown": "#fde68a"}
 STEP_COLOUR = "#2563eb"
 
 
@@ -42,7 +43,18 @@ def timeline_svg(history: History, width: int = 900, height: int = 320) -> str:
     # badput shading from the ledger's intervals
     confirmed = history.first("fault.confirmed")
     marks: dict[str, float] = {}
-    if confirmed is not None:
+    if confirmed is not None and confirmed.data.get("expects") == "slow":
+        # fail-slow: shade while the fault was active, mark when the straggler was named
+        marks["fault"] = confirmed.t
+        named = history.first("straggler", after=confirmed.t, before=end_ev.t)
+        heal = history.first("fault.heal", after=confirmed.t)
+        until = min(heal.t if heal else end_ev.t, end_ev.t)
+        parts.append(f'<rect class="badput" x="{x(confirmed.t):.1f}" y="{top}" '
+                     f'width="{max(x(until) - x(confirmed.t), 1):.1f}" height="{ph}" fill="{SHADES["slowdown"]}" '
+                     f'opacity="0.8"><title>slowed: {until - confirmed.t:.2f} s</title></rect>')
+        if named is not None:
+            marks["detect"] = named.t
+    elif confirmed is not None:
         marks["fault"] = confirmed.t
         for kind in ("detect", "restart", "restore"):
             ev = history.first(kind, after=confirmed.t, before=end_ev.t)
