@@ -153,8 +153,13 @@ def _measure_slow(m: Measurements, events: list[Event], confirmed: Event, t0: fl
         m.straggler_correct = named.rank in m.target_ranks
         m.steps_after_recovery = sum(1 for e in after if e.t > named.t)
     dts = [float(e.data["dt"]) for e in after if "dt" in e.data]
-    if dts and m.baseline_step_s:
-        m.slowdown = statistics.median(dts) / m.baseline_step_s
+    # compare with the steps just before the fault when there are enough of them: the
+    # warm-up baseline is taken right after start, when steps are still settling
+    steady = next((e for e in events if e.kind == "steady"), None)
+    pre = [float(e.data["dt"]) for e in before if "dt" in e.data and (steady is None or e.t > steady.t)]
+    reference = statistics.median(pre) if len(pre) >= 5 else m.baseline_step_s
+    if dts and reference:
+        m.slowdown = statistics.median(dts) / reference
         m.fleet_tax = m.slowdown - 1.0
     m.lost_steps = 0
 
