@@ -103,9 +103,9 @@ class DrillRunner:
         self.scenarios = scenarios or {}
         self.fault = get_fault(spec.fault.type)
         self.params = self.fault.Params.model_validate(spec.fault.params)
-        for field in ("checkpoint_dir", "node_pool"):  # where the job keeps them, unless the spec says
-            if getattr(self.params, field, "unset") is None and getattr(job, field):
-                self.params = self.params.model_copy(update={field: expand(getattr(job, field), run_dir)})
+        for name in ("checkpoint_dir", "node_pool"):  # where the job keeps them, unless the spec says
+            if getattr(self.params, name, "unset") is None and getattr(job, name):
+                self.params = self.params.model_copy(update={name: expand(getattr(job, name), run_dir)})
         self.history = History(run_dir / "history.jsonl")
         self.executor = LocalExecutor(run_dir)
         self.agent = self.executor.agents["local"]

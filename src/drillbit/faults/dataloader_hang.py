@@ -19,10 +19,9 @@ from drillbit.proc import ProcRef
 
 
 class DataloaderHang(HangCollective):
+    """Params, confirm and heal are hang-collective's; only the target differs."""
+
     name = "dataloader-hang"
-    fault_class = "fail-hang"
-    Params = HangParams
-    expects = "stall"
 
     def plan(self, targets: list[ProcRef], params: HangParams) -> Plan:
         return Plan(fault=self.name, targets=targets, action="SIGSTOP the DataLoader worker of each target rank",
