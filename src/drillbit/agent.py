@@ -71,19 +71,6 @@ class NodeAgent:
         ranks = [ref for ppid, ref in found if ppid not in pids]
         return sorted(ranks, key=lambda r: r.rank if r.rank is not None else -1)
 
-    def helpers_of(self, rank: ProcRef) -> list[ProcRef]:
-        """Child processes of a rank (its DataLoader workers), named by pid and start time."""
-        proc = rank.process()
-        if proc is None:
-            return []
-        out = []
-        for child in proc.children():
-            try:
-                out.append(ProcRef.of(child, rank=rank.rank, node=self.node))
-            except psutil.NoSuchProcess:
-                continue
-        return out
-
     # --- faults ------------------------------------------------------------------------
     def inject(self, fault_name: str, target: ProcRef, params: dict) -> Handle:
         fault = get_fault(fault_name)
@@ -105,11 +92,6 @@ class NodeAgent:
                 self._active.pop(self._key(handle), None)
                 self._save()
         return report
-
-    def heal_all(self) -> list[tuple[Handle, HealReport]]:
-        with self._lock:
-            handles = list(self._active.values())
-        return [(h, self.heal(h)) for h in handles]
 
     def active(self) -> list[Handle]:
         with self._lock:
@@ -169,7 +151,7 @@ def group_members(pgid: int) -> list[psutil.Process]:
     return members
 
 
-def stop_process_group(pgid: int, leader: ProcRef, timeout: float) -> None:
+def stop_process_group(pgid: int, timeout: float) -> None:
     """SIGTERM a job's process group, then SIGKILL what is left after ``timeout``."""
     try:
         os.killpg(pgid, signal.SIGCONT)  # a stopped member would not act on SIGTERM
@@ -208,7 +190,7 @@ def guard(registry: Path, controller: ProcRef, poll: float = 0.2) -> int:
                                   "rank": handle.target.rank, **report.model_dump()}) + "\n")
         job = payload.get("job")
         if job:
-            stop_process_group(int(job["pgid"]), ProcRef.model_validate(job["proc"]), timeout=20.0)
+            stop_process_group(int(job["pgid"]), timeout=20.0)
             out.write(json.dumps({"t": time.time(), "kind": "job.stop", "by": "dead-man", "pgid": job["pgid"]}) + "\n")
     return 0
 

@@ -6,8 +6,6 @@ runbook and drill. ``drill faults`` lists it grouped by class.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import Field
 
 from drillbit.errors import Problem, SpecError
@@ -59,7 +57,3 @@ def load_catalogue() -> dict[str, FaultEntry]:
 def by_class(entries: dict[str, FaultEntry]) -> dict[str, list[FaultEntry]]:
     return {c: [e for e in entries.values() if e.class_ == c] for c in CLASSES}
 
-
-def catalogue_dir() -> Path | None:
-    dirs = project_dirs("faults")
-    return dirs[0] if dirs else None

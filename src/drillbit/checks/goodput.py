@@ -109,8 +109,3 @@ def ledger(history: History, m: Measurements, *, slow_fault: bool = False) -> Le
     led.other_s = excess - led.slowdown_s
     return led
 
-
-def goodput(history: History, m: Measurements) -> float | None:
-    """Goodput over the window: distinct new steps x baseline / wall time."""
-    led = ledger(history, m)
-    return None if led is None else min(1.0, led.goodput)

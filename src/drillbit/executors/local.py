@@ -37,9 +37,9 @@ class LaunchedJob:
 
     def stop(self) -> int | None:
         if self.popen.poll() is None:
-            stop_process_group(self.pgid, self.ref, self.stop_timeout)
+            stop_process_group(self.pgid, self.stop_timeout)
         else:
-            stop_process_group(self.pgid, self.ref, 2.0)  # stragglers left in the group
+            stop_process_group(self.pgid, 2.0)  # stragglers left in the group
         try:
             return self.popen.wait(timeout=self.stop_timeout)
         except subprocess.TimeoutExpired:

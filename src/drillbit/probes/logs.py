@@ -27,7 +27,6 @@ class LogProbe:
         self._poll = poll
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.lines_read = 0
 
     def start(self, record: Callable | None = None) -> None:
         self._thread = threading.Thread(target=self._run, name=self.source, daemon=True)
@@ -36,7 +35,6 @@ class LogProbe:
     def poll_once(self) -> None:
         for follower in self._followers:
             for line in follower.read_lines():
-                self.lines_read += 1
                 for kind, t, data in self._match.match(line):
                     rank = data.pop("rank", None)
                     self._history.record(self.source, kind, t=t, rank=rank, **data)

@@ -1,7 +1,6 @@
 """Write a run's reports: result.json, report.md, report.html (self-contained) and junit.xml."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,3 @@ def write_all(run_dir: Path, payload: dict[str, Any], history: History) -> None:
     (run_dir / "report.html").write_text(html(payload, history))
     (run_dir / "junit.xml").write_text(junit.to_xml(f"drill.{payload['drill']}", [payload]))
 
-
-def load_payload(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / "result.json").read_text())
