@@ -265,10 +265,9 @@ def simulate(scenario: str, from_run: str | None, detect_text: str | None, resta
 @click.option("--limit", type=int, default=30, show_default=True)
 def history(drill: str | None, db: str | None, limit: int) -> None:
     """The trend of past runs: verdicts, detect / recover times, lost steps, goodput."""
-    from drillbit.report.store import Store
+    from drillbit.report.store import Store, store_path
 
-    config = load_config(find_config(None))
-    path = Path(db or config.results_db or Path(config.reports_dir) / "drills.db")
+    path = store_path(load_config(find_config(None)), db=db)
     if not path.exists():
         err.print(f"no results store at {path} yet; run a drill first")
         sys.exit(EXIT_USAGE)
@@ -399,14 +398,19 @@ def gameday_run(name: str, cluster: str | None, job: str | None, config_path: st
 @click.option("--db", help="results store for the last result (default: reports/drills.db)")
 def runbook(name: str, db: str | None) -> None:
     """Render a drill's runbook with its parameters and its last result."""
-    from drillbit.report.runbook import last_result, render_runbook
+    from drillbit.report.runbook import render_runbook
+    from drillbit.report.store import Store, store_path
     from drillbit.spec.load import resolve_drill
 
     config = load_config(find_config(None))
     try:
         spec = load_drill(resolve_drill(name), config)
-        path = Path(db or config.results_db or Path(config.reports_dir) / "drills.db")
-        click.echo(render_runbook(spec, last_result(path, spec.name)))
+        path = store_path(config, db=db)
+        last = None
+        if path.exists():
+            with Store(path) as store:
+                last = store.last_result(spec.name)
+        click.echo(render_runbook(spec, last))
     except DrillError as exc:
         _fail_input(exc)
 

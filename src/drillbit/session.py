@@ -14,7 +14,7 @@ from drillbit.errors import DrillError, Problem, SpecError
 from drillbit.model.simulate import Scenario, load_scenario
 from drillbit.report import render
 from drillbit.report import result as result_json
-from drillbit.report.store import Store
+from drillbit.report.store import Store, store_path
 from drillbit.runner import UI, DrillRunner, RunOutcome
 from drillbit.spec.config import DrillConfig
 from drillbit.spec.load import find_config, load_config, load_drill, resolve_drill
@@ -83,14 +83,6 @@ def new_run_dir(reports: Path, drill: str) -> Path:
     return path
 
 
-def store_path(r: Resolved, reports_dir: str | None = None, db: str | None = None) -> Path:
-    if db:
-        return Path(db)
-    if r.config.results_db and not reports_dir:
-        return Path(r.config.results_db)
-    return Path(reports_dir or r.config.reports_dir) / "drills.db"
-
-
 def scenarios_for(spec: DrillSpec) -> dict[str, Scenario]:
     names = {s.scenario for s in (spec.slo.project, spec.slo.cadence) if s is not None and s.scenario}
     return {name: load_scenario(name) for name in names}
@@ -101,7 +93,7 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
     reports = Path(reports_dir or r.config.reports_dir)
     run_dir = new_run_dir(reports, r.spec.name)
     (run_dir / "spec.json").write_text(r.spec.model_dump_json(by_alias=True, indent=2))
-    with Store(store_path(r, reports_dir, db)) as store:
+    with Store(store_path(r.config, reports_dir, db)) as store:
         found = store.baseline(r.spec.name, r.cluster, r.job)
         if found:
             (run_dir / "baseline.json").write_text(json.dumps({"run": found[0], "measurements": found[1].model_dump()}))

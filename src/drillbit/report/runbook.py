@@ -3,7 +3,6 @@ last result from the results store."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -25,12 +24,3 @@ def render_runbook(spec: DrillSpec, last: dict[str, Any] | None) -> str:
                 spec=spec, params=json.dumps(spec.fault.params), slo=slo, last=last)
     raise DrillError(f"no runbook {name!r} in {', '.join(str(d) for d in dirs) or 'runbooks/'}")
 
-
-def last_result(db: Path, drill: str) -> dict[str, Any] | None:
-    if not db.exists():
-        return None
-    from drillbit.report.store import Store
-
-    with Store(db) as store:
-        rows = store._db.execute("SELECT result FROM runs WHERE drill=? ORDER BY id DESC LIMIT 1", (drill,)).fetchone()
-    return json.loads(rows[0]) if rows else None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.checks.recovery import Measurements
+from drillbit.spec.config import DrillConfig
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -30,6 +31,16 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_key ON runs (drill, cluster, job, id);
 """
+
+
+def store_path(config: DrillConfig, reports_dir: str | None = None, db: str | None = None) -> Path:
+    """Where the store is: --db, else the config's results_db (unless --reports moved the
+    run folders), else <reports>/drills.db."""
+    if db:
+        return Path(db)
+    if config.results_db and not reports_dir:
+        return Path(config.results_db)
+    return Path(reports_dir or config.reports_dir) / "drills.db"
 
 
 class Store:
@@ -69,6 +80,11 @@ class Store:
         fields = json.loads(row[1])["measurements"]
         known = {k: v for k, v in fields.items() if k in Measurements.model_fields}
         return int(row[0]), Measurements.model_validate(known)
+
+    def last_result(self, drill: str) -> dict[str, Any] | None:
+        """result.json of the latest run of a drill, whatever its verdict."""
+        row = self._db.execute("SELECT result FROM runs WHERE drill=? ORDER BY id DESC LIMIT 1", (drill,)).fetchone()
+        return json.loads(row[0]) if row else None
 
     def runs(self, drill: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         query = ("SELECT id, drill, cluster, job, verdict, started_at, time_to_detect, time_to_first_step, "
