@@ -189,8 +189,7 @@ class DrillRunner:
                     signal.signal(s, handler)
         self.record("drill.end", error=error)
         self.history.close()
-        result = check(self.spec, self.history, baseline=self.baseline, scenarios=self.scenarios,
-                       slow_fault=self.fault.expects == "slow")
+        result = check(self.spec, self.history, baseline=self.baseline, scenarios=self.scenarios)
         return RunOutcome(run_dir=self.run_dir, history=self.history, result=result, targets=self.targets,
                           handles=self.handles, error=error, started_at=started, finished_at=time.time())
 

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drillbit.checks import CheckResult
 from drillbit.errors import DrillError, Problem, SpecError
+from drillbit.history import History
 from drillbit.model.simulate import Scenario, load_scenario
 from drillbit.report import render
 from drillbit.report import result as result_json
@@ -88,6 +90,16 @@ def scenarios_for(spec: DrillSpec) -> dict[str, Scenario]:
     return {name: load_scenario(name) for name in names}
 
 
+def publish(run_dir: Path, spec: DrillSpec, cluster: str, job: str, params: dict, history: History,
+            result: CheckResult, error: str | None, baseline_run: int | None) -> dict[str, Any]:
+    """Build result.json and write every report of a run folder."""
+    payload = result_json.build(drill=spec.name, cluster=cluster, job=job, fault_type=spec.fault.type,
+                                params=params, history=history, result=result, error=error)
+    payload["baseline_run"] = baseline_run
+    render.write_all(run_dir, payload, history)
+    return payload
+
+
 def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = None,
             ui: UI | None = None) -> tuple[dict[str, Any], RunOutcome]:
     reports = Path(reports_dir or r.config.reports_dir)
@@ -100,11 +112,8 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
         runner = DrillRunner(r.spec, r.cluster, r.config.clusters[r.cluster], r.job, r.config.jobs[r.job], run_dir,
                              ui, baseline=found[1] if found else None, scenarios=scenarios_for(r.spec))
         outcome = runner.run()
-        payload = result_json.build(drill=r.spec.name, cluster=r.cluster, job=r.job, fault_type=r.spec.fault.type,
-                                    params=runner.params.model_dump(), history=outcome.history,
-                                    result=outcome.result, error=outcome.error)
-        payload["baseline_run"] = found[0] if found else None
-        render.write_all(run_dir, payload, outcome.history)
+        payload = publish(run_dir, r.spec, r.cluster, r.job, runner.params.model_dump(), outcome.history,
+                          outcome.result, outcome.error, found[0] if found else None)
         store.record(payload, str(run_dir))
     return payload, outcome
 
@@ -113,8 +122,6 @@ def rerender(run_dir: Path) -> dict[str, Any]:
     """Re-judge and re-render a run folder from its history (``drill report``)."""
     from drillbit.checks import check
     from drillbit.checks.recovery import Measurements
-    from drillbit.faults import get as get_fault
-    from drillbit.history import History
 
     run_dir = Path(run_dir)
     try:
@@ -126,17 +133,13 @@ def rerender(run_dir: Path) -> dict[str, Any]:
     if (run_dir / "baseline.json").exists():
         saved = json.loads((run_dir / "baseline.json").read_text())
         baseline = (saved["run"], Measurements.model_validate(saved["measurements"]))
-    fault = get_fault(spec.fault.type)
-    result = check(spec, history, baseline=baseline[1] if baseline else None, scenarios=scenarios_for(spec),
-                   slow_fault=fault.expects == "slow")
+    result = check(spec, history, baseline=baseline[1] if baseline else None, scenarios=scenarios_for(spec))
     start = history.first("drill.start")
     end = history.last("drill.end")
-    payload = result_json.build(drill=spec.name, cluster=start.data["cluster"], job=start.data["job"],
-                                fault_type=spec.fault.type, params=fault.Params.model_validate(spec.fault.params).model_dump(),
-                                history=history, result=result, error=end.data.get("error") if end else None)
-    payload["baseline_run"] = baseline[0] if baseline else None
-    render.write_all(run_dir, payload, history)
-    return payload
+    inject = history.first("fault.inject")  # the params the drill really used (paths filled in)
+    params = inject.data.get("params", spec.fault.params) if inject else spec.fault.params
+    return publish(run_dir, spec, start.data["cluster"], start.data["job"], params, history, result,
+                   end.data.get("error") if end else None, baseline[0] if baseline else None)
 
 
 __all__ = ["DrillError", "Resolved", "execute", "plan_text", "resolve"]

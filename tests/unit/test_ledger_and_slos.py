@@ -62,11 +62,11 @@ def test_undetected_stall_is_all_detection_badput():
 
 
 def test_slowdown_tax_while_a_slow_fault_is_active():
-    rows = prelude() + [(T_FAULT, "fault.confirmed")]
+    rows = prelude() + [(T_FAULT, "fault.confirmed", {"expects": "slow"})]
     rows += [(T_FAULT + 0.5 * i, "step", {"n": 25 + i, "dt": 0.5}) for i in range(1, 21)]
     rows += [(T_FAULT + 10.2, "fault.heal"), (T_FAULT + 10.3, "observe.end")]
     history = History.build(rows)
-    led = ledger(history, measure(history), slow_fault=True)
+    led = ledger(history, measure(history))
     assert led.slowdown_s == pytest.approx(20 * 0.25)
     assert sum(led.categories().values()) == pytest.approx(led.wall_s)
 

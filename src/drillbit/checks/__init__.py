@@ -29,13 +29,13 @@ class CheckResult(BaseModel):
 
 
 def check(spec: DrillSpec, history: History, *, baseline: Measurements | None = None,
-          scenarios: dict[str, Scenario] | None = None, slow_fault: bool = False) -> CheckResult:
+          scenarios: dict[str, Scenario] | None = None) -> CheckResult:
     """Judge one run. ``baseline``: the last passing run's measurements (for regression
     SLOs); ``scenarios``: the fleet scenarios the spec names, already loaded."""
     try:
         scenarios = scenarios or {}
         m = measure(history)
-        led = ledger(history, m, slow_fault=slow_fault)
+        led = ledger(history, m)
         m = m.model_copy(update={"goodput": None if led is None else min(1.0, led.goodput)})
         slos, slo_reasons = evaluate(spec.slo, m, history, baseline)
         projection = cadence = None

@@ -58,7 +58,7 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
-def ledger(history: History, m: Measurements, *, slow_fault: bool = False) -> Ledger | None:
+def ledger(history: History, m: Measurements) -> Ledger | None:
     steady = history.first("steady")
     if steady is None or m.baseline_step_s is None or m.t_observe_end is None or m.t_observe_end <= steady.t:
         return None
@@ -71,6 +71,7 @@ def ledger(history: History, m: Measurements, *, slow_fault: bool = False) -> Le
     led.wasted_progress_s = (sum(1 for e in steps if e.data["n"] > high) - len(new)) * base
 
     # the disruption: from the fault to when the job trains again
+    slow_fault = m.expects == "slow"  # recorded by the runner with fault.confirmed
     d0 = d1 = None
     if m.t_fault is not None and not slow_fault:
         d0 = max(start, m.t_fault)
