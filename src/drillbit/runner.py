@@ -29,6 +29,7 @@ from drillbit.history import Event, History
 from drillbit.lease import Lease
 from drillbit.model.simulate import Scenario
 from drillbit.probes.logs import EventsProbe, HeartbeatProbe, LogProbe, ProgressProbe
+from drillbit.probes.preset import load as load_preset
 from drillbit.proc import ProcRef
 from drillbit.spec.config import ClusterSpec, JobProfile
 from drillbit.spec.models import DrillSpec, Targets
@@ -210,7 +211,7 @@ class DrillRunner:
             self.record("job.attach", pid=self.job.attach_pid)
         logs = self.executor.log_paths(self.job)
         progress: LogProbe
-        if self.job.heartbeat_file and not any(s.kind == "step" for p in self.job.presets for s in _preset(p)):
+        if self.job.heartbeat_file and not any(s.kind == "step" for p in self.job.presets for s in load_preset(p).signals):
             progress = HeartbeatProbe(self.history, Path(self.job.heartbeat_file.replace("{run_dir}", str(self.run_dir))))
         else:
             progress = ProgressProbe(self.history, logs, self.job.presets)
@@ -365,8 +366,3 @@ class DrillRunner:
             self.agent.release_job()
             self.record("job.stop", code=code, exited_before=already is not None)
 
-
-def _preset(name: str):  # small indirection so runner does not import preset internals
-    from drillbit.probes.preset import load
-
-    return load(name).signals

@@ -51,12 +51,17 @@ class HangCollective(Fault):
         return None
 
     def heal(self, handle: Handle) -> HealReport:
-        if not handle.target.send(signal.SIGCONT):
-            return HealReport(healed=True, verified=True, detail="target gone; nothing to resume")
-        deadline = time.time() + 5.0
-        while time.time() < deadline:
-            status = handle.target.status()
-            if status is None or status not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-                return HealReport(healed=True, verified=True, detail=f"resumed (status {status or 'gone'})")
-            time.sleep(0.01)
-        return HealReport(healed=False, verified=False, detail="SIGCONT sent but the process is still stopped")
+        return resume(handle.target)
+
+
+def resume(target: ProcRef, timeout: float = 5.0) -> HealReport:
+    """SIGCONT a stopped rank (the same pid and start time only) and verify it runs again."""
+    if not target.send(signal.SIGCONT):
+        return HealReport(healed=True, verified=True, detail="target gone; nothing to resume")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = target.status()
+        if status is None or status not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            return HealReport(healed=True, verified=True, detail=f"resumed (status {status or 'gone'})")
+        time.sleep(0.01)
+    return HealReport(healed=False, verified=False, detail="SIGCONT sent but the process is still stopped")

@@ -16,10 +16,10 @@ import signal
 import threading
 import time
 
-import psutil
 from pydantic import Field
 
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from drillbit.faults.hang_collective import resume
 from drillbit.proc import ProcRef
 
 
@@ -106,12 +106,5 @@ class SlowRank(Fault):
             cycler.halt.set()
             cycler.join(timeout=5)
             detail = f"duty cycle stopped after {cycler.stopped_s:.2f} s stopped ({cycler.achieved():.2%}); "
-        if not handle.target.send(signal.SIGCONT):
-            return HealReport(healed=True, verified=True, detail=detail + "target gone")
-        deadline = time.time() + 5
-        while time.time() < deadline:
-            status = handle.target.status()
-            if status is None or status != psutil.STATUS_STOPPED:
-                return HealReport(healed=True, verified=True, detail=detail + f"resumed (status {status or 'gone'})")
-            time.sleep(0.01)
-        return HealReport(healed=False, verified=False, detail=detail + "still stopped after SIGCONT")
+        report = resume(handle.target)
+        return report.model_copy(update={"detail": detail + report.detail})
