@@ -11,6 +11,7 @@ from importlib.metadata import entry_points
 from drillbit.errors import DrillError
 from drillbit.faults.base import Fault, Params
 
+# drillbit's own faults; other packages add theirs under the entry point.
 _BUILTIN = {
     "kill-rank": "drillbit.faults.kill_rank:KillRank",
     "hang-collective": "drillbit.faults.hang_collective:HangCollective",
