@@ -45,3 +45,10 @@ def no_leftover_processes():
 def lease_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("DRILLBIT_LEASE_DIR", str(tmp_path))
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def process_cluster(monkeypatch):
+    """Drills run on the one-node ``local-process`` cluster unless a test names another
+    (the Ray and SSH tests do); it needs no Ray start-up per drill."""
+    monkeypatch.setenv("DRILLBIT_CLUSTER", "local-process")

@@ -1,5 +1,9 @@
 """NodeAgent: finds rank processes on one node, applies and heals faults.
 
+Three ways to run it, one code: in the controller's process (the ``local-process``
+cluster), as a Ray actor on each node (:class:`AgentService` under ``ray.remote``), and as
+``python -m drillbit.agent serve`` over SSH, speaking JSON lines on stdin/stdout.
+
 The agent keeps the registry of active faults and mirrors it to a JSON file on every
 change. A separate guardian process (``python -m drillbit.agent guard``) is the
 dead-man's switch: it watches the controller by (pid, start time) and, the moment the
@@ -10,10 +14,12 @@ controller is SIGKILLed.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +42,7 @@ class NodeAgent:
         self._job: dict | None = None
         self._lock = threading.Lock()
         self._guardian: subprocess.Popen | None = None
+        self.node_id: str | None = None  # the Ray node id, where the agent is a Ray actor
 
     # --- discovery ---------------------------------------------------------------------
     def find_ranks(self, discovery: RankDiscovery, root_pid: int | None = None) -> list[ProcRef]:
@@ -44,6 +51,9 @@ class NodeAgent:
         With ``root_pid`` only descendants of that process count, so a drill never
         touches another job's ranks on a shared node.
         """
+        if discovery.pidfiles is not None:
+            return self._ranks_from_pidfiles(discovery.pidfiles)
+        assert discovery.cmdline is not None
         pattern = re.compile(discovery.cmdline)
         exclude = re.compile(discovery.exclude_cmdline) if discovery.exclude_cmdline else None
         if root_pid is not None:
@@ -70,6 +80,24 @@ class NodeAgent:
         pids = {ref.pid for _, ref in found}
         ranks = [ref for ppid, ref in found if ppid not in pids]
         return sorted(ranks, key=lambda r: r.rank if r.rank is not None else -1)
+
+    def _ranks_from_pidfiles(self, pattern: str) -> list[ProcRef]:
+        """Ranks that wrote ``{"pid", "rank", "node_id"}`` files; only those on this node
+        (``node_id`` is this agent's node name or its Ray node id) and still alive."""
+        found: dict[int, ProcRef] = {}
+        for path in sorted(glob.glob(pattern)):
+            try:
+                info = json.loads(Path(path).read_text())
+                if info.get("node_id") not in (self.node, self.node_id):
+                    continue
+                proc = psutil.Process(int(info["pid"]))
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                ref = ProcRef.of(proc, rank=int(info["rank"]), node=self.node)
+            except (OSError, ValueError, KeyError, psutil.NoSuchProcess):
+                continue  # a rank of an earlier attempt, or a file half written
+            found[ref.rank] = ref  # type: ignore[index]
+        return [found[r] for r in sorted(found)]
 
     # --- faults ------------------------------------------------------------------------
     def inject(self, fault_name: str, target: ProcRef, params: dict) -> Handle:
@@ -195,14 +223,191 @@ def guard(registry: Path, controller: ProcRef, poll: float = 0.2) -> int:
     return 0
 
 
+class AgentService:
+    """A NodeAgent with the job it launched on its node and a heartbeat dead-man's switch.
+
+    Every argument and result is plain JSON data, so the same object serves as a Ray actor
+    and behind the JSON-lines server that SSH runs. The controller calls ``heartbeat``
+    every second once ``arm`` is called; if none arrives for ``deadman_s`` the agent heals
+    every fault it holds on its own, records it in ``agent-<node>.deadman.jsonl``, lets the
+    job run ``job_grace_s`` more (so the recovery can be seen), stops the job it launched,
+    records ``orphan.done`` and calls ``on_orphaned`` (a Ray actor exits there).
+
+    ``skew_s`` shifts every timestamp this agent reports, to test the controller's
+    clock-offset correction with a known offset on one machine.
+    """
+
+    def __init__(self, node: str, state_dir: str, skew_s: float = 0.0) -> None:
+        self.node = node
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.agent = NodeAgent(node, self.state_dir / f"agent-{node}.json")
+        self.skew_s = skew_s
+        self._job: subprocess.Popen | None = None
+        self._beat = time.time()
+        self._armed: tuple[float, float] | None = None  # (deadman_s, job_grace_s)
+        self._stop = threading.Event()
+        self.on_orphaned = lambda: None
+        self._monitor = threading.Thread(target=self._watch, name="deadman", daemon=True)
+        self._monitor.start()
+
+    # --- time and liveness ---------------------------------------------------------------
+    def clock(self) -> float:
+        return time.time() + self.skew_s
+
+    def info(self) -> dict:
+        return {"node": self.node, "pid": os.getpid(), "host": socket.gethostname(), "t": self.clock()}
+
+    def heartbeat(self) -> float:
+        self._beat = time.time()
+        return self.clock()
+
+    def arm(self, deadman_s: float, job_grace_s: float) -> None:
+        self._beat = time.time()
+        self._armed = (deadman_s, job_grace_s)
+
+    def disarm(self) -> None:
+        self._armed = None
+
+    def shutdown(self) -> None:
+        self._armed = None
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            armed = self._armed
+            if armed is not None and time.time() - self._beat > armed[0]:
+                self._armed = None
+                self._orphaned(*armed)
+
+    def _orphaned(self, deadman_s: float, job_grace_s: float) -> None:
+        log = self.state_dir / f"agent-{self.node}.deadman.jsonl"
+
+        def note(kind: str, **data: object) -> None:
+            with open(log, "a") as out:
+                out.write(json.dumps({"t": self.clock(), "kind": kind, "node": self.node, "by": "dead-man",
+                                      **data}) + "\n")
+
+        note("controller.lost", silent_s=round(time.time() - self._beat, 3), deadman_s=deadman_s)
+        for handle in self.agent.active():
+            report = self.agent.heal(handle)
+            note("fault.heal", fault=handle.fault, pid=handle.target.pid, rank=handle.target.rank,
+                 **{**report.model_dump(), "t": report.t + self.skew_s})
+        if self._job is not None and self._job.poll() is None:
+            self._stop.wait(job_grace_s)
+            note("job.stop", code=self.stop_job(20.0))
+        note("orphan.done")
+        self.on_orphaned()
+
+    # --- the job on this node ------------------------------------------------------------
+    def launch(self, argv: list[str], env: dict[str, str], cwd: str | None, out_path: str) -> dict:
+        with open(out_path, "ab") as out:
+            self._job = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        ref = ProcRef.of(psutil.Process(self._job.pid), node=self.node)
+        self.agent.register_job(ref, self._job.pid)
+        return ref.model_dump()
+
+    def job_status(self) -> int | None:
+        return None if self._job is None else self._job.poll()
+
+    def stop_job(self, timeout: float) -> int | None:
+        if self._job is None:
+            return None
+        stop_process_group(self._job.pid, timeout if self._job.poll() is None else 2.0)
+        try:
+            code = self._job.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._job.kill()
+            code = self._job.wait()
+        self.agent.release_job()
+        return code
+
+    def free_port(self) -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    # --- faults --------------------------------------------------------------------------
+    def find_ranks(self, discovery: dict, attach_pid: int | None = None) -> list[dict]:
+        root = self._job.pid if self._job is not None else attach_pid
+        if root is not None and not psutil.pid_exists(root):
+            root = None if self._job is None else root
+        found = self.agent.find_ranks(RankDiscovery.model_validate(discovery), root_pid=root)
+        return [r.model_dump() for r in found]
+
+    def inject(self, fault: str, target: dict, params: dict) -> dict:
+        return self.agent.inject(fault, ProcRef.model_validate(target), params).model_dump()
+
+    def confirm(self, handle: dict) -> dict | None:
+        evidence = self.agent.confirm(Handle.model_validate(handle))
+        return None if evidence is None else {**evidence.model_dump(), "t": evidence.t + self.skew_s}
+
+    def heal(self, handle: dict) -> dict:
+        report = self.agent.heal(Handle.model_validate(handle))
+        return {**report.model_dump(), "t": report.t + self.skew_s}
+
+    def active(self) -> list[dict]:
+        return [h.model_dump() for h in self.agent.active()]
+
+    def deadman_records(self) -> list[dict]:
+        log = self.state_dir / f"agent-{self.node}.deadman.jsonl"
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def serve(service: AgentService, inp=None, out=None) -> int:
+    """JSON-lines RPC on stdin/stdout: ``{"id", "method", "args"}`` in, ``{"id", "result"|"error"}`` out.
+
+    End of input (the SSH connection dropped) counts as a lost controller at once when armed.
+    """
+    inp = inp or sys.stdin
+    out = out or sys.stdout
+    lock = threading.Lock()
+    done = threading.Event()
+    service.on_orphaned = done.set
+
+    def reply(payload: dict) -> None:
+        with lock:
+            out.write(json.dumps(payload) + "\n")
+            out.flush()
+
+    def handle(req: dict) -> None:
+        try:
+            result = getattr(service, req["method"])(*req.get("args", []))
+            reply({"id": req["id"], "result": result})
+        except Exception as exc:  # the error goes back to the controller, the agent lives on
+            reply({"id": req["id"], "error": f"{exc.__class__.__name__}: {exc}"})
+
+    reply({"id": 0, "result": service.info()})
+    for line in inp:
+        req = json.loads(line)
+        if req["method"] == "exit":
+            service.shutdown()
+            return 0
+        # heal and confirm may take seconds; heartbeats must not wait behind them
+        threading.Thread(target=handle, args=(req,), daemon=True).start()
+    if service._armed is not None:
+        service._beat = 0.0  # the controller's channel closed: no heartbeat will come again
+        done.wait()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m drillbit.agent", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="run one node's agent, JSON-lines RPC on stdin/stdout (used over SSH)")
+    s.add_argument("--node", required=True)
+    s.add_argument("--state-dir", required=True)
+    s.add_argument("--skew", type=float, default=0.0, help=argparse.SUPPRESS)
     g = sub.add_parser("guard", help="dead-man's switch for one agent's registry")
     g.add_argument("--registry", required=True)
     g.add_argument("--controller-pid", type=int, required=True)
     g.add_argument("--controller-start", type=float, required=True)
     args = p.parse_args(argv)
+    if args.cmd == "serve":
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a dropped SSH session is handled as lost heartbeats
+        return serve(AgentService(args.node, args.state_dir, args.skew))
     return guard(Path(args.registry), ProcRef(pid=args.controller_pid, start_time=args.controller_start))
 
 

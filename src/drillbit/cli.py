@@ -37,7 +37,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("drill")
-@click.option("--cluster", help="cluster name from drill.yaml (default: local)")
+@click.option("--cluster", help="cluster name from drill.yaml (default: its default_cluster, else local; env DRILLBIT_CLUSTER)")
 @click.option("--job", help="job profile (default: the drill's, else reference)")
 @click.option("--config", "config_path", help="drill.yaml path (default: ./drill.yaml or $DRILLBIT_CONFIG)")
 @click.option("--drills", "drills_dir", help="extra directory of drill specs")
@@ -314,7 +314,7 @@ def _suite_run(name: str, cluster: str | None, job: str | None, config_path: str
 
 
 _suite_options = [
-    click.option("--cluster", help="cluster name (default: the suite's, else local)"),
+    click.option("--cluster", help="cluster name (default: the suite's, else local; env DRILLBIT_CLUSTER)"),
     click.option("--job", help="job profile for every drill (default: the suite's / each drill's)"),
     click.option("--config", "config_path", help="drill.yaml path"),
     click.option("--reports", "reports_dir", help="where run folders go"),

@@ -22,11 +22,11 @@ import psutil
 from drillbit.checks import CheckResult, check
 from drillbit.checks.recovery import Measurements, measure
 from drillbit.errors import DrillError
-from drillbit.executors.local import LaunchedJob, LocalExecutor, expand
+from drillbit.executors import make_executor
+from drillbit.executors.cluster import expand
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
 from drillbit.history import Event, History
-from drillbit.lease import Lease
 from drillbit.model.simulate import Scenario
 from drillbit.probes.logs import EventsProbe, HeartbeatProbe, LogProbe, ProgressProbe
 from drillbit.probes.preset import load as load_preset
@@ -106,11 +106,10 @@ class DrillRunner:
         self.params = self.fault.Params.model_validate(spec.fault.params)
         for name in ("checkpoint_dir", "node_pool"):  # where the job keeps them, unless the spec says
             if getattr(self.params, name, "unset") is None and getattr(job, name):
-                self.params = self.params.model_copy(update={name: expand(getattr(job, name), run_dir)})
+                self.params = self.params.model_copy(update={name: expand(getattr(job, name), {"run_dir": str(run_dir)})})
         self.history = History(run_dir / "history.jsonl")
-        self.executor = LocalExecutor(run_dir)
-        self.agent = self.executor.agents["local"]
-        self.launched: LaunchedJob | None = None
+        self.executor = make_executor(cluster_name, cluster, run_dir)
+        self.launched = None
         self.probes: list[LogProbe] = []
         self.handles: list[Handle] = []
         self.targets: list[ProcRef] = []
@@ -128,9 +127,6 @@ class DrillRunner:
 
     def _last_step(self) -> Event | None:
         return self._steps[-1] if self._steps else None
-
-    def _root_pid(self) -> int | None:
-        return self.launched.pid if self.launched else self.job.attach_pid
 
     def _job_exited(self) -> int | None:
         if self.launched is not None:
@@ -158,13 +154,14 @@ class DrillRunner:
 
         for s in previous:
             signal.signal(s, interrupt)
-        lease = Lease(self.cluster_name, holder=f"drill {self.spec.name} ({self.run_dir.name})")
-        leased = False
+        lease = None
         try:
             self.preflight()
-            lease.acquire()
-            leased = True
-            self.agent.arm(ProcRef.of(psutil.Process()))
+            lease = self.executor.acquire(f"drill {self.spec.name} ({self.run_dir.name})")
+            try:
+                self.executor.start(ProcRef.of(psutil.Process()))
+            finally:
+                self._record_notes()
             self.launch()
             self.steady()
             self.inject()
@@ -183,9 +180,11 @@ class DrillRunner:
                 self.heal()
                 self.teardown()
             finally:
-                self.agent.disarm()
-                if leased:
-                    lease.release()
+                try:
+                    self.executor.close()
+                finally:
+                    if lease is not None:
+                        lease.release()
                 for s, handler in previous.items():
                     signal.signal(s, handler)
         self.record("drill.end", error=error)
@@ -193,6 +192,12 @@ class DrillRunner:
         result = check(self.spec, self.history, baseline=self.baseline, scenarios=self.scenarios)
         return RunOutcome(run_dir=self.run_dir, history=self.history, result=result, targets=self.targets,
                           handles=self.handles, error=error, started_at=started, finished_at=time.time())
+
+    def _record_notes(self) -> None:
+        """What the executor learned while starting (agents ready, clock offsets)."""
+        for kind, data in self.executor.notes:
+            self.record(kind, **data)
+        self.executor.notes.clear()
 
     def preflight(self) -> None:
         self.ui.phase("preflight", f"cluster {self.cluster_name}, job {self.job_name}")
@@ -258,7 +263,7 @@ class DrillRunner:
 
     def inject(self) -> None:
         self._wait_trigger()
-        ranks = self.agent.find_ranks(self.job.ranks, root_pid=self._root_pid())
+        ranks = self.executor.find_ranks(self.job.ranks, self.job.attach_pid)
         self.targets = select_targets(ranks, self.spec.fault.targets)
         plan = self.fault.plan(self.targets, self.params)
         self.record("fault.plan", action=plan.action, heal=plan.heal,
@@ -267,11 +272,11 @@ class DrillRunner:
         params = self.params.model_dump()
         for target in self.targets:
             t_call = time.time()
-            handle = self.agent.inject(self.spec.fault.type, target, params)
+            handle = self.executor.inject(self.spec.fault.type, target, params)
             self.handles.append(handle)
             self.history.record(HARNESS, "fault.inject", t=t_call, node=target.node, rank=target.rank,
                                 pid=target.pid, fault=self.spec.fault.type, params=params)
-        evidence = [self.agent.confirm(h) for h in self.handles]
+        evidence = [self.executor.confirm(h) for h in self.handles]
         if any(e is None for e in evidence):
             missing = [h.target.rank for h, e in zip(self.handles, evidence) if e is None]
             self.record("fault.unconfirmed", reason=f"no evidence of effect on rank(s) {missing}")
@@ -339,10 +344,11 @@ class DrillRunner:
     def heal(self, timeout: float = 60.0) -> None:
         """Heal every active fault. Each heal runs with a deadline, so one that blocks cannot
         keep teardown from stopping the job; it is recorded as a failed heal instead."""
-        self.ui.phase("heal", f"{len(self.agent.active())} active fault(s)")
-        for handle in self.agent.active():
+        active = self.executor.active()
+        self.ui.phase("heal", f"{len(active)} active fault(s)")
+        for handle in active:
             box: list = []
-            worker = threading.Thread(target=lambda h=handle: box.append(self.agent.heal(h)), daemon=True)
+            worker = threading.Thread(target=lambda h=handle: box.append(self.executor.heal(h)), daemon=True)
             worker.start()
             worker.join(timeout)
             if not box:
@@ -350,9 +356,10 @@ class DrillRunner:
                             detail=f"the heal did not finish in {timeout:g} s")
                 continue
             report = box[0]
-            self.history.record(HARNESS, "fault.heal", t=report.t, rank=handle.target.rank, pid=handle.target.pid,
+            self.history.record(HARNESS, "fault.heal", t=report.t, node=handle.target.node, rank=handle.target.rank,
+                                pid=handle.target.pid,
                                 healed=report.healed, verified=report.verified, detail=report.detail)
-        left = self.agent.active()
+        left = self.executor.active()
         if left:
             self.record("heal.failed", faults=[h.model_dump() for h in left])
 
@@ -363,6 +370,5 @@ class DrillRunner:
             self.ui.phase("teardown", "stopping the job")
             already = self.launched.exit_code()
             code = self.launched.stop()
-            self.agent.release_job()
             self.record("job.stop", code=code, exited_before=already is not None)
 

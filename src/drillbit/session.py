@@ -5,6 +5,7 @@ This is what ``drill run`` and the tests call; the CLI only parses and prints.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ def resolve(drill: str, *, cluster: str | None = None, job: str | None = None, c
             drills_dir: str | None = None) -> Resolved:
     config = load_config(find_config(config_path))
     spec = load_drill(resolve_drill(drill, drills_dir), config)
-    cluster_name = cluster or config.default_cluster
+    cluster_name = cluster or os.environ.get("DRILLBIT_CLUSTER") or config.default_cluster
     job_name = job or spec.job or config.default_job
     problems = []
     if cluster_name not in config.clusters:

@@ -7,6 +7,7 @@ the worst verdict's (DESIGN.md).
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,7 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
               before: Callable[[Resolved], bool] | None = None,
               after: Callable[[Resolved, dict[str, Any]], None] | None = None) -> SuiteRun:
     """Run each drill in order. ``before`` may veto a drill (a game-day confirmation)."""
-    cluster = cluster or suite.cluster
+    cluster = cluster or os.environ.get("DRILLBIT_CLUSTER") or suite.cluster
     allowed = max_regression if max_regression is not None else suite.max_regression
     run: SuiteRun | None = None
     resolved_all = [resolve(e.drill, cluster=cluster, job=job or e.job or suite.job, config_path=config_path)

@@ -14,6 +14,7 @@ from drillbit.faults.base import Fault, Params
 # drillbit's own faults; other packages add theirs under the entry point.
 _BUILTIN = {
     "kill-rank": "drillbit.faults.kill_rank:KillRank",
+    "kill-node": "drillbit.faults.kill_node:KillNode",
     "hang-collective": "drillbit.faults.hang_collective:HangCollective",
     "corrupt-checkpoint": "drillbit.faults.corrupt_checkpoint:CorruptCheckpoint",
     "slow-rank": "drillbit.faults.slow_rank:SlowRank",

@@ -20,7 +20,14 @@ from pathlib import Path
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--nproc", type=int, default=None, help="ranks per node (default: 4 ranks over all nodes)")
+    p.add_argument("--nnodes", type=int, default=1,
+                   help="nodes; above 1 each node runs one launcher and torchrun rendezvouses over c10d")
+    p.add_argument("--min-nodes", type=int, default=None,
+                   help="elastic: the job goes on with this many nodes when one is lost (default: nnodes)")
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--node-name", default=None, help="this node's name (events carry it)")
+    p.add_argument("--rdzv-endpoint", default=None, help="host:port of the c10d rendezvous store (node 0 hosts it)")
     p.add_argument("--max-restarts", type=int, default=3)
     p.add_argument("--monitor-interval", type=float, default=0.5)
     p.add_argument("--steps", type=int, default=1_000_000)
@@ -45,9 +52,20 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     from drillbit.reference import nodepool
 
-    nodepool.init(run_dir / "pool.json", args.spares)
+    primary = args.node_rank == 0
+    args.nproc = args.nproc or max(1, 4 // args.nnodes)
+    if primary:
+        nodepool.init(run_dir / "pool.json", args.spares)
+    if args.nnodes > 1:
+        if not args.rdzv_endpoint:
+            raise SystemExit("--rdzv-endpoint is needed with --nnodes above 1")
+        rdzv = ["--nnodes", f"{args.min_nodes or args.nnodes}:{args.nnodes}", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", run_dir.name,
+                "--rdzv-conf", f"is_host={int(primary)},last_call_timeout=2,join_timeout=120"]
+    else:
+        rdzv = ["--standalone", "--nnodes", "1"]
     torchrun = [
-        py, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+        py, "-m", "torch.distributed.run", *rdzv,
         "--nproc-per-node", str(args.nproc), "--max-restarts", str(args.max_restarts),
         "--monitor-interval", str(args.monitor_interval),
         "-m", "drillbit.reference.train",
@@ -61,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     # LOGLEVEL=INFO makes torchrun print "Worker group FAILED. k/M attempts left; will restart
     # worker group", which the torchrun signal preset reads.
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", LOGLEVEL="INFO")
+    if args.node_name:
+        env["DRILLBIT_NODE"] = args.node_name
+    if args.nnodes > 1 and args.store_fix:
+        # across nodes the per-attempt prefix does not work (a node whose peers failed restarts
+        # without counting an attempt); a store of its own per rendezvous round does
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     with open(run_dir / "launcher.log", "ab") as out:
         agent = subprocess.Popen(torchrun, stdout=out, stderr=subprocess.STDOUT, env=env)
     children = [agent]
@@ -71,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             env=env,
         ))
 
-    if args.straggler != "off":
+    if args.straggler != "off" and primary:  # one detector reads the whole fleet's compute times
         children.append(subprocess.Popen(
             [py, "-m", "drillbit.reference.straggler", "--events", str(events), "--rule", args.straggler,
              "--agent-pid", str(agent.pid)], env=env,

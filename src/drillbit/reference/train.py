@@ -60,7 +60,8 @@ def init_process_group(store_fix: bool, attempt: int) -> None:
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     timeout = datetime.timedelta(minutes=30)  # gloo's default: a hang is not caught by it
-    if not store_fix:
+    if not store_fix or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "False":
+        # without the fix; or across nodes, where each rendezvous round brings a fresh store
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
         return
     base = dist.TCPStore(
@@ -149,8 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         node = nodepool.read(Path(args.pool))["active"]
     if rank == 0:
         log.emit("worker.start", attempt=attempt, world=world, pid=os.getpid())
-        if attempt > 0:
+        # across nodes, a node whose peers failed restarts its workers without counting an
+        # attempt; a worker group started after the first is a restart all the same
+        started = Path(args.ckpt_dir).parent / ".worker-started"
+        if attempt > 0 or started.exists():
             log.emit("restart", attempt=attempt)
+        started.touch()
     pool = Path(args.pool) if args.pool else None
     if pool is not None and rank == 0:
         state = nodepool.read(pool)

@@ -9,30 +9,78 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 
 from drillbit.spec.models import Duration, Strict
 
 
+class SshHost(Strict):
+    name: str = Field(description="the node's name in reports (e.g. the Slurm node name)")
+    host: str
+    port: int = 22
+    user: str | None = None
+    key_filename: str | None = Field(None, description="private key for this host (default: ssh-agent / ~/.ssh)")
+    password: SecretStr | None = Field(None, description="prefer keys; never written to reports or logs")
+    python: str = Field("python3", description="interpreter on the host that has drillbit installed")
+    state_dir: str = Field("/tmp/drillbit", description="where the agent keeps its registry on the host")
+
+
 class ClusterSpec(Strict):
-    engine: Literal["local"] = "local"
+    engine: Literal["process", "ray", "ssh"] = "ray"
     description: str = ""
     protected: bool = Field(False, description="refuse every drill (e.g. production)")
+    # ray
+    address: str | None = Field(None, description="a running Ray cluster (host:port); none: the embedded "
+                                                  "local cluster, started and stopped by the drill")
+    nodes: int | None = Field(None, ge=1, description="nodes to use (embedded: nodes to simulate, default 2)")
+    cpus_per_node: int = Field(2, ge=1, description="embedded cluster: logical CPUs per simulated node")
+    # ssh
+    hosts: list[SshHost] = Field(default_factory=list)
+    known_hosts: str | None = Field(None, description="known_hosts file; unknown or changed host keys are refused "
+                                                      "(default: ~/.ssh/known_hosts)")
+    # dead-man's switch
+    deadman: Duration = Field(5.0, description="an agent that hears no heartbeat this long heals on its own")
+    job_grace: Duration = Field(30.0, description="after healing on its own, how long an agent lets the job "
+                                                  "run before stopping it")
+    simulate_clock_skew: dict[str, float] = Field(
+        default_factory=dict, description="test aid: shift a node agent's clock by this many seconds, to "
+                                          "check the controller's clock-offset correction")
+
+    @model_validator(mode="after")
+    def _engine_fields(self) -> "ClusterSpec":
+        if self.engine == "ssh" and not self.hosts:
+            raise ValueError("engine ssh needs hosts")
+        if self.engine != "ssh" and self.hosts:
+            raise ValueError(f"hosts are for engine ssh, not {self.engine}")
+        if self.engine != "ray" and self.address:
+            raise ValueError(f"address is for engine ray, not {self.engine}")
+        return self
 
 
 class LaunchSpec(Strict):
-    command: list[str] = Field(min_length=1)
+    command: list[str] = Field(min_length=1, description="placeholders: {run_dir} {python} {node} {node_rank} "
+                                                          "{nnodes} {head} {port} {ray_address}")
+    per_node: bool = Field(False, description="run the command on every node (one launcher per node), "
+                                              "not only the first")
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     stop_timeout: Duration = 20.0
 
 
 class RankDiscovery(Strict):
-    """How rank processes are found on a node."""
+    """How rank processes are found on a node: by command line and RANK in the process
+    environment, or by pid files that the ranks write (Ray Train workers)."""
 
-    cmdline: str = Field(description="regex that a rank's command line matches")
+    cmdline: str | None = Field(None, description="regex that a rank's command line matches")
     rank_env: str = "RANK"
     exclude_cmdline: str | None = Field(None, description="regex of processes to skip (e.g. the launcher)")
+    pidfiles: str | None = Field(None, description="glob of JSON pid files {pid, rank, node_id}")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "RankDiscovery":
+        if (self.cmdline is None) == (self.pidfiles is None):
+            raise ValueError("give exactly one of cmdline and pidfiles")
+        return self
 
 
 class JobProfile(Strict):
@@ -60,8 +108,9 @@ def _reference(description: str, *flags: str) -> JobProfile:
     return JobProfile(
         description=description,
         presets=["reference", "torchrun"],
-        launch=LaunchSpec(command=["{python}", "-m", "drillbit.reference.launch",
-                                   "--run-dir", "{run_dir}/job", *flags]),
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.reference.launch", "--run-dir", "{run_dir}/job",
+                                   "--nnodes", "{nnodes}", "--node-rank", "{node_rank}", "--node-name", "{node}",
+                                   "--rdzv-endpoint", "{head}:{port}", *flags], per_node=True),
         ranks=RankDiscovery(cmdline=r"-m drillbit\.reference\.train\b",
                             exclude_cmdline=r"torch\.distributed\.run"),
         logs=["{run_dir}/job/events.log", "{run_dir}/job/launcher.log"],
@@ -72,7 +121,10 @@ def _reference(description: str, *flags: str) -> JobProfile:
 
 
 BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
-    "local": ClusterSpec(engine="local", description="embedded: this machine, 127.0.0.1"),
+    "local": ClusterSpec(engine="ray", nodes=2, description="embedded: a Ray cluster of 2 simulated nodes on "
+                                                            "127.0.0.1, started and stopped by the drill"),
+    "local-process": ClusterSpec(engine="process", description="one node, the agent in the drill's own "
+                                                               "process; no Ray"),
 }
 
 BUILTIN_JOBS: dict[str, JobProfile] = {
