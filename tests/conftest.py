@@ -9,7 +9,8 @@ import time
 import psutil
 import pytest
 
-MARKERS = ("drillbit.reference", "drillbit.agent")
+MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.executors", "ray::", "gcs_server", "raylet",
+           "ray/dashboard", "ray/autoscaler", "log_monitor.py", "sshd -D")
 
 
 def _leftovers() -> list[str]:
@@ -33,7 +34,7 @@ def _leftovers() -> list[str]:
 def no_leftover_processes():
     before = set(_leftovers())
     yield
-    deadline = time.time() + 15
+    deadline = time.time() + 60  # an orphaned Ray cluster goes down once its agents are done
     left = [p for p in _leftovers() if p not in before]
     while left and time.time() < deadline:
         time.sleep(0.25)

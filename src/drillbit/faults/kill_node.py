@@ -6,17 +6,21 @@ the other nodes must notice, re-rendezvous without it (or with a replacement) an
 OPT-175B lost ~2 machines a day on ~128 hosts; Llama 3 405B had 419 unexpected
 interruptions in 54 days (FACTS.md).
 
-The node's job is the target rank's process group: the launcher a node agent (or Slurm)
-started in a session of its own, with torchrun, the ranks and their helpers under it.
-Everything in that group gets SIGKILL. The drill's own processes are never in it.
+The node's job is the tree under the target rank's launcher: from the rank, climb through
+parents whose command line matches ``launcher`` (torchrun, the reference launcher), then
+SIGKILL that root and every descendant — ranks, helpers, torchrun, the watchdog.
+(torchrun starts each worker in a session of its own, so a process group does not span
+the node's job.) The drill's own processes are never in that tree.
 Nothing to heal: the node stays down until the drill ends, as a dead host would.
 """
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 import psutil
+from pydantic import Field
 
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
 from drillbit.faults.ckptfile import wait_gone
@@ -24,24 +28,29 @@ from drillbit.proc import ProcRef
 
 
 class KillNodeParams(Params):
+    launcher: str = Field(r"torch\.distributed\.run|torchrun|drillbit\.reference\.launch",
+                          description="regex of the command lines above a rank that belong to the node's job")
     confirm_timeout_s: float = 10.0
 
 
-def group_of(target: ProcRef) -> list[ProcRef]:
-    """Every live process in the target's process group (the node's job)."""
+def job_tree(target: ProcRef, launcher: str) -> list[ProcRef]:
+    """The node's job: the top-most launcher above the target, and everything under it."""
     proc = target.process()
     if proc is None:
         return []
-    pgid = os.getpgid(proc.pid)
-    if pgid in (os.getpgid(0), 1):
-        raise ValueError(f"rank {target.rank} shares process group {pgid} with the drill itself; "
-                         "kill-node needs the job launched in a session of its own")
+    pattern = re.compile(launcher)
+    mine = {p.pid for p in psutil.Process().parents()} | {os.getpid()}
+    root = proc
+    for parent in proc.parents():
+        if parent.pid in mine or not pattern.search(" ".join(parent.cmdline())):
+            break
+        root = parent
     members = []
-    for p in psutil.process_iter():
+    for p in [root, *root.children(recursive=True)]:
         try:
-            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+            if p.pid not in mine and p.status() != psutil.STATUS_ZOMBIE:
                 members.append(ProcRef.of(p, node=target.node))
-        except (ProcessLookupError, psutil.NoSuchProcess):
+        except psutil.NoSuchProcess:
             continue
     return members
 
@@ -59,7 +68,7 @@ class KillNode(Fault):
                     heal="nothing to undo; the node stays down and the job must go on without it")
 
     def inject(self, target: ProcRef, params: KillNodeParams) -> Handle:
-        members = group_of(target)
+        members = job_tree(target, params.launcher)
         for member in members:
             member.send(signal.SIGKILL)
         return Handle(fault=self.name, target=target, params=params.model_dump(),

@@ -23,8 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc", type=int, default=None, help="ranks per node (default: 4 ranks over all nodes)")
     p.add_argument("--nnodes", type=int, default=1,
                    help="nodes; above 1 each node runs one launcher and torchrun rendezvouses over c10d")
-    p.add_argument("--min-nodes", type=int, default=None,
-                   help="elastic: the job goes on with this many nodes when one is lost (default: nnodes)")
+    p.add_argument("--min-nodes", default=None,
+                   help="elastic: the job goes on with this many nodes when one is lost (default: one less "
+                        "than --nnodes; equal to it, the job waits for the lost node)")
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--node-name", default=None, help="this node's name (events carry it)")
     p.add_argument("--rdzv-endpoint", default=None, help="host:port of the c10d rendezvous store (node 0 hosts it)")
@@ -59,9 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.nnodes > 1:
         if not args.rdzv_endpoint:
             raise SystemExit("--rdzv-endpoint is needed with --nnodes above 1")
-        rdzv = ["--nnodes", f"{args.min_nodes or args.nnodes}:{args.nnodes}", "--rdzv-backend", "c10d",
+        min_nodes = int(args.min_nodes) if args.min_nodes else args.nnodes - 1
+        rdzv = ["--nnodes", f"{min_nodes}:{args.nnodes}", "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", run_dir.name,
-                "--rdzv-conf", f"is_host={int(primary)},last_call_timeout=2,join_timeout=120"]
+                "--rdzv-conf", f"is_host={int(primary)},last_call_timeout=3,join_timeout=120"]
     else:
         rdzv = ["--standalone", "--nnodes", "1"]
     torchrun = [

@@ -136,6 +136,8 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
     "reference-nostraggler": _reference("reference job without a straggler detector", "--straggler", "off"),
     "reference-naivereplace": _reference("reference job whose node replacement waits on one call and takes "
                                          "whatever node comes back", "--replace-policy", "naive"),
+    "reference-rigid": _reference("reference job that needs every node (--nnodes N:N): it waits in rendezvous "
+                                  "for a lost node instead of going on without it", "--min-nodes", "{nnodes}"),
     "reference-nvrx": _reference("reference job whose straggler detector uses NVRx's rule "
                                  "(speed / fastest < 0.75)", "--straggler", "nvrx"),
 }
