@@ -17,7 +17,8 @@ def make_executor(name: str, cluster: ClusterSpec, run_dir: Path):
 
         return RayExecutor(run_dir, name, address=cluster.address, nodes=cluster.nodes,
                            cpus_per_node=cluster.cpus_per_node, deadman_s=cluster.deadman,
-                           job_grace_s=cluster.job_grace, skew=cluster.simulate_clock_skew)
+                           job_grace_s=cluster.job_grace, skew=cluster.simulate_clock_skew,
+                           lease_ttl=cluster.lease_ttl)
     if cluster.engine == "ssh":
         from drillbit.executors.ssh import SshExecutor
 

@@ -214,6 +214,17 @@ def keep(nodes: int, cpus: int, state_dir: Path, controller: ProcRef, linger: fl
     return 0
 
 
+def reachable(address: str | None, timeout: float = 5.0) -> None:
+    """Fail fast on an address nobody answers at (ray.init would retry for minutes)."""
+    if not address or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as exc:
+        raise DrillError(f"cannot reach the Ray cluster at {address}: {exc}") from None
+
+
 # --- the executor ---------------------------------------------------------------------------
 class RayExecutor(AgentExecutor):
     """Agents as Ray actors on a running cluster (``address``) or the embedded one."""
@@ -222,13 +233,14 @@ class RayExecutor(AgentExecutor):
 
     def __init__(self, run_dir: Path, cluster_name: str, *, address: str | None, nodes: int | None,
                  cpus_per_node: int = 2, deadman_s: float = 5.0, job_grace_s: float = 30.0,
-                 skew: dict[str, float] | None = None) -> None:
+                 skew: dict[str, float] | None = None, lease_ttl: float = 15.0) -> None:
         super().__init__(run_dir, deadman_s=deadman_s, job_grace_s=job_grace_s)
         self.cluster_name = cluster_name
         self.address = address
         self.nodes = nodes
         self.embedded = EmbeddedCluster(run_dir, nodes or 2, cpus_per_node) if address is None else None
         self.skew = skew or {}
+        self.lease_ttl = lease_ttl
         self.actors: dict[str, Any] = {}
         self.lease: RayLease | None = None
         self._controller: ProcRef | None = None
@@ -246,6 +258,7 @@ class RayExecutor(AgentExecutor):
             assert self._controller is not None
             address = self.embedded.start(self._controller)
         self.values["ray_address"] = address or ""
+        reachable(address)
         extra = {"_node_ip_address": "127.0.0.1"} if self.embedded is not None else {}
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR",
                  configure_logging=False, **extra)
@@ -258,7 +271,7 @@ class RayExecutor(AgentExecutor):
             lease.acquire()
             return lease
         self._init()
-        self.lease = RayLease(self.cluster_name, holder)
+        self.lease = RayLease(self.cluster_name, holder, self.lease_ttl)
         self.lease.acquire()
         return self.lease
 
@@ -296,12 +309,10 @@ class RayExecutor(AgentExecutor):
         return clients
 
     def _beat(self) -> None:
-        lease_every = 0
         while self._beating.is_set():
             for client in list(self.clients.values()):
                 client.beat()
-            lease_every += 1
-            if self.lease is not None and lease_every % 2 == 0:
+            if self.lease is not None:
                 self.lease.renew()
             time.sleep(self.heartbeat_s)
 

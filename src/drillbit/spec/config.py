@@ -34,6 +34,8 @@ class ClusterSpec(Strict):
                                                   "local cluster, started and stopped by the drill")
     nodes: int | None = Field(None, ge=1, description="nodes to use (embedded: nodes to simulate, default 2)")
     cpus_per_node: int = Field(2, ge=1, description="embedded cluster: logical CPUs per simulated node")
+    lease_ttl: Duration = Field(15.0, description="a running cluster's lease expires when its holder has not "
+                                                  "renewed it for this long (the holder died)")
     # ssh
     hosts: list[SshHost] = Field(default_factory=list)
     known_hosts: str | None = Field(None, description="known_hosts file; unknown or changed host keys are refused "

@@ -1,0 +1,73 @@
+"""The lease on a running Ray cluster: a named detached actor. A second drill is refused
+while the first holds it, with a message naming the holder; a dead holder's lease expires."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from drillbit.executors.ray import EmbeddedCluster
+from drillbit.proc import ProcRef
+from drillbit.session import execute, resolve
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent / "drills"
+
+HOLD = """
+import sys, time
+from drillbit.executors.ray import RayLease, loopback_env
+loopback_env()  # before ray is imported
+import ray
+ray.init(address=sys.argv[1], namespace="drillbit", log_to_driver=False, _node_ip_address="127.0.0.1")
+lease = RayLease("staging", sys.argv[2], ttl=4.0)
+lease.acquire()
+print("held", flush=True)
+while True:
+    lease.renew()
+    time.sleep(1)
+"""
+
+
+@pytest.fixture()
+def running_cluster(tmp_path):
+    """A Ray cluster that is already up when the drill starts, as staging would be."""
+    cluster = EmbeddedCluster(tmp_path, nodes=2, cpus_per_node=2)
+    address = cluster.start(ProcRef.of(psutil.Process()))
+    (tmp_path / "drill.yaml").write_text(
+        f"clusters:\n  staging:\n    engine: ray\n    address: '{address}'\n    lease_ttl: 4s\n")
+    yield address, tmp_path / "drill.yaml"
+    cluster.stop()
+
+
+def hold(address: str, who: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, address, who], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if line.strip() != "held":
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"the holder could not take the lease: {line!r}")
+    return proc
+
+
+def test_second_drill_refused_while_held_and_a_dead_holders_lease_expires(running_cluster, tmp_path):
+    address, config = running_cluster
+    holder = hold(address, "game-day drill by alice")
+    try:
+        payload, outcome = execute(resolve(str(HERE / "kill-rank-fast.yaml"), cluster="staging",
+                                           config_path=str(config)), reports_dir=str(tmp_path / "r"))
+        assert payload["verdict"] in ("aborted", "error"), payload["verdict"]
+        text = " ".join(payload["reasons"]) + (payload.get("error") or "")
+        assert "is held by game-day drill by alice" in text
+        kinds = [e.kind for e in outcome.history]
+        assert "job.launch" not in kinds and "fault.inject" not in kinds  # nothing touched
+    finally:
+        holder.kill()  # dies without releasing
+        holder.wait()
+    time.sleep(4.5)  # past the lease's TTL
+    second = hold(address, "the next drill")
+    second.kill()
+    second.wait()
