@@ -270,8 +270,11 @@ class AgentService:
         self._armed = None
 
     def shutdown(self) -> None:
+        """The controller is done with this agent: a job it launched does not outlive it."""
         self._armed = None
         self._stop.set()
+        if self._job is not None and self._job.poll() is None:
+            self.stop_job(20.0)
 
     def _watch(self) -> None:
         while not self._stop.wait(0.2):
@@ -323,6 +326,19 @@ class AgentService:
             code = self._job.wait()
         self.agent.release_job()
         return code
+
+    def lease_acquire(self, cluster: str, holder: str) -> None:
+        """Hold the cluster's lease (a file lock on this host) for as long as this agent lives."""
+        from drillbit.lease import Lease
+
+        self._lease = Lease(cluster, holder)
+        self._lease.acquire()
+
+    def lease_release(self) -> None:
+        lease = getattr(self, "_lease", None)
+        if lease is not None:
+            lease.release()
+            self._lease = None
 
     def free_port(self) -> int:
         with socket.socket() as s:
@@ -390,6 +406,7 @@ def serve(service: AgentService, inp=None, out=None) -> int:
     if service._armed is not None:
         service._beat = 0.0  # the controller's channel closed: no heartbeat will come again
         done.wait()
+    service.shutdown()
     return 0
 
 

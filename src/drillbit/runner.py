@@ -205,6 +205,10 @@ class DrillRunner:
             raise DrillError(f"cluster {self.cluster_name!r} is protected; drills are refused there")
         if self.job.launch is None and self.job.attach_pid is None:
             raise DrillError(f"job profile {self.job_name!r} has neither launch nor attach_pid")
+        if self.job.launch is not None and self.cluster.engine != "ray" and any(
+                "{ray_address}" in a for a in self.job.launch.command):
+            raise DrillError(f"job profile {self.job_name!r} runs on Ray; cluster {self.cluster_name!r} is "
+                             f"engine {self.cluster.engine} (try --cluster local)")
 
     def launch(self) -> None:
         if self.job.launch is not None:
@@ -263,7 +267,10 @@ class DrillRunner:
 
     def inject(self) -> None:
         self._wait_trigger()
-        ranks = self.executor.find_ranks(self.job.ranks, self.job.attach_pid)
+        discovery = self.job.ranks
+        if discovery.pidfiles:
+            discovery = discovery.model_copy(update={"pidfiles": expand(discovery.pidfiles, {"run_dir": str(self.run_dir)})})
+        ranks = self.executor.find_ranks(discovery, self.job.attach_pid)
         self.targets = select_targets(ranks, self.spec.fault.targets)
         plan = self.fault.plan(self.targets, self.params)
         self.record("fault.plan", action=plan.action, heal=plan.heal,

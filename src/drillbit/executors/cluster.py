@@ -140,7 +140,7 @@ class AgentExecutor:
         raise NotImplementedError
 
     def start(self, controller: ProcRef) -> None:
-        self.clients = self.connect()
+        self.clients = self.clients or self.connect()
         for client in self.clients.values():
             offset, rtt = client.measure_offset()
             self.notes.append(("agent.clock", {"node": client.node, "offset_s": round(offset, 6),
@@ -176,9 +176,14 @@ class AgentExecutor:
         nodes = list(self.clients)
         head = nodes[0]
         port = str(self.clients[head].call("free_port"))
-        return {n: {**self.values, "node": n, "node_rank": str(i), "nnodes": str(len(nodes)),
+        return {n: {**self.values, "python": self.python_for(n), "node": n, "node_rank": str(i),
+                    "nnodes": str(len(nodes)),
                     "head": self.head_host(), "port": port}
                 for i, n in enumerate(nodes)}
+
+    def python_for(self, node: str) -> str:
+        """The interpreter for {python} on that node."""
+        return sys.executable
 
     def head_host(self) -> str:
         """The address other nodes reach the first node at (the rendezvous host)."""

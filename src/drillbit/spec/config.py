@@ -122,6 +122,17 @@ def _reference(description: str, *flags: str) -> JobProfile:
     )
 
 
+def _raytrain(description: str, *flags: str) -> JobProfile:
+    return JobProfile(
+        description=description,
+        presets=["reference", "ray-train"],
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.reference.raytrain", "--run-dir", "{run_dir}/job",
+                                   "--address", "{ray_address}", *flags], stop_timeout=30.0),
+        ranks=RankDiscovery(pidfiles="{run_dir}/job/pids/*.json"),
+        logs=["{run_dir}/job/events.log", "{run_dir}/job.out"],
+    )
+
+
 BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
     "local": ClusterSpec(engine="ray", nodes=2, description="embedded: a Ray cluster of 2 simulated nodes on "
                                                             "127.0.0.1, started and stopped by the drill"),
@@ -143,6 +154,16 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
     "reference-nvrx": _reference("reference job whose straggler detector uses NVRx's rule "
                                  "(speed / fastest < 0.75)", "--straggler", "nvrx"),
 }
+
+
+BUILTIN_JOBS.update({
+    "raytrain": _raytrain("4 Ray Train workers (TorchTrainer, CPU, gloo) with FailureConfig(max_failures=3), "
+                          "checkpoints through train.report, a 10 s collective timeout; Ray clusters only"),
+    "raytrain-nofailover": _raytrain("the Ray Train job with FailureConfig(max_failures=0): a lost worker ends "
+                                     "the run", "--max-failures", "0"),
+    "raytrain-notimeout": _raytrain("the Ray Train job with gloo's 30-minute collective timeout: a hung "
+                                    "all-reduce is never caught", "--collective-timeout", "1800"),
+})
 
 
 def with_builtins(config: DrillConfig) -> DrillConfig:

@@ -1,0 +1,139 @@
+"""Fault-to-effect latency through a Ray agent vs in-process, and a fan-out across nodes.
+
+Part 1: the same SIGSTOP fault (hang-collective) applied to a real sleeping process and
+confirmed, --runs times, by the in-process NodeAgent and by a NodeAgent actor on the
+embedded Ray cluster (2 nodes); prints the medians and their ratio.
+Part 2: the embedded cluster with --nodes simulated nodes (default 8) and --per-node target
+processes each (default 8: 64 in all); one fault applied to every target at once, then
+healed. Prints the median and p90 latency per target (inject call to confirmed effect, on
+the controller's clock), the wall time of the whole fan-out and of the heal, and the CPU
+time the controller spent. Repeated --rounds times; medians across rounds.
+
+    python bench/ray_fanout.py [--runs 20] [--nodes 8] [--per-node 8] [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+
+from drillbit.agent import NodeAgent
+from drillbit.executors.ray import RayExecutor
+from drillbit.proc import ProcRef
+
+FAULT, PARAMS = "hang-collective", {"method": "sigstop", "confirm_timeout_s": 5.0}
+
+
+def sleepers(n: int) -> list[subprocess.Popen]:
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) for _ in range(n)]
+    time.sleep(0.5)
+    return procs
+
+
+def apply_and_heal(agent, target: ProcRef) -> float:
+    t0 = time.perf_counter()
+    handle = agent.inject(FAULT, target, PARAMS)
+    evidence = agent.confirm(handle)
+    elapsed = time.perf_counter() - t0
+    assert evidence is not None
+    assert agent.heal(handle).verified
+    return elapsed
+
+
+def single(executor: RayExecutor, runs: int, tmp: Path) -> tuple[float, float]:
+    local = NodeAgent("local", tmp / "local.json")
+    procs = sleepers(1)
+    try:
+        ref = ProcRef.of(psutil.Process(procs[0].pid), rank=0, node="node-1")
+        here = [apply_and_heal(local, ref) for _ in range(runs)]
+        ray = [apply_and_heal(executor, ref) for _ in range(runs)]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return statistics.median(here), statistics.median(ray)
+
+
+def fanout(executor: RayExecutor, nodes: list[str], per_node: int) -> dict[str, float]:
+    procs = sleepers(len(nodes) * per_node)
+    try:
+        targets = [ProcRef.of(psutil.Process(p.pid), rank=i, node=nodes[i // per_node]) for i, p in enumerate(procs)]
+        me = psutil.Process()
+        cpu0 = sum(me.cpu_times()[:2])
+        t0 = time.perf_counter()
+
+        def one(target: ProcRef):
+            handle = executor.inject(FAULT, target, PARAMS)
+            evidence = executor.confirm(handle)
+            assert evidence is not None
+            return handle, time.perf_counter() - t0
+
+        with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+            done = list(pool.map(one, targets))
+        wall = time.perf_counter() - t0
+        assert all(psutil.Process(p.pid).status() == psutil.STATUS_STOPPED for p in procs)
+        t1 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+            reports = list(pool.map(lambda d: executor.heal(d[0]), done))
+        heal_wall = time.perf_counter() - t1
+        cpu = sum(me.cpu_times()[:2]) - cpu0
+        assert all(r.verified for r in reports)
+        lat = sorted(d[1] for d in done)
+        return {"median": statistics.median(lat), "p90": lat[int(0.9 * (len(lat) - 1))], "wall": wall,
+                "heal": heal_wall, "cpu": cpu}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--nodes", type=int, default=8)
+    ap.add_argument("--per-node", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    me = ProcRef.of(psutil.Process())
+    with tempfile.TemporaryDirectory() as tmp:
+        two = RayExecutor(Path(tmp) / "two", "bench2", address=None, nodes=2)
+        (Path(tmp) / "two").mkdir()
+        t = time.perf_counter()
+        two.start(me)
+        up2 = time.perf_counter() - t
+        try:
+            here, ray = single(two, args.runs, Path(tmp))
+        finally:
+            two.close()
+        print(f"embedded Ray cluster, 2 nodes: up and agents ready in {up2:.1f} s")
+        print(f"SIGSTOP fault to confirmed effect, median of {args.runs}:")
+        print(f"  in-process agent {here * 1000:7.2f} ms")
+        print(f"  Ray agent actor  {ray * 1000:7.2f} ms   ratio {ray / here:.1f}x")
+
+        big = RayExecutor(Path(tmp) / "big", "bench8", address=None, nodes=args.nodes, cpus_per_node=1)
+        (Path(tmp) / "big").mkdir()
+        t = time.perf_counter()
+        big.start(me)
+        up = time.perf_counter() - t
+        try:
+            rounds = [fanout(big, list(big.clients), args.per_node) for _ in range(args.rounds)]
+        finally:
+            big.close()
+    m = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    n = args.nodes * args.per_node
+    print(f"\nfan-out: {args.nodes} simulated nodes (up and agents ready in {up:.1f} s), {n} target processes, "
+          f"one fault each; median of {args.rounds} rounds:")
+    print(f"  latency per target  median {m['median'] * 1000:.1f} ms, p90 {m['p90'] * 1000:.1f} ms")
+    print(f"  all {n} confirmed     {m['wall'] * 1000:.1f} ms;  all healed and verified {m['heal'] * 1000:.1f} ms")
+    print(f"  controller CPU      {m['cpu'] * 1000:.0f} ms for inject + confirm + heal of {n} targets")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""A real OpenSSH server on 127.0.0.1 for the SSH executor's tests (Debian openssh-server;
+.ci/run installs it). Keys are made for the test; nothing outside tmp_path is used but
+the privilege-separation directory sshd insists on."""
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+@dataclass
+class Sshd:
+    port: int
+    user: str
+    key: Path
+    known_hosts: Path
+    host_pub: str
+    proc: subprocess.Popen
+
+
+def start_sshd(base: Path) -> Sshd:
+    base.mkdir(parents=True, exist_ok=True)
+    for name in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / name)], check=True)
+    (base / "authorized_keys").write_text((base / "client_key.pub").read_text())
+    os.chmod(base / "authorized_keys", 0o600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (base / "sshd_config").write_text(f"""
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {base / 'host_key'}
+PidFile {base / 'sshd.pid'}
+AuthorizedKeysFile {base / 'authorized_keys'}
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+""")
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    host_pub = (base / "host_key.pub").read_text().split()
+    (base / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(base / "sshd_config")],
+                            stdout=open(base / "sshd.log", "ab"), stderr=subprocess.STDOUT)
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError((base / "sshd.log").read_text())
+            time.sleep(0.1)
+    return Sshd(port=port, user=getpass.getuser(), key=base / "client_key", known_hosts=base / "known_hosts",
+                host_pub=" ".join(host_pub[:2]), proc=proc)
+
+
+def stop_sshd(sshd: Sshd) -> None:
+    sshd.proc.terminate()
+    try:
+        sshd.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        sshd.proc.kill()
+        sshd.proc.wait()

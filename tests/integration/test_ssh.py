@@ -1,0 +1,76 @@
+"""The SSH executor against a real sshd on 127.0.0.1: the same agent over Fabric, the
+same verdict as on the process and Ray engines, host keys checked, passwords kept out."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from drillbit.session import execute, resolve
+from tests.integration.sshd import start_sshd, stop_sshd
+
+HERE = Path(__file__).parent / "drills"
+
+
+@pytest.fixture()
+def sshd(tmp_path):
+    server = start_sshd(tmp_path / "sshd")
+    yield server
+    stop_sshd(server)
+
+
+def ssh_config(tmp_path: Path, sshd, *, known_hosts: Path | None = None, password: str | None = None,
+               hosts: int = 2) -> Path:
+    entries = []
+    for i in range(hosts):
+        host = {"name": f"host-{i}", "host": "127.0.0.1", "port": sshd.port, "user": sshd.user,
+                "key_filename": str(sshd.key), "python": sys.executable, "state_dir": str(tmp_path / f"agent-{i}")}
+        if password:
+            host["password"] = password
+        entries.append(host)
+    cluster = {"engine": "ssh", "known_hosts": str(known_hosts or sshd.known_hosts), "hosts": entries}
+    path = tmp_path / "drill.yaml"
+    path.write_text(json.dumps({"clusters": {"slurm": cluster}}))  # JSON is YAML
+    return path
+
+
+def run(drill: str, tmp_path: Path, config: Path, job: str = "reference") -> tuple[dict, Path]:
+    payload, outcome = execute(resolve(str(HERE / f"{drill}.yaml"), cluster="slurm", job=job,
+                                       config_path=str(config)), reports_dir=str(tmp_path / "reports"))
+    return payload, outcome.run_dir
+
+
+@pytest.mark.slow
+def test_kill_rank_over_ssh_passes_like_the_other_engines(tmp_path, sshd):
+    payload, run_dir = run("kill-rank-fast", tmp_path, ssh_config(tmp_path, sshd, password="hunter2-not-used"))
+    assert payload["verdict"] == "pass", payload["reasons"]
+    events = [json.loads(l) for l in (run_dir / "history.jsonl").read_text().splitlines()]
+    assert {e["node"] for e in events if e["kind"] == "agent.ready"} == {"host-0", "host-1"}
+    inject = next(e for e in events if e["kind"] == "fault.inject")
+    assert inject["node"] == "host-1"  # rank 2: the second host's first rank
+    # no password in anything the drill wrote
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert b"hunter2-not-used" not in path.read_bytes(), path
+
+
+@pytest.mark.slow
+def test_kill_rank_over_ssh_fails_without_the_store_fix(tmp_path, sshd):
+    payload, _ = run("kill-rank-fast", tmp_path, ssh_config(tmp_path, sshd), job="reference-nostorefix")
+    assert payload["verdict"] == "fail"
+
+
+def test_unknown_host_key_is_refused_and_nothing_runs(tmp_path, sshd):
+    wrong = tmp_path / "wrong_known_hosts"
+    import subprocess
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    pub = (tmp_path / "other.pub").read_text().split()
+    wrong.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
+    payload, run_dir = run("kill-rank-fast", tmp_path, ssh_config(tmp_path, sshd, known_hosts=wrong, hosts=1))
+    assert payload["verdict"] in ("aborted", "error")
+    text = " ".join(payload["reasons"]) + (payload.get("error") or "")
+    assert "host-0" in text and "known_hosts" in text
+    kinds = [json.loads(l)["kind"] for l in (run_dir / "history.jsonl").read_text().splitlines()]
+    assert "job.launch" not in kinds
