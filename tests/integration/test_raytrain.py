@@ -1,0 +1,42 @@
+"""The second real recovery stack: the reference job on Ray Train (TorchTrainer, CPU,
+gloo, FailureConfig) on the embedded Ray cluster, found through pid files. kill-rank and
+stall-nccl pass with the failure budget and the collective timeout in place, and fail
+without them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drillbit.session import execute, resolve
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent / "drills"
+
+
+def run(drill: str, job: str, tmp_path: Path) -> dict:
+    payload, _ = execute(resolve(str(HERE / f"{drill}.yaml"), cluster="local", job=job), reports_dir=str(tmp_path))
+    return payload
+
+
+def test_kill_rank_on_ray_train(tmp_path):
+    result = run("kill-rank-fast", "raytrain", tmp_path)
+    assert result["verdict"] == "pass", result["reasons"]
+    assert result["measurements"]["restarts"] == 1
+
+
+def test_kill_rank_fails_ray_train_without_a_failure_budget(tmp_path):
+    result = run("kill-rank-fast", "raytrain-nofailover", tmp_path)
+    assert result["verdict"] == "fail"
+
+
+def test_stall_nccl_on_ray_train_caught_by_the_collective_timeout(tmp_path):
+    result = run("stall-nccl-raytrain", "raytrain", tmp_path)
+    assert result["verdict"] == "pass", result["reasons"]
+    assert all(h["healed"] for h in result["fault"]["heals"])
+
+
+def test_stall_nccl_missed_by_ray_train_with_the_default_timeout(tmp_path):
+    result = run("stall-nccl-fast", "raytrain-notimeout", tmp_path)
+    assert result["verdict"] == "fail"
+    assert "the stall was never detected" in result["reasons"][0]
