@@ -367,10 +367,6 @@ class AgentService:
     def active(self) -> list[dict]:
         return [h.model_dump() for h in self.agent.active()]
 
-    def deadman_records(self) -> list[dict]:
-        log = self.state_dir / f"agent-{self.node}.deadman.jsonl"
-        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-
 
 def serve(service: AgentService, inp=None, out=None) -> int:
     """JSON-lines RPC on stdin/stdout: ``{"id", "method", "args"}`` in, ``{"id", "result"|"error"}`` out.

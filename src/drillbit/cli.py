@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from drillbit.errors import DrillError, SpecError
+from drillbit.errors import DrillError, Problem, SpecError
 from drillbit.report.console import ConsoleUI, summary
 from drillbit.report.result import EXIT_HARNESS, EXIT_USAGE
 from drillbit.session import execute, plan_text, resolve
@@ -94,8 +94,12 @@ def validate(files: tuple[str, ...], config_path: str | None) -> None:
     except SpecError as exc:
         problems += exc.problems
         config = load_config(None)
-    paths = [Path(f) for f in files] or list(catalogue().values())
+    known = catalogue()
+    paths = [Path(f) if Path(f).exists() or f not in known else known[f] for f in files] or list(known.values())
     for path in paths:
+        if not path.exists():
+            problems.append(Problem(str(path), None, "", "no such file, and no drill of that name in the catalogue"))
+            continue
         try:
             load_drill(path, config)
         except SpecError as exc:

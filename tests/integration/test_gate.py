@@ -52,7 +52,7 @@ def test_gate_fails_against_a_broken_profile(tmp_path):
 def test_gate_fails_a_drill_that_recovers_slower_than_its_baseline(tmp_path):
     # the last passing run recovered in 1 s; today's ~6 s is far more than 20% worse
     with Store(tmp_path / "drills.db") as store:
-        store.record({"drill": "kill-rank-fast", "cluster": "local", "job": "reference", "verdict": "pass",
+        store.record({"drill": "kill-rank-fast", "cluster": "local-process", "job": "reference", "verdict": "pass",
                       "measurements": {"time_to_detect": 0.1, "time_to_first_step": 1.0}}, "earlier")
     proc = drill_cli("gate", "--suite", str(GATE_FAST), "--reports", str(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr

