@@ -71,7 +71,7 @@ class RunOutcome:
 
 
 def select_targets(ranks: list[ProcRef], targets: Targets) -> list[ProcRef]:
-    pool = [r for r in ranks if r.rank not in set(targets.exclude_ranks)]
+    pool = [r for r in ranks if r.rank not in set(targets.exclude_ranks) and r.node not in set(targets.exclude_nodes)]
     if targets.ranks is not None:
         wanted = set(targets.ranks)
         chosen = [r for r in pool if r.rank in wanted]

@@ -33,7 +33,7 @@ def test_kill_rank_fails_ray_train_without_a_failure_budget(tmp_path):
 def test_stall_nccl_on_ray_train_caught_by_the_collective_timeout(tmp_path):
     result = run("stall-nccl-raytrain", "raytrain", tmp_path)
     assert result["verdict"] == "pass", result["reasons"]
-    assert all(h["healed"] for h in result["fault"]["heals"])
+    assert all(h["verified"] for h in result["fault"]["heals"])  # resumed, or killed by Ray Train with its group
 
 
 def test_stall_nccl_missed_by_ray_train_with_the_default_timeout(tmp_path):

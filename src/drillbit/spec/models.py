@@ -39,6 +39,8 @@ class Targets(Strict):
     count: int = Field(1, ge=1, description="how many ranks when not explicit")
     select: Literal["random", "first", "last"] = "random"
     exclude_ranks: list[int] = Field(default_factory=list)
+    exclude_nodes: list[str] = Field(default_factory=list, description="never pick a rank on these nodes "
+                                                                       "(e.g. the one hosting the rendezvous store)")
     seed: int | None = None
 
 
