@@ -57,12 +57,6 @@ def test_kill_rank_over_ssh_passes_like_the_other_engines(tmp_path, sshd):
             assert b"hunter2-not-used" not in path.read_bytes(), path
 
 
-@pytest.mark.slow
-def test_kill_rank_over_ssh_fails_without_the_store_fix(tmp_path, sshd):
-    payload, _ = run("kill-rank-fast", tmp_path, ssh_config(tmp_path, sshd), job="reference-nostorefix")
-    assert payload["verdict"] == "fail"
-
-
 def test_unknown_host_key_is_refused_and_nothing_runs(tmp_path, sshd):
     wrong = tmp_path / "wrong_known_hosts"
     import subprocess
