@@ -167,6 +167,13 @@ class NodeAgent:
         os.replace(tmp, self.registry_path)
 
 
+def free_port() -> int:
+    """A TCP port free on this host now (for the job's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def group_members(pgid: int) -> list[psutil.Process]:
     """Live (non-zombie) processes of a process group."""
     members = []
@@ -341,9 +348,7 @@ class AgentService:
             self._lease = None
 
     def free_port(self) -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+        return free_port()
 
     # --- faults --------------------------------------------------------------------------
     def find_ranks(self, discovery: dict, attach_pid: int | None = None) -> list[dict]:

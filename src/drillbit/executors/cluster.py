@@ -154,7 +154,11 @@ class AgentExecutor:
                     client.beat()
                 except Exception:  # a missed beat is what the dead-man's switch is for
                     pass
+            self.on_beat()
             time.sleep(self.heartbeat_s)
+
+    def on_beat(self) -> None:
+        """Whatever else is kept alive by the heartbeat (a Ray cluster's lease)."""
 
     def close(self) -> None:
         self._beating.clear()

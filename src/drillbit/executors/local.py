@@ -6,14 +6,13 @@ process it started, and the agent's guardian can stop it if the controller dies.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import psutil
 
-from drillbit.agent import NodeAgent, stop_process_group
+from drillbit.agent import NodeAgent, free_port, stop_process_group
 from drillbit.executors.cluster import expand
 from drillbit.faults.base import Evidence, Handle, HealReport
 from drillbit.lease import Lease
@@ -45,12 +44,6 @@ class LaunchedJob:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             return self.popen.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalExecutor:

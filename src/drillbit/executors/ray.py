@@ -308,13 +308,9 @@ class RayExecutor(AgentExecutor):
             self.notes.append(("agent.ready", {"node": client.node, "pid": info["pid"], "host": info["host"]}))
         return clients
 
-    def _beat(self) -> None:
-        while self._beating.is_set():
-            for client in list(self.clients.values()):
-                client.beat()
-            if self.lease is not None:
-                self.lease.renew()
-            time.sleep(self.heartbeat_s)
+    def on_beat(self) -> None:
+        if self.lease is not None:
+            self.lease.renew()
 
     def close(self) -> None:
         ray = _ray()
