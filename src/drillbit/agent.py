@@ -174,6 +174,44 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class LaunchedJob:
+    """A job a drill started, in a session (process group) of its own."""
+
+    def __init__(self, popen: subprocess.Popen, ref: ProcRef, stop_timeout: float) -> None:
+        self.popen = popen
+        self.ref = ref
+        self.pgid = popen.pid
+        self.stop_timeout = stop_timeout
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def exit_code(self) -> int | None:
+        return self.popen.poll()
+
+    def stop(self, timeout: float | None = None) -> int | None:
+        timeout = self.stop_timeout if timeout is None else timeout
+        if self.popen.poll() is None:
+            stop_process_group(self.pgid, timeout)
+        else:
+            stop_process_group(self.pgid, 2.0)  # stragglers left in the group
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            return self.popen.wait()
+
+
+def start_job(argv: list[str], env: dict[str, str], cwd: str | None, out_path: Path | str,
+              stop_timeout: float, node: str | None = None) -> LaunchedJob:
+    """Start the job's command in a session of its own, its output appended to ``out_path``."""
+    with open(out_path, "ab") as out:
+        popen = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    return LaunchedJob(popen, ProcRef.of(psutil.Process(popen.pid), node=node), stop_timeout)
+
+
 def group_members(pgid: int) -> list[psutil.Process]:
     """Live (non-zombie) processes of a process group."""
     members = []
@@ -250,7 +288,8 @@ class AgentService:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.agent = NodeAgent(node, self.state_dir / f"agent-{node}.json")
         self.skew_s = skew_s
-        self._job: subprocess.Popen | None = None
+        self._job: LaunchedJob | None = None
+        self._lease = None
         self._beat = time.time()
         self._armed: tuple[float, float] | None = None  # (deadman_s, job_grace_s)
         self._stop = threading.Event()
@@ -280,7 +319,7 @@ class AgentService:
         """The controller is done with this agent: a job it launched does not outlive it."""
         self._armed = None
         self._stop.set()
-        if self._job is not None and self._job.poll() is None:
+        if self._job is not None and self._job.exit_code() is None:
             self.stop_job(20.0)
 
     def _watch(self) -> None:
@@ -303,7 +342,7 @@ class AgentService:
             report = self.agent.heal(handle)
             note("fault.heal", fault=handle.fault, pid=handle.target.pid, rank=handle.target.rank,
                  **{**report.model_dump(), "t": report.t + self.skew_s})
-        if self._job is not None and self._job.poll() is None:
+        if self._job is not None and self._job.exit_code() is None:
             self._stop.wait(job_grace_s)
             note("job.stop", code=self.stop_job(20.0))
         note("orphan.done")
@@ -311,26 +350,17 @@ class AgentService:
 
     # --- the job on this node ------------------------------------------------------------
     def launch(self, argv: list[str], env: dict[str, str], cwd: str | None, out_path: str) -> dict:
-        with open(out_path, "ab") as out:
-            self._job = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
-        ref = ProcRef.of(psutil.Process(self._job.pid), node=self.node)
-        self.agent.register_job(ref, self._job.pid)
-        return ref.model_dump()
+        self._job = start_job(argv, env, cwd, out_path, stop_timeout=20.0, node=self.node)
+        self.agent.register_job(self._job.ref, self._job.pgid)
+        return self._job.ref.model_dump()
 
     def job_status(self) -> int | None:
-        return None if self._job is None else self._job.poll()
+        return None if self._job is None else self._job.exit_code()
 
     def stop_job(self, timeout: float) -> int | None:
         if self._job is None:
             return None
-        stop_process_group(self._job.pid, timeout if self._job.poll() is None else 2.0)
-        try:
-            code = self._job.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._job.kill()
-            code = self._job.wait()
+        code = self._job.stop(timeout)
         self.agent.release_job()
         return code
 
@@ -342,9 +372,8 @@ class AgentService:
         self._lease.acquire()
 
     def lease_release(self) -> None:
-        lease = getattr(self, "_lease", None)
-        if lease is not None:
-            lease.release()
+        if self._lease is not None:
+            self._lease.release()
             self._lease = None
 
     def free_port(self) -> int:
@@ -352,9 +381,12 @@ class AgentService:
 
     # --- faults --------------------------------------------------------------------------
     def find_ranks(self, discovery: dict, attach_pid: int | None = None) -> list[dict]:
-        root = self._job.pid if self._job is not None else attach_pid
-        if root is not None and not psutil.pid_exists(root):
-            root = None if self._job is None else root
+        # ranks under the launcher this agent started; else under an attached job's root if
+        # it lives on this node; else any matching process here
+        if self._job is not None:
+            root: int | None = self._job.pid
+        else:
+            root = attach_pid if attach_pid is not None and psutil.pid_exists(attach_pid) else None
         found = self.agent.find_ranks(RankDiscovery.model_validate(discovery), root_pid=root)
         return [r.model_dump() for r in found]
 

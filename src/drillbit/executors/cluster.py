@@ -82,6 +82,25 @@ def expand(text: str, values: dict[str, str]) -> str:
     return text
 
 
+def each_node(nodes: list[str], fn) -> tuple[dict[str, Any], list[str]]:
+    """``fn(node)`` on every node at once: the results by node, and the errors."""
+    results: dict[str, Any] = {}
+    errors: list[str] = []
+
+    def one(node: str) -> None:
+        try:
+            results[node] = fn(node)
+        except Exception as exc:
+            errors.append(f"{node}: {exc}")
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, errors
+
+
 class NodeJobs:
     """The job as one launcher per node; it has exited once every launcher has."""
 
@@ -105,21 +124,14 @@ class NodeJobs:
         return next((c for c in codes if c != 0), 0)
 
     def stop(self) -> int | None:
-        codes = {}
-        threads = [threading.Thread(target=lambda n=n: codes.__setitem__(
-            n, self.clients[n].call("stop_job", self.stop_timeout, timeout=self.stop_timeout + 30)))
-            for n in self.refs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        codes, _ = each_node(list(self.refs), lambda n: self.clients[n].call(
+            "stop_job", self.stop_timeout, timeout=self.stop_timeout + 30))
         return next((c for c in codes.values() if c not in (0, None)), 0 if codes else None)
 
 
 class AgentExecutor:
     """Drives one agent per node. Subclasses set up the transport in ``connect``."""
 
-    engine = "agents"
     heartbeat_s = 1.0
 
     def __init__(self, run_dir: Path, *, deadman_s: float = 5.0, job_grace_s: float = 30.0) -> None:
@@ -139,6 +151,8 @@ class AgentExecutor:
     def start(self, controller: ProcRef) -> None:
         self.clients = self.clients or self.connect()
         for client in self.clients.values():
+            info = client.call("info", timeout=120.0)  # the ready handshake: the agent answers
+            self.notes.append(("agent.ready", {"node": client.node, "pid": info["pid"], "host": info["host"]}))
             offset, rtt = client.measure_offset()
             self.notes.append(("agent.clock", {"node": client.node, "offset_s": round(offset, 6),
                                                "rtt_s": round(rtt, 6)}))
@@ -211,20 +225,7 @@ class AgentExecutor:
 
     # --- faults --------------------------------------------------------------------------
     def _on_all(self, method: str, *args: Any) -> dict[str, Any]:
-        results: dict[str, Any] = {}
-        errors: list[str] = []
-
-        def one(node: str) -> None:
-            try:
-                results[node] = getattr(self.clients[node], method)(*args)
-            except Exception as exc:
-                errors.append(f"{node}: {exc}")
-
-        threads = [threading.Thread(target=one, args=(n,)) for n in self.clients]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results, errors = each_node(list(self.clients), lambda n: getattr(self.clients[n], method)(*args))
         if errors:
             raise DrillError(f"{method} failed on " + "; ".join(errors))
         return results

@@ -5,14 +5,10 @@ process it started, and the agent's guardian can stop it if the controller dies.
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-import psutil
-
-from drillbit.agent import NodeAgent, free_port, stop_process_group
+from drillbit.agent import LaunchedJob, NodeAgent, free_port, start_job
 from drillbit.executors.cluster import expand
 from drillbit.faults.base import Evidence, Handle, HealReport
 from drillbit.lease import Lease
@@ -20,35 +16,7 @@ from drillbit.proc import ProcRef
 from drillbit.spec.config import JobProfile, RankDiscovery
 
 
-class LaunchedJob:
-    def __init__(self, popen: subprocess.Popen, ref: ProcRef, stop_timeout: float) -> None:
-        self.popen = popen
-        self.ref = ref
-        self.pgid = popen.pid
-        self.stop_timeout = stop_timeout
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def exit_code(self) -> int | None:
-        return self.popen.poll()
-
-    def stop(self) -> int | None:
-        if self.popen.poll() is None:
-            stop_process_group(self.pgid, self.stop_timeout)
-        else:
-            stop_process_group(self.pgid, 2.0)  # stragglers left in the group
-        try:
-            return self.popen.wait(timeout=self.stop_timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            return self.popen.wait()
-
-
 class LocalExecutor:
-    engine = "process"
-
     def __init__(self, run_dir: Path, cluster_name: str = "local-process", node: str = "local") -> None:
         self.run_dir = run_dir
         self.cluster_name = cluster_name
@@ -77,15 +45,10 @@ class LocalExecutor:
         spec = profile.launch
         values = {**self.values, "port": str(free_port())}
         argv = [expand(a, values) for a in spec.command]
-        env = dict(os.environ, **{k: expand(v, values) for k, v in spec.env.items()})
-        out = open(self.run_dir / "job.out", "ab")
-        popen = subprocess.Popen(argv, cwd=expand(spec.cwd, values) if spec.cwd else None, env=env,
-                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
-        out.close()
-        ref = ProcRef.of(psutil.Process(popen.pid))
-        self.job = LaunchedJob(popen, ref, spec.stop_timeout)
-        self.agent.register_job(ref, self.job.pgid)
+        env = {k: expand(v, values) for k, v in spec.env.items()}
+        self.job = start_job(argv, env, expand(spec.cwd, values) if spec.cwd else None, self.run_dir / "job.out",
+                             spec.stop_timeout)
+        self.agent.register_job(self.job.ref, self.job.pgid)
         return self.job
 
     def log_paths(self, profile: JobProfile) -> list[Path]:

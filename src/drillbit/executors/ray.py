@@ -229,8 +229,6 @@ def reachable(address: str | None, timeout: float = 5.0) -> None:
 class RayExecutor(AgentExecutor):
     """Agents as Ray actors on a running cluster (``address``) or the embedded one."""
 
-    engine = "ray"
-
     def __init__(self, run_dir: Path, cluster_name: str, *, address: str | None, nodes: int | None,
                  cpus_per_node: int = 2, deadman_s: float = 5.0, job_grace_s: float = 30.0,
                  skew: dict[str, float] | None = None, lease_ttl: float = 15.0) -> None:
@@ -302,11 +300,7 @@ class RayExecutor(AgentExecutor):
                 name=f"drillbit-agent-{tag}-{name}", namespace=NAMESPACE, lifetime="detached",
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             ).remote(name, str(self.run_dir), self.skew.get(name, 0.0))
-        clients = {name: RayAgentClient(name, actor) for name, actor in self.actors.items()}
-        for client in clients.values():
-            info = client.call("info", timeout=120.0)  # the ready() handshake
-            self.notes.append(("agent.ready", {"node": client.node, "pid": info["pid"], "host": info["host"]}))
-        return clients
+        return {name: RayAgentClient(name, actor) for name, actor in self.actors.items()}
 
     def on_beat(self) -> None:
         if self.lease is not None:

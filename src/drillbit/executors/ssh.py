@@ -62,7 +62,7 @@ class SshAgentClient(AgentClient):
         self._waiting: dict[int, tuple[threading.Event, list]] = {0: first}
         self._reader = threading.Thread(target=self._read, name=f"ssh-{host.name}", daemon=True)
         self._reader.start()
-        self.info = self._wait(0, first, 60.0, "start")
+        self._wait(0, first, 60.0, "start")  # the server's greeting: it started
 
     def _read(self) -> None:
         for line in self._in:
@@ -142,8 +142,6 @@ class SshLease:
 
 
 class SshExecutor(AgentExecutor):
-    engine = "ssh"
-
     def __init__(self, run_dir: Path, cluster_name: str, cluster: ClusterSpec) -> None:
         super().__init__(run_dir, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace)
         self.cluster_name = cluster_name
@@ -157,8 +155,6 @@ class SshExecutor(AgentExecutor):
             for host in self.cluster.hosts:
                 clients[host.name] = SshAgentClient(host, self.cluster.known_hosts,
                                                     self.cluster.simulate_clock_skew.get(host.name, 0.0))
-                self.notes.append(("agent.ready", {"node": host.name, "pid": clients[host.name].info["pid"],
-                                                   "host": clients[host.name].info["host"]}))
         except Exception:
             for client in clients.values():
                 client.close()

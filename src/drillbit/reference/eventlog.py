@@ -25,6 +25,16 @@ class EventLog:
             parts.append(f"{key}={text}")
         os.write(self._fd, (" ".join(parts) + "\n").encode())
 
+    def worker_start(self, marker: str, attempt: int, world: int) -> None:
+        """Rank 0's ``worker.start``, and ``restart`` for any worker group after the job's
+        first (``marker`` is a file that says one already started). The launcher's attempt
+        count alone misses restarts: across nodes a node whose peers failed restarts its
+        workers without counting one, and Ray Train keeps no count in the workers."""
+        self.emit("worker.start", attempt=attempt, world=world, pid=os.getpid())
+        if attempt > 0 or os.path.exists(marker):
+            self.emit("restart", attempt=attempt)
+        open(marker, "a").close()
+
     def close(self) -> None:
         os.close(self._fd)
 

@@ -41,11 +41,7 @@ def train_loop(config: dict) -> None:
     os.replace(tmp, pids / f"rank{rank}.json")
     log = EventLog(str(run_dir / "events.log"), source=f"rank{rank}")
     if rank == 0:
-        log.emit("worker.start", attempt=0, world=world, pid=os.getpid())
-        started = run_dir / ".worker-started"
-        if started.exists():
-            log.emit("restart", attempt=0)
-        started.touch()
+        log.worker_start(str(run_dir / ".worker-started"), 0, world)
 
     torch.manual_seed(0)
     model = ray.train.torch.prepare_model(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))

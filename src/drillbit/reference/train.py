@@ -149,13 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pool and Path(args.pool).exists():
         node = nodepool.read(Path(args.pool))["active"]
     if rank == 0:
-        log.emit("worker.start", attempt=attempt, world=world, pid=os.getpid())
-        # across nodes, a node whose peers failed restarts its workers without counting an
-        # attempt; a worker group started after the first is a restart all the same
-        started = Path(args.ckpt_dir).parent / ".worker-started"
-        if attempt > 0 or started.exists():
-            log.emit("restart", attempt=attempt)
-        started.touch()
+        log.worker_start(str(Path(args.ckpt_dir).parent / ".worker-started"), attempt, world)
     pool = Path(args.pool) if args.pool else None
     if pool is not None and rank == 0:
         state = nodepool.read(pool)
