@@ -25,7 +25,9 @@ from pathlib import Path
 import psutil
 
 from drillbit.agent import NodeAgent
-from drillbit.executors.ray import RayExecutor
+from drillbit.agent.service import AgentService
+from drillbit.transport.inprocess import InProcessClient
+from drillbit.transport.ray import RayNodes
 from drillbit.proc import ProcRef
 
 FAULT, PARAMS = "hang-collective", {"method": "sigstop", "confirm_timeout_s": 5.0}
@@ -47,21 +49,26 @@ def apply_and_heal(agent, target: ProcRef) -> float:
     return elapsed
 
 
-def single(executor: RayExecutor, runs: int, tmp: Path) -> tuple[float, float]:
+def single(executor: RayNodes, runs: int, tmp: Path) -> tuple[float, float, float]:
+    """The same fault three ways: the NodeAgent called directly, through the agent API
+    in-process (request and reply models, JSON), and through a Ray agent actor."""
     local = NodeAgent("local", tmp / "local.json")
+    api = InProcessClient(AgentService("local", tmp / "api"))
     procs = sleepers(1)
     try:
         ref = ProcRef.of(psutil.Process(procs[0].pid), rank=0, node="node-1")
         here = [apply_and_heal(local, ref) for _ in range(runs)]
+        through_api = [apply_and_heal(api, ref) for _ in range(runs)]
         ray = [apply_and_heal(executor, ref) for _ in range(runs)]
     finally:
+        api.close()
         for p in procs:
             p.kill()
             p.wait()
-    return statistics.median(here), statistics.median(ray)
+    return statistics.median(here), statistics.median(through_api), statistics.median(ray)
 
 
-def fanout(executor: RayExecutor, nodes: list[str], per_node: int) -> dict[str, float]:
+def fanout(executor: RayNodes, nodes: list[str], per_node: int) -> dict[str, float]:
     procs = sleepers(len(nodes) * per_node)
     try:
         targets = [ProcRef.of(psutil.Process(p.pid), rank=i, node=nodes[i // per_node]) for i, p in enumerate(procs)]
@@ -103,21 +110,22 @@ def main() -> None:
     args = ap.parse_args()
     me = ProcRef.of(psutil.Process())
     with tempfile.TemporaryDirectory() as tmp:
-        two = RayExecutor(Path(tmp) / "two", "bench2", address=None, nodes=2)
+        two = RayNodes(Path(tmp) / "two", "bench2", address=None, nodes=2)
         (Path(tmp) / "two").mkdir()
         t = time.perf_counter()
         two.start(me)
         up2 = time.perf_counter() - t
         try:
-            here, ray = single(two, args.runs, Path(tmp))
+            here, through_api, ray = single(two, args.runs, Path(tmp))
         finally:
             two.close()
         print(f"embedded Ray cluster, 2 nodes: up and agents ready in {up2:.1f} s")
         print(f"SIGSTOP fault to confirmed effect, median of {args.runs}:")
-        print(f"  in-process agent {here * 1000:7.2f} ms")
-        print(f"  Ray agent actor  {ray * 1000:7.2f} ms   ratio {ray / here:.1f}x")
+        print(f"  NodeAgent, called directly     {here * 1000:7.2f} ms")
+        print(f"  agent API, in-process client   {through_api * 1000:7.2f} ms   ratio {through_api / here:.2f}x")
+        print(f"  agent API, Ray agent actor     {ray * 1000:7.2f} ms   ratio {ray / here:.1f}x")
 
-        big = RayExecutor(Path(tmp) / "big", "bench8", address=None, nodes=args.nodes, cpus_per_node=1)
+        big = RayNodes(Path(tmp) / "big", "bench8", address=None, nodes=args.nodes, cpus_per_node=1)
         (Path(tmp) / "big").mkdir()
         t = time.perf_counter()
         big.start(me)

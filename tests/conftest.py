@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.executors", "ray::", "gcs_server", "raylet",
+MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.transport", "ray::", "gcs_server", "raylet",
            "ray/dashboard", "ray/autoscaler", "log_monitor.py", "sshd -D")
 
 

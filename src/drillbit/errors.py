@@ -8,6 +8,10 @@ class DrillError(Exception):
     """Base of every error drillbit raises on purpose."""
 
 
+class ConfigError(DrillError):
+    """The input or the environment is wrong (exit 2): fix it and run again."""
+
+
 @dataclass(frozen=True)
 class Problem:
     """One problem in a spec or config file, with where it is."""
@@ -23,7 +27,7 @@ class Problem:
         return f"{where}:{field} {self.message}"
 
 
-class SpecError(DrillError):
+class SpecError(ConfigError):
     """Every problem found in the input, all at once."""
 
     def __init__(self, problems: list[Problem]) -> None:

@@ -53,8 +53,16 @@ class Host:
 
 def review_markdown(run: SuiteRun, specs: dict[str, Resolved], run_dirs: list[Path]) -> str:
     lines = [f"# Game day review: {run.suite.name} on {run.cluster}", "",
-             f"Held {time.strftime('%Y-%m-%d %H:%M')}. {run.suite.description}", "",
-             summary_markdown(run, "Outcome")]
+             f"Held {time.strftime('%Y-%m-%d %H:%M')}. {run.suite.description}", ""]
+    planned = [e.drill for e in run.suite.entries()]
+    if not run.complete:
+        ran = [r["drill"] for r in run.results]
+        not_run = [d for d in planned if Path(d).stem not in ran and d not in ran]
+        lines += [f"**Incomplete game day:** {len(run.results)} of {len(planned)} drills ran; not run: "
+                  f"{', '.join(not_run)} ({len(run.skipped)} declined at the prompt"
+                  + (", the rest left out after a failure (stop_on_failure)" if len(not_run) > len(run.skipped)
+                     else "") + ").", ""]
+    lines.append(summary_markdown(run, "Outcome" if run.complete else "Outcome of the drills that ran"))
     follow_ups: list[str] = []
     for payload, run_dir in zip(run.results, run_dirs):
         spec = specs[payload["drill"]].spec

@@ -57,6 +57,17 @@ class History:
             self._fh.close()
             self._fh = None
 
+    def __enter__(self) -> "History":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def append(self, event: Event) -> None:
+        """Add an event recorded elsewhere (already written to the file by its writer)."""
+        with self._lock:
+            self._events.append(event)
+
     def __iter__(self) -> Iterator[Event]:
         return iter(list(self._events))
 
@@ -81,7 +92,17 @@ class History:
 
     @classmethod
     def load(cls, path: Path) -> "History":
-        events = [Event.model_validate(json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
+        """Read a history.jsonl. A torn last line (the controller died mid-write) is left out;
+        a bad line anywhere else is an error."""
+        lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+        events = []
+        for i, line in enumerate(lines):
+            try:
+                events.append(Event.model_validate(json.loads(line)))
+            except ValueError as exc:
+                if i == len(lines) - 1:
+                    break
+                raise ValueError(f"{path}:{i + 1}: not an event: {exc}") from None
         return cls(events=events)
 
     @classmethod

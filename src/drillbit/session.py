@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.checks import CheckResult
-from drillbit.errors import DrillError, Problem, SpecError
-from drillbit.history import History
-from drillbit.model.simulate import Scenario, load_scenario
+from drillbit.errors import ConfigError, DrillError, Problem, SpecError
+from drillbit.faults.base import PlanStep
+from drillbit.history import Event, History
+from drillbit.fleet.simulate import Scenario, load_scenario
 from drillbit.report import render
 from drillbit.report import result as result_json
 from drillbit.report.store import Store, store_path
-from drillbit.runner import UI, DrillRunner, RunOutcome
+from drillbit.loop import UI, DrillRunner, RunOutcome
+from drillbit.transport import connect
 from drillbit.spec.config import DrillConfig
 from drillbit.spec.load import find_config, load_config, load_drill, resolve_drill
 from drillbit.spec.models import DrillSpec
@@ -45,7 +47,7 @@ def resolve(drill: str, *, cluster: str | None = None, job: str | None = None, c
     if job_name not in config.jobs:
         problems.append(Problem("--job", None, "", f"unknown job profile {job_name!r}; known: "
                                 f"{', '.join(sorted(config.jobs))}"))
-    elif config.clusters[cluster_name].protected:
+    if cluster_name in config.clusters and config.clusters[cluster_name].protected:
         problems.append(Problem("--cluster", None, "", f"cluster {cluster_name!r} is protected in the config; "
                                 "drills are refused there"))
     if problems:
@@ -72,7 +74,48 @@ def plan_text(r: Resolved) -> str:
         f"observe   until {s.observe.until_steps_after_recovery} steps after recovery, window {s.observe.window:g} s",
         f"slo       {slo or '(none)'}",
         f"abort     after {s.abort.max_duration:g} s",
-    ])
+    ] + _steps_text(resolve_steps(r)))
+
+
+def resolve_steps(r: Resolved) -> list[PlanStep] | str:
+    """The exact processes and files the fault would touch, found by the agents without
+    touching anything — possible when the job is already running (attach_pid); a job the
+    drill launches has no ranks yet, so say how they will be chosen."""
+    job = r.config.jobs[r.job]
+    if job.attach_pid is None:
+        return "targets are resolved after launch (the job's ranks do not exist yet)"
+    cluster = r.config.clusters[r.cluster]
+    if cluster.engine == "ray" and cluster.address is None:
+        return "targets are resolved once the embedded cluster is up (a dry run starts nothing)"
+    import tempfile
+
+    from drillbit.loop.runner import job_params
+    from drillbit.loop.schedule import select_targets
+
+    with tempfile.TemporaryDirectory(prefix="drillbit-plan-") as tmp:
+        nodes = connect(r.cluster, r.config.clusters[r.cluster], Path(tmp))
+        try:
+            nodes.clients = nodes.connect()
+            for client in nodes.clients.values():
+                client.handshake()
+            ranks = nodes.find_ranks(job.ranks, job.attach_pid)
+            targets = select_targets(ranks, r.spec.fault.targets)
+            params = job_params(r.spec, job, Path(tmp)).model_dump()
+            return [nodes.plan(r.spec.fault.type, t, params) for t in targets]
+        except DrillError as exc:
+            return f"targets not resolved: {exc}"
+        finally:
+            nodes.close()
+
+
+def _steps_text(steps: list[PlanStep] | str) -> list[str]:
+    if isinstance(steps, str):
+        return [f"targets   {steps}"]
+    lines = []
+    for step in steps:
+        lines.append(f"target    node {step.node} pid {step.pid} rank {step.rank}: {step.cmdline}")
+        lines.append(f"          {step.action}" + (f"; files: {', '.join(step.files)}" if step.files else ""))
+    return lines
 
 
 def new_run_dir(reports: Path, drill: str) -> Path:
@@ -92,10 +135,11 @@ def scenarios_for(spec: DrillSpec) -> dict[str, Scenario]:
 
 
 def publish(run_dir: Path, spec: DrillSpec, cluster: str, job: str, params: dict, history: History,
-            result: CheckResult, error: str | None, baseline_run: int | None) -> dict[str, Any]:
+            result: CheckResult, error: str | None, baseline_run: int | None,
+            error_kind: str | None = None) -> dict[str, Any]:
     """Build result.json and write every report of a run folder."""
     payload = result_json.build(drill=spec.name, cluster=cluster, job=job, fault_type=spec.fault.type,
-                                params=params, history=history, result=result, error=error)
+                                params=params, history=history, result=result, error=error, error_kind=error_kind)
     payload["baseline_run"] = baseline_run
     render.write_all(run_dir, payload, history)
     return payload
@@ -110,11 +154,13 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
         found = store.baseline(r.spec.name, r.cluster, r.job)
         if found:
             (run_dir / "baseline.json").write_text(json.dumps({"run": found[0], "measurements": found[1].model_dump()}))
-        runner = DrillRunner(r.spec, r.cluster, r.config.clusters[r.cluster], r.job, r.config.jobs[r.job], run_dir,
-                             ui, baseline=found[1] if found else None, scenarios=scenarios_for(r.spec))
+        cluster = r.config.clusters[r.cluster]
+        runner = DrillRunner(r.spec, r.cluster, cluster, r.job, r.config.jobs[r.job], run_dir, ui,
+                             nodes=connect(r.cluster, cluster, run_dir), baseline=found[1] if found else None,
+                             scenarios=scenarios_for(r.spec))
         outcome = runner.run()
         payload = publish(run_dir, r.spec, r.cluster, r.job, runner.params.model_dump(), outcome.history,
-                          outcome.result, outcome.error, found[0] if found else None)
+                          outcome.result, outcome.error, found[0] if found else None, outcome.error_kind)
         store.record(payload, str(run_dir))
     return payload, outcome
 
@@ -128,8 +174,9 @@ def rerender(run_dir: Path) -> dict[str, Any]:
     try:
         spec = DrillSpec.model_validate_json((run_dir / "spec.json").read_text())
         history = History.load(run_dir / "history.jsonl")
-    except OSError as exc:
-        raise DrillError(f"{run_dir} is not a run folder: {exc}") from exc
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{run_dir} is not a run folder: {exc}") from exc
+    merge_deadman_records(run_dir, history)
     baseline = None
     if (run_dir / "baseline.json").exists():
         saved = json.loads((run_dir / "baseline.json").read_text())
@@ -140,7 +187,32 @@ def rerender(run_dir: Path) -> dict[str, Any]:
     inject = history.first("fault.inject")  # the params the drill really used (paths filled in)
     params = inject.data.get("params", spec.fault.params) if inject else spec.fault.params
     return publish(run_dir, spec, start.data["cluster"], start.data["job"], params, history, result,
-                   end.data.get("error") if end else None, baseline[0] if baseline else None)
+                   end.data.get("error") if end else None, baseline[0] if baseline else None,
+                   end.data.get("error_kind") if end else None)
+
+
+def merge_deadman_records(run_dir: Path, history: History) -> int:
+    """Append to ``history.jsonl`` what the agents' dead-man's switches wrote in the run
+    folder and the history does not hold yet (the controller died before it could collect
+    them). Returns how many were added."""
+    from drillbit.agent.deadman import read_records
+
+    seen = {(e.kind, e.node, round(e.t, 6)) for e in history if e.source.startswith("agent:")}
+    added = []
+    for path in sorted(run_dir.glob("agent-*.deadman.jsonl")):
+        for rec in read_records(path):
+            if (rec.kind, rec.node, round(rec.t, 6)) not in seen:
+                added.append(rec)
+    if not added:
+        return 0
+    for rec in sorted(added, key=lambda r: r.t):
+        history.append(Event(seq=len(history), t=rec.t, source=f"agent:{rec.node}", kind=rec.kind, node=rec.node,
+                             rank=rec.rank, data=rec.data))
+    path = run_dir / "history.jsonl"  # rewritten whole, atomically: a torn last line goes too
+    tmp = path.with_name(".history.jsonl.tmp")
+    tmp.write_text("".join(e.model_dump_json() + "\n" for e in history))
+    os.replace(tmp, path)
+    return len(added)
 
 
 __all__ = ["DrillError", "Resolved", "execute", "plan_text", "resolve"]

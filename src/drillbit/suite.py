@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from drillbit.checks.verdict import worst
 from drillbit.report import junit
-from drillbit.report.result import EXIT_CODES, EXIT_HARNESS
-from drillbit.runner import UI
+from drillbit.exitcodes import suite_exit_code
+from drillbit.loop import UI
 from drillbit.session import Resolved, execute, resolve
 from drillbit.spec.models import SLO, SuiteSpec
 
@@ -37,9 +37,14 @@ class SuiteRun:
 
     @property
     def exit_code(self) -> int:
-        if self.verdict != "fail" and any(r.get("error") for r in self.results):
-            return EXIT_HARNESS
-        return EXIT_CODES[self.verdict]
+        return suite_exit_code((r["verdict"], r.get("error_kind") or ("harness" if r.get("error") else None))
+                               for r in self.results)
+
+    @property
+    def complete(self) -> bool:
+        """Every drill of the suite ran (none declined at a game-day prompt, none left out
+        by stop_on_failure)."""
+        return not self.skipped and len(self.results) == len(self.suite.entries())
 
 
 def with_regression(resolved: Resolved, allowed: float | None) -> Resolved:
@@ -83,7 +88,9 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
 def summary_markdown(run: SuiteRun, title: str) -> str:
     icon = {"pass": "✅", "fail": "❌", "inconclusive": "❔", "aborted": "⛔"}
     lines = [f"## {title}: {icon.get(run.verdict, '')} {run.verdict.upper()}", "",
-             f"Suite `{run.suite.name}` on cluster `{run.cluster}`.", "",
+             f"Suite `{run.suite.name}` on cluster `{run.cluster}`"
+             + ("." if run.complete else f": incomplete, {len(run.results)} of {len(run.suite.entries())} drills ran."),
+             "",
              "| drill | job | verdict | detect s | first step s | lost steps | vs baseline | why |",
              "|---|---|---|---:|---:|---:|---|---|"]
     for r in run.results:

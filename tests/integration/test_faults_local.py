@@ -123,7 +123,9 @@ def test_dead_mans_switch_heals_after_controller_sigkill(tmp_path, ranks):
     assert wait_status(ranks[1].pid, psutil.STATUS_SLEEPING, timeout=10) == psutil.STATUS_SLEEPING
     guardians[0].wait(timeout=10)
     log = [json.loads(line) for line in registry.with_suffix(".deadman.jsonl").read_text().splitlines()]
-    assert log[0]["by"] == "dead-man" and log[0]["healed"] and log[0]["pid"] == ranks[1].pid
+    assert [r["kind"] for r in log] == ["agent.lost", "fault.heal", "orphan.done"]
+    heal = log[1]
+    assert heal["data"]["by"] == "dead-man" and heal["data"]["healed"] and heal["data"]["pid"] == ranks[1].pid
 
 
 def test_lease_refuses_second_holder_and_expires_with_dead_holder(tmp_path):

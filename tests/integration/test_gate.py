@@ -1,22 +1,18 @@
 """The gate, the pytest plugin and the game-day prompts, on the real reference job."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from drillbit.report.store import Store
+from tests.integration.cli import drill_cli
 
 HERE = Path(__file__).parent / "drills"
 GATE_FAST = HERE / "suites" / "gate-fast.yaml"
 
 
-def drill_cli(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "drillbit.cli", *args], capture_output=True, text=True,
-                          input=stdin, timeout=600, cwd=cwd)
 
 
 def junit_cases(path: Path) -> list[ET.Element]:
@@ -82,13 +78,15 @@ def test_pytest_plugin_runs_a_drill_in_a_test(pytester, tmp_path):
 
 
 def test_gameday_declined_drills_are_skipped_and_reviewed(tmp_path):
-    proc = drill_cli("gameday", "run", "game-day", "--reports", str(tmp_path), stdin="n\nn\n")
+    proc = drill_cli("gameday", "run", "game-day", "--reports", str(tmp_path), stdin="n\n" * 8)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "next drill: kill-rank" in proc.stdout and "next drill: stall-nccl" in proc.stdout
     [review] = tmp_path.glob("gameday-*/review.md")
     text = review.read_text()
-    assert "- [ ] kill-rank: skipped at the prompt" in text
-    assert "- [ ] stall-nccl: skipped at the prompt" in text
+    for name in ("kill-rank", "kill-node", "stall-nccl", "dataloader-hang", "corrupt-checkpoint", "restore-hang",
+                 "fail-node-replacement", "slow-rank"):
+        assert f"- [ ] {name}: skipped at the prompt" in text
+    assert "**Incomplete game day:** 0 of 8 drills ran" in text and "PASS" not in text
     assert not list(tmp_path.glob("*-kill-rank"))  # nothing ran
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from drillbit.session import execute, resolve
+from tests.integration.cli import drill_script
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent / "drills"
@@ -96,7 +96,7 @@ def test_deadman_heals_when_the_controller_is_sigkilled(tmp_path):
     config = write_config(tmp_path, deadman="3s", job_grace="10s")
     reports = tmp_path / "reports"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "drillbit.cli", "run", str(HERE / "stall-nccl-fast.yaml"), "--cluster", "ray2",
+        [drill_script(), "run", str(HERE / "stall-nccl-fast.yaml"), "--cluster", "ray2",
          "--job", "reference-nowatchdog", "--config", str(config), "--reports", str(reports)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -113,8 +113,9 @@ def test_deadman_heals_when_the_controller_is_sigkilled(tmp_path):
     log = run_dir / f"agent-{target['node']}.deadman.jsonl"
     heal = _wait_for(lambda: next((r for r in map(json.loads, log.read_text().splitlines())
                                    if r["kind"] == "fault.heal"), None) if log.exists() else None, 30, "the heal")
-    assert heal["healed"] and heal["verified"] and heal["pid"] == target["data"]["pid"]
-    assert heal["t"] - killed_at < 3 + 5  # the dead-man deadline plus a poll and a heal
+    assert heal["data"]["by"] == "dead-man" and heal["data"]["pid"] == target["data"]["pid"]
+    assert heal["data"]["healed"] and heal["data"]["verified"]
+    assert heal["t"] - killed_at < 3 + 5  # the dead-man deadline plus a poll and a heal (controller's clock)
     # the job recovers: steps after the heal, made by the ranks the controller left stopped
     events = run_dir / "job" / "events.log"
     _wait_for(lambda: any(l.startswith("t=") and " kind=step " in l and float(l.split()[0][2:]) > heal["t"]
@@ -125,3 +126,8 @@ def test_deadman_heals_when_the_controller_is_sigkilled(tmp_path):
                   (run_dir / f"agent-{n}.deadman.jsonl").read_text(), 60, f"{node}'s agent to finish")
     keeper_log = run_dir / "ray-keeper.log"
     assert keeper_log.exists()
+    # the controller never collected them: `drill report` merges them into the one record
+    subprocess.run([drill_script(), "report", str(run_dir)], capture_output=True, timeout=120)
+    merged = [e for e in history(run_dir) if e["source"].startswith("agent:")]
+    assert {e["kind"] for e in merged} >= {"agent.lost", "fault.heal", "job.stop", "orphan.done"}
+    assert any(e["kind"] == "fault.heal" and e["node"] == target["node"] for e in merged)

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from drillbit.executors.ray import EmbeddedCluster
+from drillbit.transport.raycluster import EmbeddedCluster
 from drillbit.proc import ProcRef
 from drillbit.session import execute, resolve
 
@@ -19,7 +19,7 @@ HERE = Path(__file__).parent / "drills"
 
 HOLD = """
 import sys, time
-from drillbit.executors.ray import RayLease, loopback_env
+from drillbit.transport.raycluster import RayLease, loopback_env
 loopback_env()  # before ray is imported
 import ray
 ray.init(address=sys.argv[1], namespace="drillbit", log_to_driver=False, _node_ip_address="127.0.0.1")

@@ -7,7 +7,7 @@ from drillbit.checks import check
 from drillbit.checks.goodput import BUCKETS, ledger
 from drillbit.checks.recovery import Measurements, measure
 from drillbit.history import History
-from drillbit.model.simulate import load_scenario
+from drillbit.fleet.simulate import load_scenario
 from drillbit.report.store import Store
 from drillbit.spec.models import MEASUREMENTS, DrillSpec
 from tests.unit.test_checks import BASE, T_FAULT, kill_pass_history, prelude, steps

@@ -129,3 +129,38 @@ def test_runbook_renders_with_last_result():
     assert "FAIL on local / reference-nowatchdog" in text and "the stall was never detected" in text
     assert "detect_within: 60.0" in text
     assert "never run on this store" in render_runbook(s, None)
+
+
+def test_html_measurements_carry_units_not_four_bare_decimals():
+    from drillbit.report.render import measured
+
+    assert measured(0.53412, "time_to_detect") == "0.53 s"
+    assert measured(0.9712, "goodput") == "97.12 %"
+    assert measured(5, "lost_steps") == "5 steps"
+    assert measured(15, "restored_step") == "15"
+    assert measured(None, "time_to_restart") == "—"
+
+
+def test_timeline_labels_of_close_marks_do_not_overlap():
+    import re
+
+    from drillbit.history import History
+    from drillbit.report.timeline import timeline_svg
+
+    rows = [(100.0, "drill.start"), (100.1, "job.launch")]
+    rows += [(100.0 + 0.25 * i, "step", {"n": i}) for i in range(1, 41)]
+    rows += [(110.05, "fault.confirmed", {"expects": "crash"}), (110.2, "detect"), (113.0, "restart"),
+             (115.0, "restore", {"step": 30, "path": "p"})]
+    rows += [(115.3 + 0.25 * i, "step", {"n": 30 + i}) for i in range(1, 12)]
+    rows += [(119.0, "observe.end")]
+    svg = timeline_svg(History.build(rows))
+    labels = re.findall(r'class="mark-label" x="([\d.]+)" y="([\d.]+)"[^>]*text-anchor="(\w+)">([^<]+)<', svg)
+    assert {text.split(" +")[0] for *_, text in labels} >= {"fault", "detect", "restore", "first step"}
+    boxes = []
+    for x, y, anchor, text in labels:
+        w = 7.0 * len(text)
+        lo = float(x) - w if anchor == "end" else float(x)
+        boxes.append((lo, lo + w, float(y)))
+    for i, (a0, a1, ay) in enumerate(boxes):
+        for b0, b1, by in boxes[i + 1:]:
+            assert ay != by or a1 < b0 or b1 < a0, (boxes, labels)

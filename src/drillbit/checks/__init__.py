@@ -13,8 +13,8 @@ from drillbit.checks.recovery import Measurements, measure
 from drillbit.checks.slo import SLOResult, evaluate
 from drillbit.checks.verdict import Verdict, combine
 from drillbit.history import History
-from drillbit.model.cadence import Cadence
-from drillbit.model.simulate import Scenario
+from drillbit.fleet.cadence import Cadence
+from drillbit.fleet.simulate import Scenario
 from drillbit.spec.models import DrillSpec
 
 

@@ -10,8 +10,8 @@ from pydantic import BaseModel
 
 from drillbit.checks.recovery import Measurements
 from drillbit.history import History
-from drillbit.model.cadence import Cadence, cadence
-from drillbit.model.simulate import Scenario, params_for, simulate
+from drillbit.fleet.cadence import Cadence, cadence
+from drillbit.fleet.simulate import Scenario, params_for, simulate
 from drillbit.spec.models import CadenceSLO, ProjectSLO
 
 

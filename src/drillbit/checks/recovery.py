@@ -170,3 +170,25 @@ def quiet_after_fault(history: History, m: Measurements) -> float | None:
         return None
     times = [m.t_fault] + [e.t for e in history.of("step") if m.t_fault <= e.t <= m.t_observe_end] + [m.t_observe_end]
     return max(b - a for a, b in zip(times, times[1:]))
+
+
+def recovered(history: History, until_steps: int) -> bool:
+    """The observe phase's stop test: the job recovered from the fault (the straggler was
+    named, for a fail-slow fault) and made ``until_steps`` more steps. Pure."""
+    m = measure(history)
+    done = m.time_to_straggler if m.expects == "slow" else m.time_to_first_step
+    return done is not None and m.steps_after_recovery >= until_steps
+
+
+def awaiting(history: History, until_steps: int) -> str:
+    """What the observe phase is waiting for, in words, for the live status line."""
+    m = measure(history)
+    if m.expects == "slow":
+        return "the straggler to be named" if m.time_to_straggler is None else f"{until_steps} more steps"
+    if m.time_to_detect is None:
+        return "detection"
+    if m.time_to_restart is None and m.time_to_first_step is None:
+        return "restart"
+    if m.time_to_first_step is None:
+        return "first step after recovery"
+    return f"{until_steps - m.steps_after_recovery} more steps"

@@ -38,9 +38,19 @@ def _diagnosis(history: History, m: Measurements) -> str | None:
     return f"{said} {tail}".strip()
 
 
+def _left_in_place(event) -> str:
+    where = f"rank {event.rank} on {event.node}" if event.rank is not None else f"node {event.node or '?'}"
+    what = event.data.get("fault", "a fault")
+    return f"{what} on {where}: {event.data.get('detail', 'heal failed')}"
+
+
 def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reasons: list[str]) -> tuple[Verdict, list[str]]:
     reasons: list[str] = []
     verdict: Verdict = "pass"
+    left = history.of("heal.failed")
+    if left:  # a drill that leaves its fault behind has failed, whatever the job did
+        verdict = "fail"
+        reasons += [f"fault left in place: {_left_in_place(e)}" for e in left]
     aborts = history.of("abort")
     if aborts:
         verdict = worst(verdict, "aborted")

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from drillbit.errors import DrillError
-from drillbit.faults.base import Fault, Params
+from drillbit.faults.base import Fault, Params, State
 
 # drillbit's own faults; other packages add theirs under the entry point.
 _BUILTIN = {
@@ -38,6 +39,8 @@ def check_plugin(source: str, cls: object) -> type[Fault]:
         raise DrillError(f"fault plugin {source}: set the class attribute `name` (e.g. 'kill-rank')")
     if not (isinstance(cls.Params, type) and issubclass(cls.Params, Params)):
         raise DrillError(f"fault plugin {source}: `Params` must subclass drillbit.faults.base.Params")
+    if not (isinstance(cls.State, type) and issubclass(cls.State, State)):
+        raise DrillError(f"fault plugin {source}: `State` must subclass drillbit.faults.base.State")
     for method in ("plan", "inject", "confirm", "heal"):
         if getattr(cls, method) is getattr(Fault, method):
             raise DrillError(f"fault plugin {source}: implement `{method}`")
@@ -58,8 +61,10 @@ def registry() -> dict[str, type[Fault]]:
     return found
 
 
-def get(name: str) -> Fault:
+def get(name: str, scratch: Path | None = None) -> Fault:
+    """A fresh instance of the fault (it may hold live state, such as a duty-cycle thread)."""
     try:
-        return registry()[name]()
+        cls = registry()[name]
     except KeyError:
         raise DrillError(f"unknown fault {name!r}; known: {', '.join(sorted(registry()))}") from None
+    return cls(scratch)

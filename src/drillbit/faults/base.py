@@ -1,23 +1,56 @@
-"""The Fault protocol: plan, inject, confirm, heal.
+"""The Fault protocol: plan, describe, inject, confirm, heal — with typed Params and State.
 
-A fault runs inside a NodeAgent. ``inject`` returns a :class:`Handle` that carries
-everything needed to heal (the target named by pid *and* start time, the original state),
-and is plain data so the agent's dead-man's switch can heal it from disk after the
-controller died. ``heal`` is idempotent and safe when the target is already gone.
+A fault runs inside a node's agent. ``inject`` returns the fault's :class:`State`: every
+thing heal needs (the original bytes' copy, the previous clock settings, which process was
+stopped), as plain data, so the dead-man's switch can heal it from disk after the
+controller died. The agent wraps it in a :class:`Handle` (fault, target, params, state)
+that travels between controller and agent; ``confirm`` and ``heal`` receive the Params
+and State back as the fault's own models. ``heal`` is idempotent and safe when the target
+is already gone.
+
+``plan`` says in words what the fault does to a set of targets; ``describe`` resolves the
+concrete step on the target's node (which process, which files) without touching
+anything — ``--dry-run`` prints those. ``confirm_progress`` is the fault's proof, on the
+controller's side, that the job's global progress shows the effect (a stall stalls).
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from drillbit.proc import ProcRef
 
+if TYPE_CHECKING:
+    from drillbit.loop.watch import Progress
+
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class State(BaseModel):
+    """What a fault did, kept for confirm and heal. Subclasses add their fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+P = TypeVar("P", bound=Params)
+S = TypeVar("S", bound=State)
+
+
+class PlanStep(BaseModel):
+    """One concrete action on one process: what --dry-run prints and fault.plan records."""
+
+    node: str | None
+    pid: int
+    rank: int | None
+    cmdline: str = ""
+    action: str
+    files: list[str] = Field(default_factory=list)
+    heal: str = ""
 
 
 class Plan(BaseModel):
@@ -25,6 +58,7 @@ class Plan(BaseModel):
     targets: list[ProcRef]
     action: str
     heal: str
+    steps: list[PlanStep] = Field(default_factory=list)
 
 
 class Handle(BaseModel):
@@ -48,27 +82,43 @@ class HealReport(BaseModel):
     detail: str
 
 
-class Fault:
-    """Base class for injectors. Subclasses set name, Params, and the four methods."""
+class Fault(Generic[P, S]):
+    """Base class for injectors. Subclasses set name, Params, State and the methods."""
 
     name: ClassVar[str]
     fault_class: ClassVar[str]
     Params: ClassVar[type[Params]] = Params
+    State: ClassVar[type[State]] = State
     # What the job's progress should do once the fault took effect: "stall" faults are
-    # confirmed only when global progress stops too.
+    # confirmed only when global progress stops too (confirm_progress).
     expects: ClassVar[Literal["crash", "stall", "slow"]] = "crash"
-    # A folder of the drill's own where a fault may keep copies of what it touches; set
-    # by the agent before inject.
-    scratch: Path | None = None
 
-    def plan(self, targets: list[ProcRef], params: Params) -> Plan:
+    def __init__(self, scratch: Path | None = None) -> None:
+        # a folder of the drill's own where the fault may keep copies of what it touches
+        self.scratch = scratch
+
+    def plan(self, targets: list[ProcRef], params: P) -> Plan:
         raise NotImplementedError
 
-    def inject(self, target: ProcRef, params: Params) -> Handle:
+    def describe(self, target: ProcRef, params: P) -> PlanStep:
+        """The concrete step on ``target``'s node, touching nothing. Faults that touch files
+        override it to name them."""
+        plan = self.plan([target], params)
+        proc = target.process()
+        cmd = " ".join(proc.cmdline()) if proc is not None else "(gone)"
+        return PlanStep(node=target.node, pid=target.pid, rank=target.rank, cmdline=cmd[:200],
+                        action=plan.action, heal=plan.heal)
+
+    def inject(self, target: ProcRef, params: P) -> S:
         raise NotImplementedError
 
-    def confirm(self, handle: Handle) -> Evidence | None:
+    def confirm(self, target: ProcRef, params: P, state: S) -> Evidence | None:
         raise NotImplementedError
 
-    def heal(self, handle: Handle) -> HealReport:
+    def heal(self, target: ProcRef, params: P, state: S) -> HealReport:
         raise NotImplementedError
+
+    def confirm_progress(self, progress: "Progress", t_effect: float) -> dict[str, Any] | None:
+        """On the controller: does the job's progress show the effect? ``{}`` when nothing
+        more is needed; None when it does not (the fault stays unconfirmed)."""
+        return {}

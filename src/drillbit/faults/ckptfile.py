@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from drillbit.errors import FaultError
-from drillbit.faults.base import HealReport
+from drillbit.faults.base import HealReport, State
 from drillbit.proc import ProcRef
 
 PREFIX, MARKER, META, MANIFEST = "step_", "COMPLETE", "meta.json", "MANIFEST.json"
@@ -52,20 +52,29 @@ def shard_of(ckpt: Path) -> Path:
     return shards[0]
 
 
-def take_aside(file: Path, scratch: Path) -> dict[str, str]:
-    """Copy ``file`` into a fresh folder under ``scratch``; returns the state heal needs."""
+class Backup(State):
+    """A checkpoint file taken aside: where it was, where its copy is, and its sha256."""
+
+    checkpoint: str
+    file: str
+    backup: str
+    original_sha256: str
+
+
+def take_aside(file: Path, scratch: Path) -> Backup:
+    """Copy ``file`` into a fresh folder under ``scratch``; returns what heal needs."""
     folder = scratch.resolve() / f"backup-{os.getpid()}-{time.time_ns()}"
     folder.mkdir(parents=True)
     backup = folder / file.name
     shutil.copy2(file, backup)
-    return {"checkpoint": str(file.parent), "file": str(file), "backup": str(backup),
-            "original_sha256": sha256(backup) or ""}
+    return Backup(checkpoint=str(file.parent), file=str(file), backup=str(backup),
+                  original_sha256=sha256(backup) or "")
 
 
-def put_back(state: dict, *, still_ours: bool) -> HealReport:
+def put_back(state: Backup, *, still_ours: bool) -> HealReport:
     """Restore the original bytes, unless the job has since replaced or removed the file."""
-    path, backup = Path(state["file"]), Path(state["backup"])
-    if sha256(path) == state["original_sha256"]:
+    path, backup = Path(state.file), Path(state.backup)
+    if sha256(path) == state.original_sha256:
         return HealReport(healed=True, verified=True, detail=f"{path.name} already intact")
     if not backup.exists():
         return HealReport(healed=False, verified=False, detail=f"backup {backup} is missing")
@@ -76,9 +85,9 @@ def put_back(state: dict, *, still_ours: bool) -> HealReport:
     tmp = path.with_name(f".{path.name}.drillbit-heal")
     shutil.copy2(backup, tmp)
     os.replace(tmp, path)
-    ok = sha256(path) == state["original_sha256"]
+    ok = sha256(path) == state.original_sha256
     return HealReport(healed=ok, verified=ok,
-                      detail=f"restored {path} byte for byte (sha256 {state['original_sha256'][:12]}…)" if ok
+                      detail=f"restored {path} byte for byte (sha256 {state.original_sha256[:12]}…)" if ok
                       else f"restored {path} but its sha256 does not match the original")
 
 

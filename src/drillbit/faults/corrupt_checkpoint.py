@@ -20,8 +20,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
-from drillbit.faults.ckptfile import META, MARKER, pick, put_back, sha256, shard_of, take_aside, wait_gone
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
+from drillbit.faults.ckptfile import META, MARKER, Backup, pick, put_back, sha256, shard_of, take_aside, wait_gone
 from drillbit.proc import ProcRef
 
 Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata"]
@@ -36,10 +36,23 @@ class CorruptParams(Params):
     checkpoint_dir: str | None = Field(None, description="default: the job profile's checkpoint_dir")
 
 
-class CorruptCheckpoint(Fault):
+class CorruptState(Backup):
+    mode: Mode
+    corrupted_sha256: str | None = None
+    killed: bool = False
+
+
+def victim_of(params: CorruptParams, fault: str) -> Path:
+    ckpt = pick(params.checkpoint_dir, params.nth_newest, fault)
+    return {"flip-bytes": shard_of, "truncate": shard_of, "delete-shard": shard_of,
+            "drop-marker": lambda c: c / MARKER, "corrupt-metadata": lambda c: c / META}[params.mode](ckpt)
+
+
+class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
     name = "corrupt-checkpoint"
     fault_class = "recovery-path"
     Params = CorruptParams
+    State = CorruptState
     expects = "crash"
 
     def plan(self, targets: list[ProcRef], params: CorruptParams) -> Plan:
@@ -48,11 +61,13 @@ class CorruptCheckpoint(Fault):
                     action=f"{params.mode} on checkpoint #{params.nth_newest} (0 = newest){then}",
                     heal="restore every touched file from its copy, verified by sha256")
 
-    def inject(self, target: ProcRef, params: CorruptParams) -> Handle:
-        ckpt = pick(params.checkpoint_dir, params.nth_newest, self.name)
-        victim = {"flip-bytes": shard_of, "truncate": shard_of, "delete-shard": shard_of,
-                  "drop-marker": lambda c: c / MARKER, "corrupt-metadata": lambda c: c / META}[params.mode](ckpt)
-        state = take_aside(victim, self.scratch or Path(params.checkpoint_dir or "."))
+    def describe(self, target: ProcRef, params: CorruptParams) -> PlanStep:
+        step = super().describe(target, params)
+        return step.model_copy(update={"files": [str(victim_of(params, self.name))]})
+
+    def inject(self, target: ProcRef, params: CorruptParams) -> CorruptState:
+        victim = victim_of(params, self.name)
+        backup = take_aside(victim, self.scratch or Path(params.checkpoint_dir or "."))
         data = victim.read_bytes()
         if params.mode == "flip-bytes":
             rng = random.Random(params.seed)
@@ -68,23 +83,21 @@ class CorruptCheckpoint(Fault):
             victim.unlink()
         else:  # corrupt-metadata
             victim.write_text('{"step": "not-a-step", "truncated": tru')
-        state.update(corrupted_sha256=sha256(victim), mode=params.mode, killed=False)
+        state = CorruptState(**backup.model_dump(), mode=params.mode, corrupted_sha256=sha256(victim))
         if params.then_kill:
-            state["killed"] = target.send(signal.SIGKILL)
-        return Handle(fault=self.name, target=target, params=params.model_dump(), state=state)
+            state.killed = target.send(signal.SIGKILL)
+        return state
 
-    def confirm(self, handle: Handle) -> Evidence | None:
-        s = handle.state
-        now = sha256(Path(s["file"]))
-        if now == s["original_sha256"]:
+    def confirm(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> Evidence | None:
+        now = sha256(Path(state.file))
+        if now == state.original_sha256:
             return None
-        if handle.params.get("then_kill") and not (s.get("killed") and wait_gone(handle.target)):
+        if params.then_kill and not (state.killed and wait_gone(target)):
             return None
-        return Evidence(what=f"{s['mode']}: {Path(s['file']).name} changed",
-                        data={"checkpoint": s["checkpoint"], "file": s["file"],
-                              "original_sha256": s["original_sha256"], "now_sha256": now,
-                              "killed_pid": handle.target.pid if s.get("killed") else None})
+        return Evidence(what=f"{state.mode}: {Path(state.file).name} changed",
+                        data={"checkpoint": state.checkpoint, "file": state.file,
+                              "original_sha256": state.original_sha256, "now_sha256": now,
+                              "killed_pid": target.pid if state.killed else None})
 
-    def heal(self, handle: Handle) -> HealReport:
-        s = handle.state
-        return put_back(s, still_ours=sha256(Path(s["file"])) == s["corrupted_sha256"])
+    def heal(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> HealReport:
+        return put_back(state, still_ours=sha256(Path(state.file)) == state.corrupted_sha256)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import psutil
 
 from drillbit.errors import FaultError
-from drillbit.faults.base import Handle, Plan
+from drillbit.faults.base import Plan
 from drillbit.faults.hang_collective import HangCollective, HangParams
 from drillbit.proc import ProcRef
 
 
 class DataloaderHang(HangCollective):
-    """Params, confirm and heal are hang-collective's; only the target differs."""
+    """Params, State, confirm and heal are hang-collective's; only the frozen process differs."""
 
     name = "dataloader-hang"
 
@@ -27,7 +27,7 @@ class DataloaderHang(HangCollective):
         return Plan(fault=self.name, targets=targets, action="SIGSTOP the DataLoader worker of each target rank",
                     heal="SIGCONT that worker (same pid and start time), verify it runs")
 
-    def inject(self, target: ProcRef, params: HangParams) -> Handle:
+    def frozen(self, target: ProcRef) -> ProcRef:
         proc = target.process()
         children = proc.children() if proc is not None else []
         if not children:
@@ -35,9 +35,6 @@ class DataloaderHang(HangCollective):
                              "run the job with num_workers >= 1")
         worker = sorted(children, key=lambda c: c.create_time())[0]
         try:
-            ref = ProcRef.of(worker, rank=target.rank, node=target.node)
+            return ProcRef.of(worker, rank=target.rank, node=target.node)
         except psutil.NoSuchProcess as exc:
             raise FaultError(f"rank {target.rank}'s loader worker exited before it could be frozen") from exc
-        handle = super().inject(ref, params)
-        handle.state["rank_pid"] = target.pid
-        return handle

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import Field
 
 from drillbit.errors import FaultError
-from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.proc import ProcRef
 from drillbit.reference import nodepool
@@ -33,10 +33,19 @@ class ReplacementParams(Params):
     node_pool: str | None = Field(None, description="default: the job profile's node_pool")
 
 
-class FailNodeReplacement(Fault):
+class ReplacementState(State):
+    chaos: str
+    previous: str | None
+    written: str
+    node: str
+    killed: bool
+
+
+class FailNodeReplacement(Fault[ReplacementParams, ReplacementState]):
     name = "fail-node-replacement"
     fault_class = "recovery-path"
     Params = ReplacementParams
+    State = ReplacementState
     expects = "crash"
 
     def plan(self, targets: list[ProcRef], params: ReplacementParams) -> Plan:
@@ -45,7 +54,7 @@ class FailNodeReplacement(Fault):
                            f"request(s) {params.mode}",
                     heal="remove the provider's chaos file (or restore the previous one byte for byte)")
 
-    def inject(self, target: ProcRef, params: ReplacementParams) -> Handle:
+    def inject(self, target: ProcRef, params: ReplacementParams) -> ReplacementState:
         if not params.node_pool or not Path(params.node_pool).exists():
             raise FaultError(f"fail-node-replacement needs the job's node pool; {params.node_pool!r} does not exist "
                              "(set node_pool in the job profile)")
@@ -56,33 +65,30 @@ class FailNodeReplacement(Fault):
         chaos.write_text(written)
         node = nodepool.read(pool)["active"]
         nodepool.mark_bad(pool, node)
-        killed = target.send(signal.SIGKILL)
-        return Handle(fault=self.name, target=target, params=params.model_dump(),
-                      state={"chaos": str(chaos), "previous": previous, "written": written, "node": node,
-                             "killed": killed})
+        return ReplacementState(chaos=str(chaos), previous=previous, written=written, node=node,
+                                killed=target.send(signal.SIGKILL))
 
-    def confirm(self, handle: Handle) -> Evidence | None:
-        chaos = Path(handle.state["chaos"])
+    def confirm(self, target: ProcRef, params: ReplacementParams, state: ReplacementState) -> Evidence | None:
+        chaos = Path(state.chaos)
         pool = chaos.with_name(chaos.name[: -len(".chaos")])
-        if not chaos.exists() or handle.state["node"] not in nodepool.read(pool)["bad"]:
+        if not chaos.exists() or state.node not in nodepool.read(pool)["bad"]:
             return None
-        if not (handle.state["killed"] and wait_gone(handle.target)):
+        if not (state.killed and wait_gone(target)):
             return None
-        return Evidence(what=f"node {handle.state['node']} dead; replacement provider set to "
-                             f"{handle.params['mode']}", data={"node": handle.state["node"],
-                                                                "provider": json.loads(chaos.read_text())})
+        return Evidence(what=f"node {state.node} dead; replacement provider set to {params.mode}",
+                        data={"node": state.node, "provider": json.loads(chaos.read_text())})
 
-    def heal(self, handle: Handle) -> HealReport:
-        chaos = Path(handle.state["chaos"])
+    def heal(self, target: ProcRef, params: ReplacementParams, state: ReplacementState) -> HealReport:
+        chaos = Path(state.chaos)
         fired = None
         if chaos.exists():
             remaining = json.loads(chaos.read_text()).get("remaining")
-            fired = handle.params["count"] - (remaining or 0)
-        if handle.state["previous"] is None:
+            fired = params.count - (remaining or 0)
+        if state.previous is None:
             chaos.unlink(missing_ok=True)
             ok = not chaos.exists()
         else:
-            chaos.write_text(handle.state["previous"])
-            ok = chaos.read_text() == handle.state["previous"]
+            chaos.write_text(state.previous)
+            ok = chaos.read_text() == state.previous
         detail = "provider restored" + (f"; it misbehaved on {fired} request(s)" if fired is not None else "")
         return HealReport(healed=ok, verified=ok, detail=detail)

@@ -2,56 +2,76 @@
 
 SIGSTOP the rank: its peers wait in the all-reduce and spin, and no collective timeout
 fires for 10 min (NCCL) or 30 min (gloo) — BLOOM's 2022-04-30 hang cost ~18 h this way
-(FACTS.md). Confirmed when the rank is in the stopped state (and, by the runner, when
-global progress stalls). Heal: SIGCONT, then verify it runs again; a no-op when the rank
-is gone, and never sent to a process that reused its pid.
+(FACTS.md). Confirmed when the rank is in the stopped state and (``confirm_progress``)
+when the job's global progress stalls too. Heal: SIGCONT, then verify it runs again; a
+no-op when the rank is gone, and never sent to a process that reused its pid.
 """
 from __future__ import annotations
 
 import signal
 import time
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
+from pydantic import Field
 
-from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.proc import ProcRef
+
+if TYPE_CHECKING:
+    from drillbit.loop.watch import Progress
 
 
 class HangParams(Params):
     method: Literal["sigstop"] = "sigstop"
-    confirm_timeout_s: float = 5.0
+    confirm_timeout_s: float = Field(5.0, gt=0)
 
 
-class HangCollective(Fault):
+class HangState(State):
+    stopped: ProcRef  # the process actually frozen: the rank, or a helper of it
+    sent: bool
+
+
+class HangCollective(Fault[HangParams, HangState]):
     name = "hang-collective"
     fault_class = "fail-hang"
     Params = HangParams
+    State = HangState
     expects = "stall"
 
     def plan(self, targets: list[ProcRef], params: HangParams) -> Plan:
         return Plan(fault=self.name, targets=targets, action="SIGSTOP each target",
                     heal="SIGCONT each target still alive (same pid and start time)")
 
-    def inject(self, target: ProcRef, params: HangParams) -> Handle:
-        sent = target.send(signal.SIGSTOP)
-        return Handle(fault=self.name, target=target, params=params.model_dump(), state={"sent": sent})
+    def frozen(self, target: ProcRef) -> ProcRef:
+        """Which process to stop for this target (the rank itself)."""
+        return target
 
-    def confirm(self, handle: Handle) -> Evidence | None:
-        if not handle.state.get("sent"):
+    def inject(self, target: ProcRef, params: HangParams) -> HangState:
+        victim = self.frozen(target)
+        return HangState(stopped=victim, sent=victim.send(signal.SIGSTOP))
+
+    def confirm(self, target: ProcRef, params: HangParams, state: HangState) -> Evidence | None:
+        if not state.sent:
             return None
-        deadline = time.time() + float(handle.params.get("confirm_timeout_s", 5.0))
+        deadline = time.time() + params.confirm_timeout_s
         while time.time() < deadline:
-            status = handle.target.status()
+            status = state.stopped.status()
             if status is None:
                 return None
             if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-                return Evidence(what="process stopped", data={"pid": handle.target.pid, "status": status})
+                return Evidence(what="process stopped", data={"pid": state.stopped.pid, "status": status})
             time.sleep(0.01)
         return None
 
-    def heal(self, handle: Handle) -> HealReport:
-        return resume(handle.target)
+    def heal(self, target: ProcRef, params: HangParams, state: HangState) -> HealReport:
+        return resume(state.stopped)
+
+    def confirm_progress(self, progress: "Progress", t_effect: float) -> dict[str, Any] | None:
+        """Global progress stalls: no step for several baseline step times after the effect
+        (a step already in flight when the rank stopped belongs before the fault)."""
+        quiet = progress.wait_quiet(t_effect)
+        return None if quiet is None else {"progress_quiet_s": round(quiet, 3)}
 
 
 def resume(target: ProcRef, timeout: float = 5.0) -> HealReport:

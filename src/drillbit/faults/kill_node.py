@@ -22,7 +22,7 @@ import signal
 import psutil
 from pydantic import Field
 
-from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.proc import ProcRef
 
@@ -30,7 +30,11 @@ from drillbit.proc import ProcRef
 class KillNodeParams(Params):
     launcher: str = Field(r"torch\.distributed\.run|torchrun|drillbit\.reference\.launch",
                           description="regex of the command lines above a rank that belong to the node's job")
-    confirm_timeout_s: float = 10.0
+    confirm_timeout_s: float = Field(10.0, gt=0)
+
+
+class KillNodeState(State):
+    killed: list[ProcRef]
 
 
 def job_tree(target: ProcRef, launcher: str) -> list[ProcRef]:
@@ -55,10 +59,11 @@ def job_tree(target: ProcRef, launcher: str) -> list[ProcRef]:
     return members
 
 
-class KillNode(Fault):
+class KillNode(Fault[KillNodeParams, KillNodeState]):
     name = "kill-node"
     fault_class = "fail-stop"
     Params = KillNodeParams
+    State = KillNodeState
     expects = "crash"
 
     def plan(self, targets: list[ProcRef], params: KillNodeParams) -> Plan:
@@ -67,22 +72,19 @@ class KillNode(Fault):
                     action=f"SIGKILL every process of the job on node(s) {', '.join(nodes)}: ranks and launcher",
                     heal="nothing to undo; the node stays down and the job must go on without it")
 
-    def inject(self, target: ProcRef, params: KillNodeParams) -> Handle:
+    def inject(self, target: ProcRef, params: KillNodeParams) -> KillNodeState:
         members = job_tree(target, params.launcher)
         for member in members:
             member.send(signal.SIGKILL)
-        return Handle(fault=self.name, target=target, params=params.model_dump(),
-                      state={"killed": [m.model_dump() for m in members]})
+        return KillNodeState(killed=members)
 
-    def confirm(self, handle: Handle) -> Evidence | None:
-        killed = [ProcRef.model_validate(m) for m in handle.state.get("killed", [])]
-        if not killed:
+    def confirm(self, target: ProcRef, params: KillNodeParams, state: KillNodeState) -> Evidence | None:
+        if not state.killed:
             return None
-        timeout = float(handle.params.get("confirm_timeout_s", 10.0))
-        if all(wait_gone(m, timeout) for m in killed):
+        if all(wait_gone(m, params.confirm_timeout_s) for m in state.killed):
             return Evidence(what="every process of the job on the node is gone",
-                            data={"node": handle.target.node, "processes": len(killed)})
+                            data={"node": target.node, "processes": len(state.killed)})
         return None
 
-    def heal(self, handle: Handle) -> HealReport:
+    def heal(self, target: ProcRef, params: KillNodeParams, state: KillNodeState) -> HealReport:
         return HealReport(healed=True, verified=True, detail="nothing to undo (the node's processes were killed)")

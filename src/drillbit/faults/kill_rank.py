@@ -9,36 +9,40 @@ from __future__ import annotations
 import signal
 from typing import Literal
 
-from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from pydantic import Field
+
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.proc import ProcRef
 
 
 class KillParams(Params):
     signal: Literal["SIGKILL", "SIGTERM"] = "SIGKILL"
-    confirm_timeout_s: float = 10.0
+    confirm_timeout_s: float = Field(10.0, gt=0)
 
 
-class KillRank(Fault):
+class KillState(State):
+    sent: bool
+
+
+class KillRank(Fault[KillParams, KillState]):
     name = "kill-rank"
     fault_class = "fail-stop"
     Params = KillParams
+    State = KillState
     expects = "crash"
 
     def plan(self, targets: list[ProcRef], params: KillParams) -> Plan:
         return Plan(fault=self.name, targets=targets, action=f"send {params.signal} to each target",
                     heal="nothing to undo; the job's own restart brings the rank back")
 
-    def inject(self, target: ProcRef, params: KillParams) -> Handle:
-        sent = target.send(signal.Signals[params.signal])
-        return Handle(fault=self.name, target=target, params=params.model_dump(), state={"sent": sent})
+    def inject(self, target: ProcRef, params: KillParams) -> KillState:
+        return KillState(sent=target.send(signal.Signals[params.signal]))
 
-    def confirm(self, handle: Handle) -> Evidence | None:
-        if not handle.state.get("sent"):
-            return None
-        if wait_gone(handle.target, float(handle.params.get("confirm_timeout_s", 10.0))):
-            return Evidence(what="process gone", data={"pid": handle.target.pid})
+    def confirm(self, target: ProcRef, params: KillParams, state: KillState) -> Evidence | None:
+        if state.sent and wait_gone(target, params.confirm_timeout_s):
+            return Evidence(what="process gone", data={"pid": target.pid})
         return None
 
-    def heal(self, handle: Handle) -> HealReport:
+    def heal(self, target: ProcRef, params: KillParams, state: KillState) -> HealReport:
         return HealReport(healed=True, verified=True, detail="nothing to undo (the process was killed)")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
-from drillbit.faults.ckptfile import pick, put_back, shard_of, take_aside, wait_gone
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
+from drillbit.faults.ckptfile import Backup, pick, put_back, shard_of, take_aside, wait_gone
 from drillbit.proc import ProcRef
 
 
@@ -39,10 +39,15 @@ def _is_fifo(path: Path) -> bool:
         return False
 
 
-class RestoreHang(Fault):
+class RestoreHangState(Backup):
+    killed: bool = False
+
+
+class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
     name = "restore-hang"
     fault_class = "fail-hang"
     Params = RestoreHangParams
+    State = RestoreHangState
     expects = "crash"
 
     def plan(self, targets: list[ProcRef], params: RestoreHangParams) -> Plan:
@@ -51,25 +56,30 @@ class RestoreHang(Fault):
                            "then SIGKILL the target rank",
                     heal="wake blocked readers, remove the FIFO, restore the shard byte for byte")
 
-    def inject(self, target: ProcRef, params: RestoreHangParams) -> Handle:
+    def describe(self, target: ProcRef, params: RestoreHangParams) -> PlanStep:
+        step = super().describe(target, params)
+        return step.model_copy(update={"files": [str(shard_of(pick(params.checkpoint_dir, params.nth_newest,
+                                                                    self.name)))]})
+
+    def inject(self, target: ProcRef, params: RestoreHangParams) -> RestoreHangState:
         shard = shard_of(pick(params.checkpoint_dir, params.nth_newest, self.name))
-        state: dict = take_aside(shard, self.scratch or Path(params.checkpoint_dir or "."))
+        state = RestoreHangState(**take_aside(shard, self.scratch or Path(params.checkpoint_dir or ".")).model_dump())
         tmp = shard.with_name(f".{shard.name}.fifo")
         os.mkfifo(tmp)
         os.replace(tmp, shard)
-        state["killed"] = params.then_kill and target.send(signal.SIGKILL)
-        return Handle(fault=self.name, target=target, params=params.model_dump(), state=state)
+        state.killed = params.then_kill and target.send(signal.SIGKILL)
+        return state
 
-    def confirm(self, handle: Handle) -> Evidence | None:
-        if not _is_fifo(Path(handle.state["file"])):
+    def confirm(self, target: ProcRef, params: RestoreHangParams, state: RestoreHangState) -> Evidence | None:
+        if not _is_fifo(Path(state.file)):
             return None
-        if handle.params.get("then_kill") and not (handle.state.get("killed") and wait_gone(handle.target)):
+        if params.then_kill and not (state.killed and wait_gone(target)):
             return None
-        return Evidence(what="checkpoint read now blocks", data={"checkpoint": handle.state["checkpoint"],
-                                                                "file": handle.state["file"], "hang": True})
+        return Evidence(what="checkpoint read now blocks", data={"checkpoint": state.checkpoint,
+                                                                "file": state.file, "hang": True})
 
-    def heal(self, handle: Handle) -> HealReport:
-        path = Path(handle.state["file"])
+    def heal(self, target: ProcRef, params: RestoreHangParams, state: RestoreHangState) -> HealReport:
+        path = Path(state.file)
         if not _is_fifo(path):
             return HealReport(healed=True, verified=True,
                               detail=f"{path} is no longer the FIFO (the job replaced or removed it); left alone")
@@ -84,5 +94,5 @@ class RestoreHang(Fault):
             os.close(fd)
             woken += 1
             time.sleep(0.01)
-        report = put_back(handle.state, still_ours=True)
+        report = put_back(state, still_ours=True)
         return report.model_copy(update={"detail": f"woke {woken} blocked reader(s); {report.detail}"})

@@ -8,7 +8,8 @@ the job 5.4% (FACTS.md); a fleet-relative detector has to see 3%.
 
 Heal stops the cycler and sends a final SIGCONT (through a pidfd, to the same pid and
 start time), then verifies the rank runs. If the controller dies, the cycler thread dies
-with it and the dead-man's switch sends the SIGCONT.
+with it and the dead-man's switch sends the SIGCONT. The cycler belongs to the fault
+instance the agent keeps while the fault is active (no module globals).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import time
 
 from pydantic import Field
 
-from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.hang_collective import resume
 from drillbit.proc import ProcRef
 
@@ -59,14 +60,24 @@ class _Cycler(threading.Thread):
         return self.stopped_s / max(time.perf_counter() - self.started, 1e-9)
 
 
-_RUNNING: dict[tuple[int, float], _Cycler] = {}
+class SlowState(State):
+    stop_fraction: float
+    started_at: float
 
 
-class SlowRank(Fault):
+class SlowRank(Fault[SlowParams, SlowState]):
+    """The duty cycle runs in a thread owned by this fault instance; the agent keeps the
+    instance for as long as the fault is active."""
+
     name = "slow-rank"
     fault_class = "fail-slow"
     Params = SlowParams
+    State = SlowState
     expects = "slow"
+
+    def __init__(self, scratch=None) -> None:
+        super().__init__(scratch)
+        self._cycler: _Cycler | None = None
 
     def plan(self, targets: list[ProcRef], params: SlowParams) -> Plan:
         f = params.slowdown / (1 + params.slowdown)
@@ -75,36 +86,34 @@ class SlowRank(Fault):
                            f"(a {params.slowdown:.1%} slowdown)",
                     heal="stop the duty cycle, SIGCONT, verify the rank runs")
 
-    def inject(self, target: ProcRef, params: SlowParams) -> Handle:
+    def inject(self, target: ProcRef, params: SlowParams) -> SlowState:
         fraction = params.slowdown / (1 + params.slowdown)
-        cycler = _Cycler(target, fraction, params.period_ms / 1000.0)
-        _RUNNING[(target.pid, target.start_time)] = cycler
-        cycler.start()
-        return Handle(fault=self.name, target=target, params=params.model_dump(),
-                      state={"stop_fraction": fraction})
+        self._cycler = _Cycler(target, fraction, params.period_ms / 1000.0)
+        self._cycler.start()
+        return SlowState(stop_fraction=fraction, started_at=self._cycler.started_wall)
 
-    def confirm(self, handle: Handle) -> Evidence | None:
-        cycler = _RUNNING.get((handle.target.pid, handle.target.start_time))
+    def confirm(self, target: ProcRef, params: SlowParams, state: SlowState) -> Evidence | None:
+        cycler = self._cycler
         if cycler is None:
             return None
-        time.sleep(float(handle.params.get("confirm_s", 3.0)))
+        time.sleep(params.confirm_s)
         achieved = cycler.achieved()
         if cycler.lost or achieved <= 0:
             return None
         # the effect starts with the first SIGSTOP, not when the measurement ends
-        return Evidence(t=cycler.started_wall, what="duty cycle running", data={
-            "target_slowdown": handle.params["slowdown"],
-            "stop_fraction_target": round(handle.state["stop_fraction"], 5),
+        return Evidence(t=state.started_at, what="duty cycle running", data={
+            "target_slowdown": params.slowdown,
+            "stop_fraction_target": round(state.stop_fraction, 5),
             "stop_fraction_achieved": round(achieved, 5),
             "slowdown_achieved": round(achieved / (1 - achieved), 5) if achieved < 1 else None,
         })
 
-    def heal(self, handle: Handle) -> HealReport:
-        cycler = _RUNNING.pop((handle.target.pid, handle.target.start_time), None)
+    def heal(self, target: ProcRef, params: SlowParams, state: SlowState) -> HealReport:
+        cycler, self._cycler = self._cycler, None
         detail = ""
         if cycler is not None:
             cycler.halt.set()
             cycler.join(timeout=5)
             detail = f"duty cycle stopped after {cycler.stopped_s:.2f} s stopped ({cycler.achieved():.2%}); "
-        report = resume(handle.target)
+        report = resume(target)
         return report.model_copy(update={"detail": detail + report.detail})

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from drillbit.errors import FaultError
-from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.proc import ProcRef
 
 
@@ -82,10 +82,20 @@ def snapshot(lib: Any, handle: Any) -> dict[str, Any]:
     return out
 
 
-class ThrottleClocks(Fault):
+class ThrottleState(State):
+    gpu_index: int
+    method: Literal["lock-clocks", "power-limit"]
+    before: dict[str, Any]
+    locked_max_mhz: int | None = None
+    previous_power_limit_mw: int | None = None
+    power_limit_set_mw: int | None = None
+
+
+class ThrottleClocks(Fault[ThrottleParams, ThrottleState]):
     name = "throttle-clocks"
     fault_class = "fail-slow"
     Params = ThrottleParams
+    State = ThrottleState
     expects = "slow"
 
     def plan(self, targets: list[ProcRef], params: ThrottleParams) -> Plan:
@@ -95,51 +105,50 @@ class ThrottleClocks(Fault):
         return Plan(fault=self.name, targets=targets, action=f"{what} on each target's GPU",
                     heal="reset locked clocks / restore the previous power limit exactly, then read back")
 
-    def inject(self, target: ProcRef, params: ThrottleParams) -> Handle:
+    def inject(self, target: ProcRef, params: ThrottleParams) -> ThrottleState:
         lib = nvml()
         lib.nvmlInit()
         index = gpu_of(target, params)
         dev = lib.nvmlDeviceGetHandleByIndex(index)
         before = snapshot(lib, dev)
-        state: dict[str, Any] = {"gpu_index": index, "before": before, "method": params.method}
+        state = ThrottleState(gpu_index=index, before=before, method=params.method)
         try:
             if params.method == "lock-clocks":
                 cap = params.clock_mhz or int(before["max_sm_clock_mhz"] * params.clock_fraction)
                 lib.nvmlDeviceSetGpuLockedClocks(dev, 0, cap)
-                state["locked_max_mhz"] = cap
+                state.locked_max_mhz = cap
             else:
                 previous = int(before["power_limit_mw"])
                 low = int(before["power_limit_min_max_mw"][0])
                 want = max(low, int(previous * params.power_fraction))
                 lib.nvmlDeviceSetPowerManagementLimit(dev, want)
-                state.update(previous_power_limit_mw=previous, power_limit_set_mw=want)
+                state.previous_power_limit_mw, state.power_limit_set_mw = previous, want
         except lib.NVMLError as exc:
             raise FaultError(f"NVML refused {params.method} on GPU {index}: {exc} (root needed?)") from exc
-        return Handle(fault=self.name, target=target, params=params.model_dump(), state=state)
+        return state
 
-    def confirm(self, handle: Handle) -> Evidence | None:
+    def confirm(self, target: ProcRef, params: ThrottleParams, state: ThrottleState) -> Evidence | None:
         lib = nvml()
-        dev = lib.nvmlDeviceGetHandleByIndex(handle.state["gpu_index"])
+        dev = lib.nvmlDeviceGetHandleByIndex(state.gpu_index)
         deadline = time.time() + 5
         while time.time() < deadline:
             now = snapshot(lib, dev)
-            if handle.state["method"] == "power-limit":
-                if now["power_limit_mw"] == handle.state["power_limit_set_mw"]:
-                    return Evidence(what="power limit lowered", data={"before": handle.state["before"], "during": now})
-            elif isinstance(now["sm_clock_mhz"], int) and now["sm_clock_mhz"] <= handle.state["locked_max_mhz"]:
+            if state.method == "power-limit":
+                if now["power_limit_mw"] == state.power_limit_set_mw:
+                    return Evidence(what="power limit lowered", data={"before": state.before, "during": now})
+            elif isinstance(now["sm_clock_mhz"], int) and now["sm_clock_mhz"] <= (state.locked_max_mhz or 0):
                 return Evidence(what="SM clock at or under the cap",
-                                data={"before": handle.state["before"], "during": now,
-                                      "locked_max_mhz": handle.state["locked_max_mhz"]})
+                                data={"before": state.before, "during": now, "locked_max_mhz": state.locked_max_mhz})
             time.sleep(0.2)
         return None
 
-    def heal(self, handle: Handle) -> HealReport:
+    def heal(self, target: ProcRef, params: ThrottleParams, state: ThrottleState) -> HealReport:
         lib = nvml()
         lib.nvmlInit()
-        dev = lib.nvmlDeviceGetHandleByIndex(handle.state["gpu_index"])
+        dev = lib.nvmlDeviceGetHandleByIndex(state.gpu_index)
         try:
-            if handle.state["method"] == "power-limit":
-                previous = handle.state["previous_power_limit_mw"]
+            if state.method == "power-limit":
+                previous = state.previous_power_limit_mw
                 lib.nvmlDeviceSetPowerManagementLimit(dev, previous)
                 after = snapshot(lib, dev)
                 ok = after["power_limit_mw"] == previous

@@ -14,6 +14,40 @@ from drillbit.report.timeline import timeline_svg
 _env = Environment(loader=PackageLoader("drillbit.report", "templates"),
                    autoescape=select_autoescape(["html", "html.j2"]), trim_blocks=True, lstrip_blocks=True)
 
+FRACTIONS = ("goodput", "fleet_tax", "slowdown", "slowdown_achieved", "target_slowdown", "projected_goodput",
+             "save_interval_ratio")
+
+
+def unit_of(name: str) -> str:
+    """The unit of a measurement by its name: s, %, steps, or none."""
+    if name.startswith("time_to_") or name.endswith("_s") or name.endswith("_within"):
+        return "s"
+    if name in FRACTIONS or name.endswith("goodput_min"):
+        return "%"
+    if name.endswith("_steps") or name.endswith("_step"):
+        return "steps"
+    return ""
+
+
+def measured(value: Any, name: str) -> str:
+    """A measurement for people: with its unit, to a sensible precision; — when missing."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    unit = unit_of(name)
+    if unit == "s":
+        return f"{value:.2f} s" if value < 100 else f"{value:.0f} s"
+    if unit == "%":
+        return f"{100 * value:.2f} %"
+    if unit == "steps" or isinstance(value, int):
+        return f"{value:g}" + (" steps" if unit == "steps" and name != "restored_step" and name != "step_at_fault"
+                               and name != "first_step" else "")
+    return f"{value:.3g}"
+
+
+_env.filters["measured"] = measured
+
 
 def markdown(payload: dict[str, Any]) -> str:
     return _env.get_template("report.md.j2").render(r=payload)

@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from drillbit.checks import CheckResult
+from drillbit.exitcodes import exit_code
 from drillbit.history import History
 
-EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3, "aborted": 4}
-EXIT_USAGE, EXIT_HARNESS = 2, 5
 
 
 def _iso(t: float | None) -> str | None:
@@ -18,7 +18,7 @@ def _iso(t: float | None) -> str | None:
 
 
 def build(*, drill: str, cluster: str, job: str, fault_type: str, params: dict, history: History,
-          result: CheckResult, error: str | None = None) -> dict[str, Any]:
+          result: CheckResult, error: str | None = None, error_kind: str | None = None) -> dict[str, Any]:
     start = history.first("drill.start")
     end = history.last("drill.end")
     injects = history.of("fault.inject")
@@ -30,9 +30,10 @@ def build(*, drill: str, cluster: str, job: str, fault_type: str, params: dict, 
         "cluster": cluster,
         "job": job,
         "verdict": result.verdict,
-        "exit_code": EXIT_HARNESS if error else EXIT_CODES[result.verdict],
+        "exit_code": exit_code(result.verdict, (error_kind or "harness") if error else None),
         "reasons": result.reasons,
         "error": error,
+        "error_kind": (error_kind or "harness") if error else None,
         "started_at": _iso(start.t if start else None),
         "finished_at": _iso(end.t if end else None),
         "fault": {
@@ -61,5 +62,7 @@ def build(*, drill: str, cluster: str, job: str, fault_type: str, params: dict, 
 
 def write(run_dir: Path, payload: dict[str, Any]) -> Path:
     path = run_dir / "result.json"
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    tmp = path.with_name(".result.json.tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(tmp, path)
     return path

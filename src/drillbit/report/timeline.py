@@ -97,16 +97,27 @@ def timeline_svg(history: History, width: int = 900, height: int = 320) -> str:
         elif run:
             pts = " ".join(f"{x(t):.1f},{y(n):.1f}" for t, n in run)
             parts.append(f'<polyline class="steps" points="{pts}" fill="none" stroke="{STEP_COLOUR}" stroke-width="2.5"/>')
-    # vertical marks with labels, staggered so they do not overlap
-    for i, (key, label, colour) in enumerate(MARKS):
+    # vertical marks; each label goes in the first row where it overlaps no label already
+    # placed (restore and first step are often a fraction of a second apart), and to the
+    # left of its line when it would run off the chart
+    rows: list[list[tuple[float, float]]] = []
+    for key, label, colour in MARKS:
         if key not in marks:
             continue
         xm = x(marks[key])
         parts.append(f'<line class="mark" x1="{xm:.1f}" y1="{top}" x2="{xm:.1f}" y2="{top + ph}" stroke="{colour}" '
                      f'stroke-width="2" stroke-dasharray="5 3"/>')
-        parts.append(f'<text x="{xm + 3:.1f}" y="{top + 14 + 13 * i}" fill="{colour}">{escape(label)} '
-                     f'+{marks[key] - marks["fault"]:.1f}s</text>' if key != "fault" else
-                     f'<text x="{xm + 3:.1f}" y="{top + 14}" fill="{colour}">{escape(label)}</text>')
+        text = label if key == "fault" else f"{label} +{marks[key] - marks['fault']:.1f}s"
+        w = 7.0 * len(text) + 6  # generous width of 12 px sans-serif
+        anchor_end = xm + 3 + w > left + pw
+        lo, hi = (xm - 3 - w, xm) if anchor_end else (xm, xm + 3 + w)
+        row = next((i for i, spans in enumerate(rows) if all(hi < a or lo > b for a, b in spans)), len(rows))
+        if row == len(rows):
+            rows.append([])
+        rows[row].append((lo, hi))
+        tx, anchor = (xm - 3, "end") if anchor_end else (xm + 3, "start")
+        parts.append(f'<text class="mark-label" x="{tx:.1f}" y="{top + 14 + 14 * row}" fill="{colour}" '
+                     f'text-anchor="{anchor}">{escape(text)}</text>')
     parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#374151">'
                  'seconds since launch</text></svg>')
     return "".join(parts)

@@ -2,8 +2,10 @@
 
 ``local`` (the embedded cluster) and the ``reference`` job profiles are built in, so
 ``drill run kill-rank`` needs no config file. A drill.yaml adds or overrides entries.
-Placeholders in launch commands and paths: ``{run_dir}`` (the drill's run folder, for the
-job's own files) and ``{python}`` (the interpreter running drillbit).
+Placeholders in launch commands and paths (``spec/placeholders.py``, one way to fill
+them): ``{run_dir}`` (the drill's run folder, for the job's own files), ``{python}`` (the
+interpreter running drillbit), and per node ``{node}``, ``{node_rank}``, ``{nnodes}``,
+``{head}`` (the rendezvous host), ``{port}`` and ``{ray_address}``.
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ class ClusterSpec(Strict):
     simulate_clock_skew: dict[str, float] = Field(
         default_factory=dict, description="test aid: shift a node agent's clock by this many seconds, to "
                                           "check the controller's clock-offset correction")
+    simulate_agent_version: str | None = Field(
+        None, description="test aid: the agents report this drillbit version, to check the version handshake")
 
     @model_validator(mode="after")
     def _engine_fields(self) -> "ClusterSpec":

@@ -37,7 +37,15 @@ def _construct(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> Any:
 
 def read_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
     """Parse a YAML file, keeping the line of every key; syntax errors raise SpecError."""
-    text = Path(path).read_text()
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except IsADirectoryError:
+        raise SpecError([Problem(str(path), None, "", "a directory, not a YAML file")]) from None
+    except UnicodeDecodeError:
+        raise SpecError([Problem(str(path), None, "", "not a text file (it is not UTF-8)")]) from None
+    except OSError as exc:
+        raise SpecError([Problem(str(path), None, "", f"cannot read it: {exc.strerror}")]) from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -113,7 +121,7 @@ def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
         name = block.get("scenario")
         if isinstance(name, str):
             try:
-                from drillbit.model.simulate import load_scenario
+                from drillbit.fleet.simulate import load_scenario
 
                 load_scenario(name)
             except SpecError as exc:

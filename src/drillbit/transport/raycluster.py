@@ -1,12 +1,10 @@
-"""The Ray executor: one NodeAgent actor per node, and the embedded local Ray cluster.
+"""The embedded local Ray cluster and the cluster lease on a running Ray cluster.
 
-Each agent is a detached actor (``num_cpus=0``, pinned to its node by a hard node-affinity
-strategy) so it outlives a controller that was killed: then it misses the heartbeats,
-heals what it holds, and exits. The embedded cluster is several simulated nodes on
-127.0.0.1, each with a ``drillbit-node-<i>`` resource, owned by a keeper process
-(``python -m drillbit.executors.ray keep``) that the harness starts and stops. Ray's
-processes share the keeper's fate; when the controller dies the keeper waits for the
-agents to finish their dead-man's work and then shuts the cluster down.
+The embedded cluster is several simulated nodes on 127.0.0.1, each with a
+``drillbit-node-<i>`` resource, owned by a keeper process (``python -m
+drillbit.transport.raycluster keep``) that the drill starts and stops. Ray's processes
+share the keeper's fate; when the controller dies the keeper waits for the agents to
+finish their dead-man's work and then shuts the cluster down.
 
 Seen with Ray 2.60: nodes bind the machine's non-loopback address unless
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set; ``ray start`` of a second node on the same
@@ -25,10 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from drillbit.agent import AgentService
 from drillbit.errors import DrillError, LeaseError
-from drillbit.executors.cluster import AgentClient, AgentExecutor
-from drillbit.lease import Lease
 from drillbit.proc import ProcRef
 
 NAMESPACE = "drillbit"
@@ -47,34 +42,6 @@ def _ray():
 def loopback_env() -> None:
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keeps every node on 127.0.0.1
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
-
-# --- the agent actor ------------------------------------------------------------------------
-class RayAgent(AgentService):
-    """AgentService in a Ray actor: exits once orphaned work is done."""
-
-    def __init__(self, node: str, state_dir: str, skew_s: float = 0.0) -> None:
-        super().__init__(node, state_dir, skew_s)
-        self.on_orphaned = lambda: os._exit(0)
-        self.agent.node_id = _ray().get_runtime_context().get_node_id()
-
-
-class RayAgentClient(AgentClient):
-    def __init__(self, node: str, actor: Any) -> None:
-        super().__init__(node)
-        self.actor = actor
-
-    def call(self, method: str, *args: Any, timeout: float = 60.0) -> Any:
-        ray = _ray()
-        try:
-            return ray.get(getattr(self.actor, method).remote(*args), timeout=timeout)
-        except ray.exceptions.GetTimeoutError:
-            raise DrillError(f"agent on {self.node}: {method} gave no answer in {timeout:g} s") from None
-        except ray.exceptions.RayActorError as exc:
-            raise DrillError(f"agent on {self.node} is gone: {exc}") from None
-
-    def beat(self) -> None:
-        self.actor.heartbeat.remote()  # fire and forget: a slow answer must not delay the next beat
 
 
 # --- the cluster lease ----------------------------------------------------------------------
@@ -156,7 +123,7 @@ class EmbeddedCluster:
         address_file.unlink(missing_ok=True)
         with open(self.state_dir / "ray-keeper.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "drillbit.executors.ray", "keep", "--nodes", str(self.nodes),
+                [sys.executable, "-m", "drillbit.transport.raycluster", "keep", "--nodes", str(self.nodes),
                  "--cpus", str(self.cpus_per_node), "--state-dir", str(self.state_dir),
                  "--controller-pid", str(controller.pid), "--controller-start", repr(controller.start_time)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -225,111 +192,8 @@ def reachable(address: str | None, timeout: float = 5.0) -> None:
         raise DrillError(f"cannot reach the Ray cluster at {address}: {exc}") from None
 
 
-# --- the executor ---------------------------------------------------------------------------
-class RayExecutor(AgentExecutor):
-    """Agents as Ray actors on a running cluster (``address``) or the embedded one."""
-
-    def __init__(self, run_dir: Path, cluster_name: str, *, address: str | None, nodes: int | None,
-                 cpus_per_node: int = 2, deadman_s: float = 5.0, job_grace_s: float = 30.0,
-                 skew: dict[str, float] | None = None, lease_ttl: float = 15.0) -> None:
-        super().__init__(run_dir, deadman_s=deadman_s, job_grace_s=job_grace_s)
-        self.cluster_name = cluster_name
-        self.address = address
-        self.nodes = nodes
-        self.embedded = EmbeddedCluster(run_dir, nodes or 2, cpus_per_node) if address is None else None
-        self.skew = skew or {}
-        self.lease_ttl = lease_ttl
-        self.actors: dict[str, Any] = {}
-        self.lease: RayLease | None = None
-        self._controller: ProcRef | None = None
-
-    def start(self, controller: ProcRef) -> None:
-        self._controller = controller
-        super().start(controller)
-
-    def _init(self) -> None:
-        ray = _ray()
-        if ray.is_initialized():
-            return
-        address = self.address
-        if self.embedded is not None:
-            assert self._controller is not None
-            address = self.embedded.start(self._controller)
-        self.values["ray_address"] = address or ""
-        reachable(address)
-        extra = {"_node_ip_address": "127.0.0.1"} if self.embedded is not None else {}
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR",
-                 configure_logging=False, **extra)
-
-    def acquire(self, holder: str) -> RayLease | Lease:
-        """The cluster lease: a named actor on a running cluster; a file lock for the embedded
-        one, which lives on this machine only."""
-        if self.embedded is not None:
-            lease = Lease(self.cluster_name, holder)
-            lease.acquire()
-            return lease
-        self._init()
-        self.lease = RayLease(self.cluster_name, holder, self.lease_ttl)
-        self.lease.acquire()
-        return self.lease
-
-    def _nodes(self) -> list[tuple[str, str]]:
-        alive = [n for n in _ray().nodes() if n["Alive"]]
-        named = []
-        for n in alive:
-            tags = [k for k in n["Resources"] if k.startswith(NODE_RESOURCE)]
-            name = tags[0][len("drillbit-"):] if tags else n.get("NodeName") or n["NodeManagerAddress"]
-            named.append((name, n["NodeID"]))
-        if any(name.startswith("node-") for name, _ in named):
-            named = sorted((x for x in named if x[0].startswith("node-")), key=lambda x: int(x[0][5:]))
-        if self.nodes is not None:
-            if len(named) < self.nodes:
-                raise DrillError(f"cluster {self.cluster_name!r} has {len(named)} live nodes, {self.nodes} wanted")
-            named = named[: self.nodes]
-        return named
-
-    def connect(self) -> dict[str, AgentClient]:
-        self._init()
-        ray = _ray()
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        actor_cls = ray.remote(num_cpus=0, max_concurrency=8)(RayAgent)
-        tag = f"{self.run_dir.name}-{os.getpid()}"
-        for name, node_id in self._nodes():
-            self.actors[name] = actor_cls.options(
-                name=f"drillbit-agent-{tag}-{name}", namespace=NAMESPACE, lifetime="detached",
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote(name, str(self.run_dir), self.skew.get(name, 0.0))
-        return {name: RayAgentClient(name, actor) for name, actor in self.actors.items()}
-
-    def on_beat(self) -> None:
-        if self.lease is not None:
-            self.lease.renew()
-
-    def close(self) -> None:
-        ray = _ray()
-        try:
-            super().close()
-            for actor in self.actors.values():
-                try:
-                    ray.get(actor.shutdown.remote(), timeout=10)
-                    ray.kill(actor)
-                except Exception:
-                    pass
-            if self.lease is not None:
-                try:
-                    self.lease.release()
-                except Exception:
-                    pass
-        finally:
-            if ray.is_initialized():
-                ray.shutdown()
-            if self.embedded is not None:
-                self.embedded.stop()
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m drillbit.executors.ray")
+    p = argparse.ArgumentParser(prog="python -m drillbit.transport.raycluster")
     sub = p.add_subparsers(dest="cmd", required=True)
     k = sub.add_parser("keep", help="run the embedded local Ray cluster until told to stop")
     k.add_argument("--nodes", type=int, default=2)

@@ -1,6 +1,6 @@
-"""The SSH executor, for hosts without Ray (Slurm-style): Fabric opens one connection per
+"""The SSH transport, for hosts without Ray (Slurm-style): Fabric opens one connection per
 host and runs ``python -m drillbit.agent serve`` there; the controller speaks JSON lines
-with it over that channel. The agent code is the same as on Ray.
+with it over that channel (:mod:`drillbit.agent.serve`). The agent is the same as on Ray.
 
 Host keys are checked against ``known_hosts`` and an unknown or changed key is refused
 (Fabric's own default would add it silently). Passwords are SecretStr: never in reports,
@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.errors import DrillError
-from drillbit.executors.cluster import AgentClient, AgentExecutor
+from drillbit.nodes import Nodes
 from drillbit.spec.config import ClusterSpec, SshHost
+from drillbit.transport.client import AgentClient
 
 
 class SshAgentClient(AgentClient):
-    def __init__(self, host: SshHost, known_hosts: str | None, skew: float = 0.0) -> None:
+    def __init__(self, host: SshHost, known_hosts: str | None, skew: float = 0.0, version: str | None = None) -> None:
         super().__init__(host.name)
         from fabric import Connection
         from paramiko import RejectPolicy
@@ -52,6 +53,8 @@ class SshAgentClient(AgentClient):
         command = [host.python, "-m", "drillbit.agent", "serve", "--node", host.name, "--state-dir", host.state_dir]
         if skew:
             command += ["--skew", repr(skew)]
+        if version:
+            command += ["--pretend-version", version]
         self.chan = self.conn.client.get_transport().open_session()
         self.chan.exec_command(" ".join(shlex.quote(c) for c in command))
         self._out = self.chan.makefile_stdin("w")
@@ -75,17 +78,17 @@ class SshAgentClient(AgentClient):
                 slot[1].append(reply)
                 slot[0].set()
         for event, box in list(self._waiting.values()):  # the channel closed
-            box.append({"error": "the SSH channel closed"})
+            box.append({"closed": True})
             event.set()
 
-    def _send(self, method: str, args: tuple, want: bool) -> tuple[int, tuple[threading.Event, list]]:
+    def _write(self, method: str, payload: dict, want: bool) -> tuple[int, tuple[threading.Event, list]]:
         slot: tuple[threading.Event, list] = (threading.Event(), [])
         with self._lock:
             rid = self._next
             self._next += 1
             if want:
                 self._waiting[rid] = slot
-            self._out.write(json.dumps({"id": rid, "method": method, "args": list(args)}) + "\n")
+            self._out.write(json.dumps({"id": rid, "method": method, "payload": payload}) + "\n")
             self._out.flush()
         return rid, slot
 
@@ -96,23 +99,23 @@ class SshAgentClient(AgentClient):
             stderr = self.chan.recv_stderr(4096).decode(errors="replace") if self.chan.recv_stderr_ready() else ""
             raise DrillError(f"agent on {self.node}: {method} gave no answer in {timeout:g} s {stderr}".strip())
         reply = box[0]
-        if "error" in reply:
-            raise DrillError(f"agent on {self.node}: {method}: {reply['error']}")
-        return reply["result"]
+        if reply.get("closed"):
+            raise DrillError(f"agent on {self.node}: {method}: the SSH channel closed")
+        return {k: v for k, v in reply.items() if k != "id"}
 
-    def call(self, method: str, *args: Any, timeout: float = 60.0) -> Any:
+    def _send(self, method: str, payload: dict[str, Any], timeout: float) -> Any:
         try:
-            rid, slot = self._send(method, args, want=True)
+            rid, slot = self._write(method, payload, want=True)
         except OSError as exc:
             raise DrillError(f"agent on {self.node}: the SSH channel is gone ({exc})") from None
         return self._wait(rid, slot, timeout, method)
 
-    def beat(self) -> None:
-        self._send("heartbeat", (), want=False)
+    def _post(self, method: str, payload: dict[str, Any]) -> None:
+        self._write(method, payload, want=False)
 
     def close(self) -> None:
         try:
-            self._send("exit", (), want=False)
+            self._write("exit", {}, want=False)
             self.chan.shutdown_write()
             self._reader.join(timeout=10)
         except OSError:
@@ -132,19 +135,18 @@ class SshLease:
         self.holder = holder
 
     def acquire(self) -> None:
-        self.client.call("lease_acquire", self.cluster, self.holder)
+        self.client.lease_acquire(self.cluster, self.holder)
 
     def release(self) -> None:
         try:
-            self.client.call("lease_release", timeout=10.0)
+            self.client.lease_release()
         except DrillError:
             pass  # the connection is gone, and the lock with it
 
 
-class SshExecutor(AgentExecutor):
+class SshNodes(Nodes):
     def __init__(self, run_dir: Path, cluster_name: str, cluster: ClusterSpec) -> None:
-        super().__init__(run_dir, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace)
-        self.cluster_name = cluster_name
+        super().__init__(run_dir, cluster_name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace)
         self.cluster = cluster
 
     def connect(self) -> dict[str, AgentClient]:
@@ -154,7 +156,8 @@ class SshExecutor(AgentExecutor):
         try:
             for host in self.cluster.hosts:
                 clients[host.name] = SshAgentClient(host, self.cluster.known_hosts,
-                                                    self.cluster.simulate_clock_skew.get(host.name, 0.0))
+                                                    self.cluster.simulate_clock_skew.get(host.name, 0.0),
+                                                    self.cluster.simulate_agent_version)
         except Exception:
             for client in clients.values():
                 client.close()

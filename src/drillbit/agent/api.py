@@ -1,0 +1,196 @@
+"""The agent API: the one protocol between the controller and a node's agent.
+
+Every call is a method name and a request model; every answer is a reply model or an
+error. The table :data:`METHODS` is the whole API: an agent serves only what is in it,
+and every transport (in-process, Ray actor, SSH JSON lines) carries the same two things,
+``(method, request as JSON data)`` one way and an :class:`Envelope` the other. An unknown
+method or a malformed request is refused with a clear error, and the agent lives on.
+
+Times in replies are on the agent's clock; the controller's client moves them onto its own.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
+from drillbit.proc import ProcRef
+from drillbit.spec.config import RankDiscovery
+
+# Bumped when a method, a request or a reply changes shape. The drillbit version is
+# compared too: controller and agent must run the same code (Ray pickles by reference).
+PROTOCOL = 2
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Empty(Message):
+    pass
+
+
+# --- requests ---------------------------------------------------------------------------
+class InfoRequest(Message):
+    controller_version: str | None = None
+
+
+class FindRanks(Message):
+    discovery: RankDiscovery
+    attach_pid: int | None = None
+
+
+class Launch(Message):
+    argv: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    out_path: str
+    stop_timeout: float = Field(20.0, gt=0)
+
+
+class Inject(Message):
+    fault: str
+    target: ProcRef
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class PlanRequest(Inject):
+    pass
+
+
+class OfHandle(Message):
+    handle: Handle
+
+
+class StopJob(Message):
+    timeout: float = Field(20.0, gt=0)
+
+
+class Arm(Message):
+    deadman_s: float = Field(gt=0)
+    job_grace_s: float = Field(ge=0)
+    offset_s: float = 0.0  # the agent's clock minus the controller's, as the controller measured it
+
+
+class LeaseAcquire(Message):
+    cluster: str
+    holder: str
+
+
+# --- replies ----------------------------------------------------------------------------
+class Info(Message):
+    node: str
+    pid: int
+    host: str
+    t: float
+    version: str
+    protocol: int
+    faults: list[str]
+
+
+class Ranks(Message):
+    ranks: list[ProcRef]
+
+
+class Launched(Message):
+    proc: ProcRef
+
+
+class Injected(Message):
+    handle: Handle
+
+
+class Planned(Message):
+    step: PlanStep
+
+
+class Confirmed(Message):
+    evidence: Evidence | None
+
+
+class Healed(Message):
+    report: HealReport
+
+
+class Active(Message):
+    handles: list[Handle]
+
+
+class JobStatus(Message):
+    code: int | None
+
+
+class Clock(Message):
+    t: float
+
+
+class Port(Message):
+    port: int
+
+
+class Record(Message):
+    """One line the dead-man's switch wrote: an event on the controller's clock."""
+
+    t: float
+    kind: str
+    node: str | None = None
+    rank: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Records(Message):
+    records: list[Record]
+
+
+class Method(BaseModel):
+    request: type[Message]
+    reply: type[Message]
+    doc: str
+
+
+METHODS: dict[str, Method] = {
+    "info": Method(request=InfoRequest, reply=Info, doc="who the agent is: node, pid, version, faults"),
+    "clock": Method(request=Empty, reply=Clock, doc="the agent's clock, for the offset"),
+    "heartbeat": Method(request=Empty, reply=Clock, doc="the controller is alive"),
+    "arm": Method(request=Arm, reply=Empty, doc="start the dead-man's switch"),
+    "disarm": Method(request=Empty, reply=Empty, doc="stop it (only once nothing is active)"),
+    "find_ranks": Method(request=FindRanks, reply=Ranks, doc="rank processes on this node"),
+    "launch": Method(request=Launch, reply=Launched, doc="start the job's launcher on this node"),
+    "job_status": Method(request=Empty, reply=JobStatus, doc="the launched job's exit code, None if running"),
+    "stop_job": Method(request=StopJob, reply=JobStatus, doc="stop the launched job"),
+    "plan": Method(request=PlanRequest, reply=Planned, doc="what inject would do to this target; touches nothing"),
+    "inject": Method(request=Inject, reply=Injected, doc="apply a fault"),
+    "confirm": Method(request=OfHandle, reply=Confirmed, doc="proof that it took effect"),
+    "heal": Method(request=OfHandle, reply=Healed, doc="undo it; idempotent"),
+    "active": Method(request=Empty, reply=Active, doc="the faults this agent holds"),
+    "records": Method(request=Empty, reply=Records, doc="what the dead-man's switch did"),
+    "free_port": Method(request=Empty, reply=Port, doc="a free TCP port on this node"),
+    "lease_acquire": Method(request=LeaseAcquire, reply=Empty, doc="hold the cluster's lease on this host"),
+    "lease_release": Method(request=Empty, reply=Empty, doc="let it go"),
+}
+
+
+class RemoteError(BaseModel):
+    kind: Literal["unknown-method", "bad-request", "refused", "failed"]
+    message: str
+
+
+class Envelope(BaseModel):
+    """What every transport carries back: a reply's data, or an error."""
+
+    ok: dict[str, Any] | None = None
+    error: RemoteError | None = None
+
+
+def parse_request(method: str, payload: Any) -> tuple[Method, Message] | RemoteError:
+    """The request model for ``method``, or the reason it is refused."""
+    spec = METHODS.get(method) if isinstance(method, str) else None
+    if spec is None:
+        return RemoteError(kind="unknown-method",
+                           message=f"unknown method {method!r}; the agent serves: {', '.join(sorted(METHODS))}")
+    try:
+        return spec, spec.request.model_validate(payload if payload is not None else {})
+    except ValidationError as exc:
+        where = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(request)'}: {e['msg']}" for e in exc.errors())
+        return RemoteError(kind="bad-request", message=f"malformed {method} request: {where}")

@@ -1,0 +1,141 @@
+"""The dead-man's switch: one routine, two ways to trip it, one record shape.
+
+An agent whose controller is gone — no heartbeat for ``deadman_s`` (the agent notices), or
+the process the guardian watches has died (the guardian notices: the agent itself, or the
+controller when the agent lives in it) — runs :func:`orphan`: heal every fault it holds,
+each with a deadline and on its own (one failing heal does not stop the others), let the
+job run ``job_grace_s`` more so its recovery can be seen, stop the job it launched, and
+write ``orphan.done``.
+
+Everything it does is a :class:`~drillbit.agent.api.Record` line in
+``agent-<node>.deadman.jsonl``, with ``t`` on the controller's clock (the offset the
+controller measured is given to the agent when it arms). The controller collects those
+records into ``history.jsonl`` when it can still talk to the agent; ``drill report``
+merges them from the run folder when it could not.
+
+The guardian is ``python -m drillbit.agent guard``, a process in a session of its own
+started when the agent is armed, released (SIGTERM) when the controller disarms it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from drillbit.agent.api import Record
+from drillbit.faults.base import Handle, HealReport
+from drillbit.proc import ProcRef
+
+HEAL_DEADLINE_S = 60.0
+
+
+class DeadmanLog:
+    """Appends Records, fsynced: they may be the only account of what happened."""
+
+    def __init__(self, path: Path, node: str, offset_s: float = 0.0, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self.node = node
+        self.offset_s = offset_s
+        self.clock = clock
+
+    def note(self, kind: str, rank: int | None = None, t: float | None = None, **data: object) -> Record:
+        agent_t = self.clock() if t is None else t
+        record = Record(t=agent_t - self.offset_s, kind=kind, node=self.node, rank=rank,
+                        data={"by": "dead-man", "agent_t": agent_t, **data})
+        with open(self.path, "a") as out:
+            out.write(record.model_dump_json() + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        return record
+
+
+def read_records(path: Path) -> list[Record]:
+    """The records of one agent; a torn last line (the writer died mid-line) is skipped."""
+    records = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            records.append(Record.model_validate_json(line))
+        except ValueError:
+            continue
+    return records
+
+
+def heal_with_deadline(heal: Callable[[Handle], HealReport], handle: Handle,
+                       timeout: float = HEAL_DEADLINE_S) -> HealReport:
+    """One heal, bounded: a heal that blocks or raises becomes a failed report."""
+    box: list = []
+
+    def work() -> None:
+        try:
+            box.append(heal(handle))
+        except Exception as exc:  # reported as a failed heal, the next fault still gets healed
+            box.append(HealReport(healed=False, verified=False, detail=f"heal raised {exc.__class__.__name__}: {exc}"))
+
+    worker = threading.Thread(target=work, daemon=True, name=f"heal-{handle.fault}")
+    worker.start()
+    worker.join(timeout)
+    if not box:
+        return HealReport(healed=False, verified=False, detail=f"the heal did not finish in {timeout:g} s")
+    return box[0]
+
+
+def orphan(log: DeadmanLog, reason: str, handles: list[Handle], heal: Callable[[Handle], HealReport],
+           job_running: Callable[[], bool], stop_job: Callable[[], int | None], job_grace_s: float,
+           wait: Callable[[float], object]) -> None:
+    """The controller is gone: heal, let the job show its recovery, stop it, say so."""
+    log.note("agent.lost", reason=reason)
+    for handle in handles:
+        report = heal_with_deadline(heal, handle)
+        kind = "fault.heal" if report.healed else "heal.failed"
+        log.note(kind, rank=handle.target.rank, fault=handle.fault, pid=handle.target.pid,
+                 healed=report.healed, verified=report.verified, detail=report.detail)
+    if job_running():
+        wait(job_grace_s)
+        log.note("job.stop", code=stop_job())
+    log.note("orphan.done")
+
+
+def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
+    """The guardian's loop: returns when released, or once ``watch`` died and all is healed."""
+    from drillbit.agent.jobproc import stop_process_group
+    from drillbit.agent.node import NodeAgent
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the drill's terminal is not our end
+    while not stop.is_set():
+        if not watch.alive():
+            break
+        stop.wait(poll)
+    if stop.is_set():
+        return 0  # released by a controller that heals for itself
+    try:
+        payload = json.loads(registry.read_text())
+    except (OSError, ValueError):
+        payload = {}
+    armed = payload.get("armed")
+    if not armed:
+        return 0  # disarmed before it died: nothing is ours to heal
+    agent = NodeAgent(payload.get("node", "?"), registry)
+    handles = [Handle.model_validate(h) for h in payload.get("faults", [])]
+    agent.restore(handles, payload.get("job"), armed)
+    job = payload.get("job")
+    log = DeadmanLog(agent.log_path, agent.node, float(armed.get("offset_s", 0.0)))
+
+    def stop_job() -> int | None:
+        stop_process_group(int(job["pgid"]), timeout=20.0)
+        agent.release_job()
+        return None
+
+    orphan(log, f"the process it watched (pid {watch.pid}) is gone", handles, agent.heal,
+           job_running=lambda: bool(job), stop_job=stop_job,
+           job_grace_s=float(armed.get("job_grace_s", 0.0)), wait=stop.wait)
+    return 0

@@ -1,0 +1,207 @@
+"""NodeAgent: finds rank processes on one node, applies and heals faults, keeps the registry.
+
+The registry (``agent-<node>.json``) holds every active fault's Handle, the job this agent
+launched, and the dead-man's switch settings; it is rewritten atomically on every change,
+so the guardian (:mod:`drillbit.agent.deadman`) can heal from it when this process is gone.
+A fault instance may hold live state (slow-rank's duty-cycle thread); the agent keeps the
+instance for as long as its fault is active.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from drillbit.faults import get as get_fault
+from drillbit.faults.base import Evidence, Fault, Handle, HealReport, PlanStep
+from drillbit.proc import ProcRef
+from drillbit.spec.config import RankDiscovery
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class NodeAgent:
+    def __init__(self, node: str, registry_path: Path) -> None:
+        self.node = node
+        self.registry_path = Path(registry_path)
+        self.registry_path.parent.mkdir(parents=True, exist_ok=True)
+        self._active: dict[str, tuple[Handle, Fault]] = {}
+        self._job: dict | None = None
+        self._armed: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+        self._guardian: subprocess.Popen | None = None
+        self.node_id: str | None = None  # the Ray node id, where the agent is a Ray actor
+
+    @property
+    def scratch(self) -> Path:
+        return self.registry_path.parent / f"scratch-{self.node}"
+
+    @property
+    def log_path(self) -> Path:
+        """Where the dead-man's switch writes what it did (one Record per line)."""
+        return self.registry_path.with_suffix(".deadman.jsonl")
+
+    # --- discovery ---------------------------------------------------------------------
+    def find_ranks(self, discovery: RankDiscovery, root_pid: int | None = None) -> list[ProcRef]:
+        """Rank processes on this node: command line match + rank from the environment.
+
+        With ``root_pid`` only descendants of that process count, so a drill never
+        touches another job's ranks on a shared node.
+        """
+        if discovery.pidfiles is not None:
+            return self._ranks_from_pidfiles(discovery.pidfiles)
+        assert discovery.cmdline is not None
+        pattern = re.compile(discovery.cmdline)
+        exclude = re.compile(discovery.exclude_cmdline) if discovery.exclude_cmdline else None
+        if root_pid is not None:
+            try:
+                candidates = psutil.Process(root_pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                return []
+        else:
+            candidates = list(psutil.process_iter())
+        found = []
+        for proc in candidates:
+            try:
+                cmd = " ".join(proc.cmdline())
+                if not pattern.search(cmd) or (exclude and exclude.search(cmd)):
+                    continue
+                rank = proc.environ().get(discovery.rank_env)
+                if rank is None or proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                found.append((proc.ppid(), ProcRef.of(proc, rank=int(rank), node=self.node)))
+            except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+                continue
+        # a rank's own helpers (DataLoader workers) are forked copies with the same command
+        # line and environment: the rank is the one whose parent is not a rank
+        pids = {ref.pid for _, ref in found}
+        ranks = [ref for ppid, ref in found if ppid not in pids]
+        return sorted(ranks, key=lambda r: r.rank if r.rank is not None else -1)
+
+    def _ranks_from_pidfiles(self, pattern: str) -> list[ProcRef]:
+        """Ranks that wrote ``{"pid", "rank", "node_id"}`` files; only those on this node
+        (``node_id`` is this agent's node name or its Ray node id) and still alive."""
+        found: dict[int, ProcRef] = {}
+        for path in sorted(glob.glob(pattern)):
+            try:
+                info = json.loads(Path(path).read_text())
+                if info.get("node_id") not in (self.node, self.node_id):
+                    continue
+                proc = psutil.Process(int(info["pid"]))
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                ref = ProcRef.of(proc, rank=int(info["rank"]), node=self.node)
+            except (OSError, ValueError, KeyError, psutil.NoSuchProcess):
+                continue  # a rank of an earlier attempt, or a file half written
+            found[ref.rank] = ref  # type: ignore[index]
+        return [found[r] for r in sorted(found)]
+
+    # --- faults ------------------------------------------------------------------------
+    def describe(self, fault_name: str, target: ProcRef, params: dict) -> PlanStep:
+        fault = get_fault(fault_name, self.scratch)
+        return fault.describe(target, fault.Params.model_validate(params))
+
+    def inject(self, fault_name: str, target: ProcRef, params: dict) -> Handle:
+        fault = get_fault(fault_name, self.scratch)
+        validated = fault.Params.model_validate(params)
+        state = fault.inject(target, validated)
+        handle = Handle(fault=fault_name, target=target, params=validated.model_dump(), state=state.model_dump())
+        with self._lock:
+            self._active[self._key(handle)] = (handle, fault)
+            self._save()
+        return handle
+
+    def _instance(self, handle: Handle) -> Fault:
+        with self._lock:
+            held = self._active.get(self._key(handle))
+        return held[1] if held is not None else get_fault(handle.fault, self.scratch)
+
+    def confirm(self, handle: Handle) -> Evidence | None:
+        fault = self._instance(handle)
+        return fault.confirm(handle.target, fault.Params.model_validate(handle.params),
+                             fault.State.model_validate(handle.state))
+
+    def heal(self, handle: Handle) -> HealReport:
+        fault = self._instance(handle)
+        report = fault.heal(handle.target, fault.Params.model_validate(handle.params),
+                            fault.State.model_validate(handle.state))
+        if report.healed:
+            with self._lock:
+                self._active.pop(self._key(handle), None)
+                self._save()
+        return report
+
+    def active(self) -> list[Handle]:
+        with self._lock:
+            return [h for h, _ in self._active.values()]
+
+    def restore(self, handles: list[Handle], job: dict | None, armed: dict | None) -> None:
+        """Take over a registry another process wrote (the guardian after its agent died):
+        each fault gets a fresh instance, which heals from its recorded State."""
+        with self._lock:
+            self._active = {self._key(h): (h, get_fault(h.fault, self.scratch)) for h in handles}
+            self._job, self._armed = job, armed
+
+    # --- the launched job, for the dead-man's switch -------------------------------------
+    def register_job(self, proc: ProcRef, pgid: int) -> None:
+        with self._lock:
+            self._job = {"proc": proc.model_dump(), "pgid": pgid}
+            self._save()
+
+    def release_job(self) -> None:
+        with self._lock:
+            self._job = None
+            self._save()
+
+    # --- dead-man's switch ---------------------------------------------------------------
+    def arm(self, watch: ProcRef, job_grace_s: float = 0.0, offset_s: float = 0.0) -> None:
+        """Start the guardian: it heals this registry if ``watch`` (this agent's process, or
+        the controller's when the agent lives in it) dies without releasing it first."""
+        with self._lock:
+            self._armed = {"job_grace_s": job_grace_s, "offset_s": offset_s}
+            self._save()
+        if self._guardian is not None and self._guardian.poll() is None:
+            return
+        self._guardian = subprocess.Popen(
+            [sys.executable, "-m", "drillbit.agent", "guard", "--registry", str(self.registry_path),
+             "--watch-pid", str(watch.pid), "--watch-start", repr(watch.start_time)],
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+
+    def disarm(self) -> None:
+        """Release the guardian (the controller heals for itself)."""
+        with self._lock:
+            self._armed = None
+            self._save()
+        if self._guardian is not None and self._guardian.poll() is None:
+            self._guardian.terminate()
+            try:
+                self._guardian.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._guardian.kill()
+                self._guardian.wait()
+        self._guardian = None
+
+    @staticmethod
+    def _key(handle: Handle) -> str:
+        return f"{handle.fault}:{handle.target.pid}:{handle.target.start_time}"
+
+    def _save(self) -> None:
+        payload = {"node": self.node, "faults": [h.model_dump() for h, _ in self._active.values()],
+                   "job": self._job, "armed": self._armed}
+        write_atomic(self.registry_path, json.dumps(payload))

@@ -1,0 +1,204 @@
+"""AgentService: one node's agent behind the method table of :mod:`drillbit.agent.api`.
+
+:meth:`AgentService.dispatch` is the only door: it looks the method up in ``METHODS``,
+validates the request against its model, calls the handler of that name and returns an
+:class:`~drillbit.agent.api.Envelope` as plain data. Every transport calls it and nothing
+else; an unknown method or a malformed request is refused, and the agent lives on.
+
+The service holds the NodeAgent, the job it launched on its node, the cluster lease (SSH)
+and the heartbeat side of the dead-man's switch: once armed, a controller that sends no
+heartbeat for ``deadman_s`` is taken for gone and :func:`drillbit.agent.deadman.orphan`
+runs here; ``on_orphaned`` is called after (a Ray actor exits there). ``skew_s`` shifts
+every time this agent reports, to test the controller's clock-offset correction.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+import drillbit
+from drillbit.agent import api
+from drillbit.agent.deadman import DeadmanLog, orphan, read_records
+from drillbit.agent.jobproc import LaunchedJob, free_port, start_job
+from drillbit.agent.node import NodeAgent
+from drillbit.faults import registry as fault_registry
+from drillbit.proc import ProcRef
+
+
+class AgentService:
+    def __init__(self, node: str, state_dir: str | Path, *, skew_s: float = 0.0, version: str | None = None,
+                 node_id: str | None = None) -> None:
+        self.node = node
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.agent = NodeAgent(node, self.state_dir / f"agent-{node}.json")
+        self.agent.node_id = node_id
+        self.skew_s = skew_s
+        self.version = version or drillbit.__version__  # a test may pretend to be another release
+        self._job: LaunchedJob | None = None
+        self._lease: Any = None
+        self._beat = time.time()
+        self._armed: api.Arm | None = None
+        self._stop = threading.Event()
+        self.orphaned = threading.Event()
+        self.on_orphaned: Callable[[], None] = lambda: None
+        self._handlers: dict[str, Callable[[Any], api.Message]] = {
+            name: getattr(self, f"_{name}") for name in api.METHODS}
+        self._monitor = threading.Thread(target=self._watch, name="deadman", daemon=True)
+        self._monitor.start()
+
+    # --- the one door --------------------------------------------------------------------
+    def dispatch(self, method: Any, payload: Any) -> dict[str, Any]:
+        parsed = api.parse_request(method, payload)
+        if isinstance(parsed, api.RemoteError):
+            return api.Envelope(error=parsed).model_dump(mode="json")
+        spec, request = parsed
+        try:
+            reply = self._handlers[method](request)
+        except Refused as exc:
+            return api.Envelope(error=api.RemoteError(kind="refused", message=str(exc))).model_dump(mode="json")
+        except Exception as exc:  # the error goes back to the controller; the agent lives on
+            return api.Envelope(error=api.RemoteError(
+                kind="failed", message=f"{exc.__class__.__name__}: {exc}")).model_dump(mode="json")
+        assert isinstance(reply, spec.reply), f"{method} answered {type(reply).__name__}"
+        return api.Envelope(ok=reply.model_dump(mode="json")).model_dump(mode="json")
+
+    # --- time and liveness ---------------------------------------------------------------
+    def clock(self) -> float:
+        return time.time() + self.skew_s
+
+    def _info(self, req: api.InfoRequest) -> api.Info:
+        if req.controller_version is not None and req.controller_version != self.version:
+            raise Refused(f"version mismatch: the controller runs drillbit {req.controller_version}, this agent "
+                          f"on {self.node} runs drillbit {self.version}; install the same version on both")
+        return api.Info(node=self.node, pid=os.getpid(), host=socket.gethostname(), t=self.clock(),
+                        version=self.version, protocol=api.PROTOCOL, faults=sorted(fault_registry()))
+
+    def _clock(self, req: api.Empty) -> api.Clock:
+        return api.Clock(t=self.clock())
+
+    def _heartbeat(self, req: api.Empty) -> api.Clock:
+        self._beat = time.time()
+        return api.Clock(t=self.clock())
+
+    def _arm(self, req: api.Arm) -> api.Empty:
+        self._beat = time.time()
+        self._armed = req
+        self.agent.arm(ProcRef.of(psutil.Process()), req.job_grace_s, req.offset_s)
+        return api.Empty()
+
+    def _disarm(self, req: api.Empty) -> api.Empty:
+        self._armed = None
+        self.agent.disarm()
+        return api.Empty()
+
+    def shutdown(self) -> None:
+        """The controller is done with this agent: a job it launched does not outlive it."""
+        self._armed = None
+        self._stop.set()
+        if self._job is not None and self._job.exit_code() is None:
+            self._stop_job(api.StopJob(timeout=20.0))
+        self.agent.disarm()
+
+    def lapse(self) -> None:
+        """The controller's channel closed: no heartbeat will come again."""
+        self._beat = 0.0
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            armed = self._armed
+            if armed is not None and time.time() - self._beat > armed.deadman_s:
+                self._armed = None
+                silent = time.time() - self._beat
+                log = DeadmanLog(self.agent.log_path, self.node, armed.offset_s, self.clock)
+                orphan(log, f"no heartbeat for {silent:.1f} s (deadman {armed.deadman_s:g} s)",
+                       self.agent.active(), self._heal_reported, job_running=self._job_running,
+                       stop_job=lambda: self._stop_job(api.StopJob(timeout=20.0)).code,
+                       job_grace_s=armed.job_grace_s, wait=self._stop.wait)
+                self.agent.disarm()  # done: the guardian must not do it again
+                self.orphaned.set()
+                self.on_orphaned()
+
+    def _heal_reported(self, handle):  # agent-clock times, as the records expect
+        report = self.agent.heal(handle)
+        return report.model_copy(update={"t": report.t + self.skew_s})
+
+    def _records(self, req: api.Empty) -> api.Records:
+        return api.Records(records=read_records(self.agent.log_path))
+
+    # --- the job on this node ------------------------------------------------------------
+    def _launch(self, req: api.Launch) -> api.Launched:
+        if self._job is not None and self._job.exit_code() is None:
+            raise Refused(f"a job launched by this agent is still running (pid {self._job.pid})")
+        self._job = start_job(req.argv, req.env, req.cwd, req.out_path, stop_timeout=req.stop_timeout, node=self.node)
+        self.agent.register_job(self._job.ref, self._job.pgid)
+        return api.Launched(proc=self._job.ref)
+
+    def _job_running(self) -> bool:
+        return self._job is not None and self._job.exit_code() is None
+
+    def _job_status(self, req: api.Empty) -> api.JobStatus:
+        return api.JobStatus(code=None if self._job is None else self._job.exit_code())
+
+    def _stop_job(self, req: api.StopJob) -> api.JobStatus:
+        if self._job is None:
+            return api.JobStatus(code=None)
+        code = self._job.stop(req.timeout)
+        self.agent.release_job()
+        return api.JobStatus(code=code)
+
+    def _lease_acquire(self, req: api.LeaseAcquire) -> api.Empty:
+        """Hold the cluster's lease (a file lock on this host) for as long as this agent lives."""
+        from drillbit.lease import Lease
+
+        self._lease = Lease(req.cluster, req.holder)
+        self._lease.acquire()
+        return api.Empty()
+
+    def _lease_release(self, req: api.Empty) -> api.Empty:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+        return api.Empty()
+
+    def _free_port(self, req: api.Empty) -> api.Port:
+        return api.Port(port=free_port())
+
+    # --- faults --------------------------------------------------------------------------
+    def _find_ranks(self, req: api.FindRanks) -> api.Ranks:
+        # ranks under the launcher this agent started; else under an attached job's root if
+        # it lives on this node; else any matching process here
+        if self._job is not None:
+            root: int | None = self._job.pid
+        else:
+            root = req.attach_pid if req.attach_pid is not None and psutil.pid_exists(req.attach_pid) else None
+        return api.Ranks(ranks=self.agent.find_ranks(req.discovery, root_pid=root))
+
+    def _plan(self, req: api.PlanRequest) -> api.Planned:
+        return api.Planned(step=self.agent.describe(req.fault, req.target, req.params))
+
+    def _inject(self, req: api.Inject) -> api.Injected:
+        handle = self.agent.inject(req.fault, req.target, req.params)
+        return api.Injected(handle=handle.model_copy(update={"injected_at": handle.injected_at + self.skew_s}))
+
+    def _confirm(self, req: api.OfHandle) -> api.Confirmed:
+        evidence = self.agent.confirm(req.handle)
+        if evidence is not None:
+            evidence = evidence.model_copy(update={"t": evidence.t + self.skew_s})
+        return api.Confirmed(evidence=evidence)
+
+    def _heal(self, req: api.OfHandle) -> api.Healed:
+        return api.Healed(report=self._heal_reported(req.handle))
+
+    def _active(self, req: api.Empty) -> api.Active:
+        return api.Active(handles=self.agent.active())
+
+
+class Refused(Exception):
+    """The agent will not do this (a version mismatch, a second launch)."""

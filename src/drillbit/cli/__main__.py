@@ -1,0 +1,3 @@
+from drillbit.cli import main
+
+main()

@@ -1,0 +1,169 @@
+"""``drill run | report | validate | list | faults``: one drill, its folder, the catalogue."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from drillbit import exitcodes
+from drillbit.cli.common import emit_json, err, json_option, out, show_problems
+from drillbit.errors import Problem, SpecError
+from drillbit.report.console import ConsoleUI, summary
+from drillbit.spec.load import catalogue, find_config, load_config, load_drill, read_yaml
+from drillbit.spec.config import DrillConfig
+
+
+@click.command()
+@click.argument("drill")
+@click.option("--cluster", help="cluster name from drill.yaml (default: its default_cluster, else local; env DRILLBIT_CLUSTER)")
+@click.option("--job", help="job profile (default: the drill's, else reference)")
+@click.option("--config", "config_path", help="drill.yaml path (default: ./drill.yaml or $DRILLBIT_CONFIG)")
+@click.option("--drills", "drills_dir", help="extra directory of drill specs")
+@click.option("--reports", "reports_dir", help="where run folders go (default: reports/)")
+@click.option("--dry-run", is_flag=True, help="print the plan (the exact targets where they can be found) and stop")
+@json_option
+def run(drill: str, cluster: str | None, job: str | None, config_path: str | None, drills_dir: str | None,
+        reports_dir: str | None, dry_run: bool, as_json: bool) -> int:
+    """Run one drill (a name from the catalogue, or a spec file)."""
+    from drillbit.session import execute, plan_text, resolve
+
+    resolved = resolve(drill, cluster=cluster, job=job, config_path=config_path, drills_dir=drills_dir)
+    if dry_run:
+        out.print(plan_text(resolved), markup=False, highlight=False)
+        out.print("dry run: nothing was launched or touched")
+        return exitcodes.PASS
+    ui = ConsoleUI(err)
+    try:
+        payload, outcome = execute(resolved, reports_dir=reports_dir, ui=ui)
+    finally:
+        ui.close()
+    if as_json:
+        emit_json(payload)
+    else:
+        summary(out, payload, str(outcome.run_dir))
+    return payload["exit_code"]
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@json_option
+def report(run_dir: str, as_json: bool) -> int:
+    """Re-judge a run folder from its history (merging what the agents' dead-man's switches
+    recorded there) and re-render result.json and the reports."""
+    from drillbit.session import rerender
+
+    payload = rerender(Path(run_dir))
+    if as_json:
+        emit_json(payload)
+    else:
+        summary(out, payload, run_dir)
+        out.print(f"wrote {run_dir}/report.html, report.md, junit.xml, result.json")
+    return payload["exit_code"]
+
+
+def _is_config(path: Path) -> bool:
+    """A drill.yaml, not a drill spec: its top level has config keys and no fault."""
+    try:
+        data, _ = read_yaml(path)
+    except SpecError:
+        return path.name in ("drill.yaml", "drill.yml")
+    return isinstance(data, dict) and "fault" not in data and bool(set(data) & set(DrillConfig.model_fields))
+
+
+@click.command()
+@click.argument("files", nargs=-1, type=click.Path())
+@click.option("--config", "config_path", help="drill.yaml to validate too")
+@json_option
+def validate(files: tuple[str, ...], config_path: str | None, as_json: bool) -> int:
+    """Check drill specs (default: the whole catalogue) and drill.yaml; every error at once.
+    A drill.yaml given as a file is checked as the config."""
+    problems: list[Problem] = []
+    configs = [Path(f) for f in files if Path(f).is_file() and _is_config(Path(f))]
+    config_file = configs[0] if configs else find_config(config_path)
+    try:
+        config = load_config(config_file)
+    except SpecError as exc:
+        problems += exc.problems
+        config = load_config(None)
+    for extra in configs[1:]:
+        try:
+            load_config(extra)
+        except SpecError as exc:
+            problems += exc.problems
+    known = catalogue()
+    named = [f for f in files if Path(f) not in configs]
+    paths = [Path(f) if Path(f).exists() or f not in known else known[f] for f in named]
+    if not files:
+        paths = list(known.values())
+    for path in paths:
+        if not path.is_file():
+            what = "a directory, not a drill spec" if path.is_dir() else "no such file, and no drill of that name"
+            problems.append(Problem(str(path), None, "", what))
+            continue
+        try:
+            load_drill(path, config)
+        except SpecError as exc:
+            problems += exc.problems
+    if as_json:
+        emit_json({"ok": not problems, "specs": [str(p) for p in paths], "config": str(config_file) if config_file else None,
+                   "problems": [str(p) for p in problems]})
+    elif problems:
+        show_problems(problems)
+    else:
+        checked = f"{len(paths)} drill spec(s)" + (f" and {config_file}" if config_file else "")
+        out.print(f"ok: {checked} valid")
+    return exitcodes.USAGE if problems else exitcodes.PASS
+
+
+@click.command(name="list")
+@json_option
+def list_(as_json: bool) -> int:
+    """The drill catalogue."""
+    rows, problems = [], []
+    for name, path in catalogue().items():
+        try:
+            spec = load_drill(path)
+        except SpecError as exc:
+            problems += exc.problems
+            continue
+        rows.append({"drill": name, "class": spec.class_, "fault": spec.fault.type, "summary": spec.summary})
+    if as_json:
+        emit_json({"drills": rows, "problems": [str(p) for p in problems]})
+    else:
+        table = Table(show_edge=False)
+        for col in ("drill", "class", "fault", "summary"):
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*row.values())
+        out.print(table)
+        for p in problems:
+            err.print(f"  {p}", markup=False, highlight=False)
+    return exitcodes.USAGE if problems else exitcodes.PASS
+
+
+@click.command()
+@json_option
+def faults(as_json: bool) -> int:
+    """The failure catalogue, grouped by class, with real-world rates and sources."""
+    from drillbit.catalogue import by_class, load_catalogue
+
+    entries = load_catalogue()
+    groups = by_class(entries)
+    if as_json:
+        emit_json({cls: [e.model_dump() for e in members] for cls, members in groups.items()})
+        return exitcodes.PASS
+    for cls, members in groups.items():
+        out.print(f"[bold]{cls}[/]" + ("" if members else "  [dim](none yet)[/]"))
+        for e in members:
+            out.print(f"  [bold cyan]{e.name}[/] — {e.models}")
+            for rate in e.rates:
+                out.print(f"      {rate.what}: {rate.value}  [dim]({rate.source})[/]")
+            out.print(f"      [dim]confirm:[/] {e.confirm}\n      [dim]heal:[/] {e.heal}\n"
+                      f"      [dim]drill:[/] drill run {e.drill}   [dim]runbook:[/] drill runbook {e.drill}")
+    return exitcodes.PASS
+
+
+COMMANDS = [run, report, validate, list_, faults]
+__all__ = ["COMMANDS", "json"]

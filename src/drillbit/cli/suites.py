@@ -1,0 +1,189 @@
+"""``drill suite run | gate | gameday run | results | runbook``: many drills, and their record."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+from rich.table import Table
+
+from drillbit import exitcodes
+from drillbit.cli.common import emit_json, err, json_option, out
+from drillbit.report.console import ConsoleUI
+from drillbit.spec.load import find_config, load_config
+
+
+def _suite_run(name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
+               db: str | None, max_regression: float | None, before: Callable | None = None,
+               after: Callable | None = None):
+    from drillbit.spec.load import load_suite
+    from drillbit.suite import run_suite
+
+    config = load_config(find_config(config_path))
+    spec = load_suite(name, config)
+    ui = ConsoleUI(err)
+    try:
+        return run_suite(spec, cluster=cluster, job=job, config_path=config_path,
+                         reports_dir=reports_dir or config.reports_dir, db=db, ui=ui,
+                         max_regression=max_regression, before=before, after=after), config
+    finally:
+        ui.close()
+
+
+_suite_options = [
+    click.option("--cluster", help="cluster name (default: the suite's, else local; env DRILLBIT_CLUSTER)"),
+    click.option("--job", help="job profile for every drill (default: the suite's / each drill's)"),
+    click.option("--config", "config_path", help="drill.yaml path"),
+    click.option("--reports", "reports_dir", help="where run folders go"),
+    click.option("--db", help="results store (default: <reports>/drills.db)"),
+    json_option,
+]
+
+
+def suite_options(f):
+    for option in reversed(_suite_options):
+        f = option(f)
+    return f
+
+
+def _suite_json(run: Any, **extra: Any) -> dict[str, Any]:
+    return {"suite": run.suite.name, "cluster": run.cluster, "verdict": run.verdict, "exit_code": run.exit_code,
+            "complete": run.complete, "skipped": run.skipped, "drills": run.results, **extra}
+
+
+@click.group()
+def suite() -> None:
+    """Suites: ordered lists of drills (drills/suites/*.yaml)."""
+
+
+@suite.command(name="run")
+@click.argument("name")
+@suite_options
+def suite_run(name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
+              db: str | None, as_json: bool) -> int:
+    """Run every drill of a suite in order."""
+    from drillbit.suite import summary_markdown
+
+    run, _ = _suite_run(name, cluster, job, config_path, reports_dir, db, None)
+    if as_json:
+        emit_json(_suite_json(run))
+    else:
+        out.print(summary_markdown(run, f"Suite {name}"), markup=False, highlight=False)
+    return run.exit_code
+
+
+@click.command()
+@click.option("--suite", "suite_name", default="pre-deploy", show_default=True)
+@suite_options
+@click.option("--max-regression", type=float, help="allowed worsening of detect / first-step vs the baseline (0.2 = 20%)")
+@click.option("--junit", "junit_path", help="also write junit.xml here")
+@click.option("--summary", "summary_path", help="append the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+def gate(suite_name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
+         db: str | None, as_json: bool, max_regression: float | None, junit_path: str | None,
+         summary_path: str | None) -> int:
+    """The pre-deploy gate: run a suite, compare with the baselines, write junit + summary."""
+    from drillbit.report import junit
+    from drillbit.suite import summary_markdown, write_gate_outputs
+
+    run, config = _suite_run(suite_name, cluster, job, config_path, reports_dir, db, max_regression)
+    folder = write_gate_outputs(run, reports_dir or config.reports_dir)
+    text = summary_markdown(run, "Recovery gate")
+    if junit_path:
+        Path(junit_path).write_text(junit.to_xml(f"drillbit.{run.suite.name}", run.results))
+    if summary_path:
+        with open(summary_path, "a") as fh:
+            fh.write(text)
+    if as_json:
+        emit_json(_suite_json(run, outputs=str(folder)))
+    else:
+        out.print(text, markup=False, highlight=False)
+        out.print(f"gate outputs: {folder}/junit.xml, {folder}/summary.md")
+    return run.exit_code
+
+
+@click.group()
+def gameday() -> None:
+    """Game days: a suite walked through with operators, and the post-drill review."""
+
+
+@gameday.command(name="run")
+@click.argument("name", default="game-day")
+@suite_options
+@click.option("--yes", "assume_yes", is_flag=True, help="run unattended: no confirmations")
+def gameday_run(name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
+                db: str | None, as_json: bool, assume_yes: bool) -> int:
+    """Announce, confirm and run each drill of a suite; write review.md."""
+    from drillbit.gameday import Host, review_markdown
+
+    host = Host(out, assume_yes)
+    run, config = _suite_run(name, cluster, job, config_path, reports_dir, db, None, before=host.before,
+                             after=host.after)
+    folder = Path(reports_dir or config.reports_dir) / f"gameday-{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "review.md").write_text(review_markdown(run, host.specs, run.run_dirs))
+    if as_json:
+        emit_json(_suite_json(run, review=str(folder / "review.md")))
+    else:
+        out.print(f"post-drill review: {folder}/review.md")
+    return run.exit_code if run.results else exitcodes.PASS
+
+
+@click.command()
+@click.argument("drill", required=False)
+@click.option("--db", help="results store (default: reports/drills.db)")
+@click.option("--limit", type=int, default=30, show_default=True)
+@json_option
+def results(drill: str | None, db: str | None, limit: int, as_json: bool) -> int:
+    """Past runs from the results store: verdicts, detect / recover times, lost steps, goodput.
+    (One run's own record of events is its history.jsonl; this is the trend across runs.)"""
+    from drillbit.errors import ConfigError
+    from drillbit.report.store import Store, store_path
+
+    path = store_path(load_config(find_config(None)), db=db)
+    if not path.exists():
+        raise ConfigError(f"no results store at {path} yet; run a drill first")
+    with Store(path) as store:
+        rows = store.runs(drill, limit)
+    if as_json:
+        emit_json([dict(r) for r in rows])
+        return exitcodes.PASS
+    table = Table(show_edge=False)
+    numeric = ("id", "detect s", "first step s", "lost", "goodput")
+    for col in ("id", "drill", "cluster", "job", "verdict", "started", "detect s", "first step s", "lost", "goodput"):
+        table.add_column(col, justify="right" if col in numeric else "left")
+    fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
+    for row in reversed(rows):
+        table.add_row(str(row["id"]), row["drill"], row["cluster"], row["job"], row["verdict"],
+                      (row["started_at"] or "")[:19], fmt(row["time_to_detect"], ".2f"),
+                      fmt(row["time_to_first_step"], ".2f"), fmt(row["lost_steps"], "d"), fmt(row["goodput"], ".2f"))
+    out.print(table)
+    return exitcodes.PASS
+
+
+# the old name, kept so that scripts written against it still work
+history = click.Command("history", callback=results.callback, params=results.params, hidden=True,
+                        help="Old name of `drill results`.")
+
+
+@click.command()
+@click.argument("name")
+@click.option("--db", help="results store for the last result (default: reports/drills.db)")
+def runbook(name: str, db: str | None) -> int:
+    """Render a drill's runbook with its parameters and its last result."""
+    from drillbit.report.runbook import render_runbook
+    from drillbit.report.store import Store, store_path
+    from drillbit.spec.load import load_drill, resolve_drill
+
+    config = load_config(find_config(None))
+    spec = load_drill(resolve_drill(name), config)
+    path = store_path(config, db=db)
+    last = None
+    if path.exists():
+        with Store(path) as store:
+            last = store.last_result(spec.name)
+    click.echo(render_runbook(spec, last))
+    return exitcodes.PASS
+
+
+COMMANDS = [suite, gate, gameday, results, history, runbook]

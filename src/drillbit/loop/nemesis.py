@@ -1,0 +1,109 @@
+"""Nemesis: one fault's inject, confirm and heal on its targets, through the nodes' agents.
+
+Used as a context manager, it heals on the way out whatever happened inside: a pass, a
+failed SLO, an abort, an interrupt, a harness bug. Heal goes node by node (one dead agent
+does not keep the others' faults in place), each fault with a deadline and one retry; a
+fault that still cannot be healed is recorded as ``heal.failed``, which fails the drill.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from drillbit.agent.deadman import heal_with_deadline
+from drillbit.faults.base import Fault, Handle, Params, Plan, PlanStep
+from drillbit.history import History
+from drillbit.loop.watch import Progress
+from drillbit.nodes import Nodes
+from drillbit.proc import ProcRef
+
+HARNESS = "harness"
+
+
+class Nemesis:
+    def __init__(self, nodes: Nodes, fault_name: str, fault: Fault, params: Params, history: History,
+                 heal_timeout: float = 60.0) -> None:
+        self.nodes = nodes
+        self.fault_name = fault_name
+        self.fault = fault
+        self.params = params
+        self.history = history
+        self.heal_timeout = heal_timeout
+        self.handles: list[Handle] = []
+
+    def __enter__(self) -> "Nemesis":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.heal()
+
+    # --- plan ----------------------------------------------------------------------------
+    def plan(self, targets: list[ProcRef]) -> Plan:
+        """The fault's plan with the concrete step on each target, resolved by its agent."""
+        plan = self.fault.plan(targets, self.params)
+        steps: list[PlanStep] = []
+        for target in targets:
+            try:
+                steps.append(self.nodes.plan(self.fault_name, target, self.params.model_dump()))
+            except Exception as exc:  # the plan is a description; inject will raise for real
+                steps.append(PlanStep(node=target.node, pid=target.pid, rank=target.rank, action=plan.action,
+                                      heal=plan.heal, cmdline=f"(not resolved: {exc})"))
+        return plan.model_copy(update={"steps": steps})
+
+    # --- inject and confirm --------------------------------------------------------------
+    def inject(self, targets: list[ProcRef]) -> None:
+        plan = self.plan(targets)
+        self.history.record(HARNESS, "fault.plan", action=plan.action, heal=plan.heal,
+                            targets=[t.model_dump() for t in targets], steps=[s.model_dump() for s in plan.steps])
+        params = self.params.model_dump()
+        for target in targets:
+            t_call = time.time()
+            handle = self.nodes.inject(self.fault_name, target, params)
+            self.handles.append(handle)
+            self.history.record(HARNESS, "fault.inject", t=t_call, node=target.node, rank=target.rank,
+                                pid=target.pid, fault=self.fault_name, params=params)
+
+    def confirm(self, progress: Progress) -> bool:
+        """Proof of effect from every target's agent, then from the job's progress."""
+        evidence = [self.nodes.confirm(h) for h in self.handles]
+        if any(e is None for e in evidence):
+            missing = [h.target.rank for h, e in zip(self.handles, evidence) if e is None]
+            self.history.record(HARNESS, "fault.unconfirmed", reason=f"no evidence of effect on rank(s) {missing}")
+            return False
+        t_effect = max(e.t for e in evidence if e is not None)
+        data: dict[str, Any] = {"evidence": [e.model_dump() for e in evidence if e is not None],
+                                "expects": self.fault.expects}
+        extra = self.fault.confirm_progress(progress, t_effect)
+        if extra is None:
+            self.history.record(HARNESS, "fault.unconfirmed",
+                                reason="the target took the fault but the job's progress did not show it "
+                                       f"(expected: {self.fault.expects})")
+            return False
+        self.history.record(HARNESS, "fault.confirmed", t=t_effect, **data, **extra)
+        return True
+
+    # --- heal ----------------------------------------------------------------------------
+    def heal(self) -> None:
+        """Heal every fault still active on any node; idempotent."""
+        for node, held in self.nodes.active_by_node().items():
+            if isinstance(held, Exception):
+                self.history.record(HARNESS, "heal.failed", node=node,
+                                    detail=f"cannot reach the agent to heal: {held}")
+                continue
+            for handle in held:
+                self._heal_one(handle)
+
+    def _heal_one(self, handle: Handle) -> None:
+        target = handle.target
+        for attempt in (1, 2):
+            report = heal_with_deadline(self.nodes.heal, handle, self.heal_timeout)
+            if report.healed:
+                self.history.record(HARNESS, "fault.heal", t=report.t, node=target.node, rank=target.rank,
+                                    pid=target.pid, fault=handle.fault, healed=True, verified=report.verified,
+                                    detail=report.detail, attempt=attempt)
+                return
+            if attempt == 1:
+                self.history.record(HARNESS, "heal.retry", node=target.node, rank=target.rank, pid=target.pid,
+                                    fault=handle.fault, detail=report.detail)
+        self.history.record(HARNESS, "heal.failed", node=target.node, rank=target.rank, pid=target.pid,
+                            fault=handle.fault, detail=report.detail)

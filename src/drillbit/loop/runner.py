@@ -1,0 +1,319 @@
+"""The drill loop: preflight, launch, steady, inject, observe, heal, teardown, check.
+
+The runner composes the parts and owns their order; each part is its own module:
+the schedule (trigger and targets), the nemesis (inject / confirm / heal, which always
+heals), the watch (probes built from the job profile, and the progress view) and the
+``recovered`` predicate of :mod:`drillbit.checks.recovery`. The nodes (the executor, any
+transport) and the probe factory are passed in, so the whole loop runs in tests against a
+fake transport and a fake job.
+
+Whatever happens after the agents start — a pass, an SLO breach, an abort, SIGINT or
+SIGTERM, a harness bug — the nemesis heals and teardown stops the job, with SIGINT and
+SIGTERM held back meanwhile; the nodes heal what is still active before they let go; and
+each agent's dead-man's switch heals on its own if this process is killed outright.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import psutil
+
+from drillbit.checks import CheckResult, check
+from drillbit.checks.recovery import Measurements, awaiting, recovered
+from drillbit.errors import ConfigError, DrillError
+from drillbit.faults import get as get_fault
+from drillbit.faults.base import Handle
+from drillbit.fleet.simulate import Scenario
+from drillbit.history import Event, History
+from drillbit.loop.nemesis import HARNESS, Nemesis
+from drillbit.loop.schedule import JobExited, describe_trigger, select_targets, wait_trigger
+from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
+from drillbit.nodes import Nodes
+from drillbit.proc import ProcRef
+from drillbit.spec.config import ClusterSpec, JobProfile
+from drillbit.spec.models import DrillSpec
+from drillbit.spec.placeholders import expand
+
+ErrorKind = Literal["config", "harness"]
+
+
+class Interrupted(DrillError):
+    """SIGINT or SIGTERM reached the controller."""
+
+
+class Aborted(DrillError):
+    """A safeguard stopped the drill."""
+
+
+class UI(Protocol):
+    def phase(self, name: str, detail: str = "") -> None: ...
+    def status(self, text: str) -> None: ...
+    def close(self) -> None: ...  # the drill is over: no live status may outlive it
+
+
+class QuietUI:
+    def phase(self, name: str, detail: str = "") -> None:
+        pass
+
+    def status(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    history: History
+    result: CheckResult
+    targets: list[ProcRef] = field(default_factory=list)
+    handles: list[Handle] = field(default_factory=list)
+    error: str | None = None
+    error_kind: ErrorKind | None = None
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+
+def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
+    """The fault's params, with the job's checkpoint folder and node pool where the spec
+    leaves them unset."""
+    fault = get_fault(spec.fault.type)
+    params = fault.Params.model_validate(spec.fault.params)
+    for name in ("checkpoint_dir", "node_pool"):
+        if getattr(params, name, "unset") is None and getattr(job, name):
+            params = params.model_copy(update={name: expand(getattr(job, name), {"run_dir": str(run_dir)})})
+    return params
+
+
+class DrillRunner:
+    def __init__(self, spec: DrillSpec, cluster_name: str, cluster: ClusterSpec, job_name: str,
+                 job: JobProfile, run_dir: Path, ui: UI | None = None, *, nodes: Nodes,
+                 probes: ProbeFactory = log_probes, baseline: Measurements | None = None,
+                 scenarios: dict[str, Scenario] | None = None, heal_timeout: float = 60.0) -> None:
+        self.spec = spec
+        self.cluster_name = cluster_name
+        self.cluster = cluster
+        self.job_name = job_name
+        self.job = job
+        self.run_dir = run_dir
+        self.ui = ui or QuietUI()
+        self.baseline = baseline
+        self.scenarios = scenarios or {}
+        self.fault = get_fault(spec.fault.type)
+        self.params = job_params(spec, job, run_dir)
+        self.history = History(run_dir / "history.jsonl")
+        self.nodes = nodes
+        self.make_probes = probes
+        self.nemesis = Nemesis(nodes, spec.fault.type, self.fault, self.params, self.history, heal_timeout)
+        self.progress = Progress(self.history, self._tick)
+        self.launched = None
+        self.probes: list[Probe] = []
+        self.targets: list[ProcRef] = []
+        self._deadline = 0.0
+        self._holding = False  # SIGINT/SIGTERM held back while healing
+
+    # --- helpers -------------------------------------------------------------------------
+    def record(self, kind: str, **data: object) -> Event:
+        return self.history.record(HARNESS, kind, **data)
+
+    def _job_exited(self) -> int | None:
+        if self.launched is not None:
+            return self.launched.exit_code()
+        if self.job.attach_pid is not None and not psutil.pid_exists(self.job.attach_pid):
+            return -1
+        return None
+
+    def _tick(self, delay: float = 0.1) -> None:
+        if time.time() > self._deadline:
+            raise Aborted(f"max_duration of {self.spec.abort.max_duration:g} s reached")
+        time.sleep(delay)
+
+    def _signal(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self._holding:
+            print(f"drillbit: {name} received while healing; the heal finishes first", file=sys.stderr)
+            return
+        raise Interrupted(f"interrupted by {name}")
+
+    # --- the loop ------------------------------------------------------------------------
+    def run(self) -> RunOutcome:
+        started = time.time()
+        self._deadline = started + self.spec.abort.max_duration
+        self.record("drill.start", drill=self.spec.name, cluster=self.cluster_name, job=self.job_name,
+                    fault=self.spec.fault.type)
+        error: str | None = None
+        kind: ErrorKind | None = None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, self._signal)
+        lease = None
+        try:
+            self.preflight()
+            lease = self.nodes.acquire(f"drill {self.spec.name} ({self.run_dir.name})")
+            try:
+                self.nodes.start(ProcRef.of(psutil.Process()))
+            finally:
+                self._record_notes()
+            try:
+                self.launch()
+                self.steady()
+                self.inject()
+                if self.history.first("fault.confirmed") is not None:
+                    self.observe()
+            finally:
+                self._holding = True  # from here on, a Ctrl-C waits for the heal
+                self.ui.phase("heal", f"{len(self.nemesis.handles)} fault(s) injected")
+                self.nemesis.heal()
+        except (Interrupted, Aborted) as exc:
+            self.record("abort", reason=str(exc))
+        except ConfigError as exc:
+            error, kind = str(exc), "config"
+            self.record("abort", reason=f"config error: {exc}")
+        except DrillError as exc:
+            error, kind = str(exc), "harness"
+            self.record("abort", reason=f"harness error: {exc}")
+        except Exception as exc:  # a harness bug: still heal, record, report
+            error, kind = f"{exc.__class__.__name__}: {exc}", "harness"
+            self.record("abort", reason=f"harness error: {error}")
+        finally:
+            self._holding = True
+            for step, action in (("teardown", self.teardown), ("close", self._close)):
+                try:
+                    action()
+                except Exception as exc:  # recorded; the steps after it still run
+                    text = f"{step}: {exc.__class__.__name__}: {exc}"
+                    self.record("harness.error", phase=step, detail=text)
+                    if error is None:
+                        error, kind = text, "harness"
+            if lease is not None:
+                lease.release()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        self.record("drill.end", error=error, error_kind=kind)
+        self.history.close()
+        self.ui.close()  # a game day's next prompt must not sit behind this drill's spinner
+        result = check(self.spec, self.history, baseline=self.baseline, scenarios=self.scenarios)
+        return RunOutcome(run_dir=self.run_dir, history=self.history, result=result, targets=self.targets,
+                          handles=self.nemesis.handles, error=error, error_kind=kind, started_at=started,
+                          finished_at=time.time())
+
+    def _close(self) -> None:
+        try:
+            self.nodes.close()
+        finally:
+            self._record_notes()
+
+    def _record_notes(self) -> None:
+        """What the nodes learned (agents ready, clock offsets) or their switches did."""
+        for note_kind, data in self.nodes.notes:
+            node = data.pop("node", None) if isinstance(data, dict) else None
+            self.history.record(HARNESS, note_kind, node=node, **data)
+        self.nodes.notes.clear()
+        for rec in self.nodes.records:
+            self.history.record(f"agent:{rec.node}", rec.kind, t=rec.t, node=rec.node, rank=rec.rank, **rec.data)
+        self.nodes.records.clear()
+
+    def preflight(self) -> None:
+        self.ui.phase("preflight", f"cluster {self.cluster_name}, job {self.job_name}")
+        if self.cluster.protected:
+            raise ConfigError(f"cluster {self.cluster_name!r} is protected; drills are refused there")
+        if self.job.launch is None and self.job.attach_pid is None:
+            raise ConfigError(f"job profile {self.job_name!r} has neither launch nor attach_pid")
+        if self.job.launch is not None and self.cluster.engine != "ray" and any(
+                "{ray_address}" in a for a in self.job.launch.command):
+            raise ConfigError(f"job profile {self.job_name!r} runs on Ray; cluster {self.cluster_name!r} is "
+                              f"engine {self.cluster.engine} (try --cluster local)")
+
+    def launch(self) -> None:
+        if self.job.launch is not None:
+            self.ui.phase("launch", " ".join(self.job.launch.command))
+            self.launched = self.nodes.launch(self.job)
+            self.record("job.launch", pid=self.launched.pid, command=self.job.launch.command)
+        else:
+            self.ui.phase("launch", f"attaching to pid {self.job.attach_pid}")
+            self.record("job.attach", pid=self.job.attach_pid)
+        self.probes = self.make_probes(self.history, self.job, self.nodes.log_paths(self.job), self.nodes.values)
+        for probe in self.probes:
+            probe.start()
+
+    def steady(self) -> None:
+        want = self.spec.steady.warmup_steps
+        self.ui.phase("steady", f"waiting for {want} steps")
+        limit = time.time() + self.spec.steady.timeout
+        while len(self.progress.steps) < want + 1:
+            code = self._job_exited()
+            if code is not None:
+                self.record("job.exit", code=code)
+                raise DrillError(f"the job exited (code {code}) before steady state ({len(self.progress.steps)} steps)")
+            if time.time() > limit:
+                raise DrillError(f"no steady state: {len(self.progress.steps)} steps in {self.spec.steady.timeout:g} s")
+            self._tick()
+        baseline, step = self.progress.baseline(want)
+        self.record("steady", baseline_step_s=round(baseline, 6), step=step)
+        self.ui.status(f"baseline {baseline * 1000:.0f} ms/step")
+
+    def inject(self) -> None:
+        trigger = self.spec.fault.trigger
+        self.ui.phase("inject", f"waiting: {describe_trigger(trigger)}")
+        try:
+            wait_trigger(trigger, self.progress, self._job_exited)
+        except JobExited as exc:
+            self.record("job.exit", code=exc.code)
+            raise
+        discovery = self.job.ranks
+        if discovery.pidfiles:
+            discovery = discovery.model_copy(update={"pidfiles": self.nodes.expand(discovery.pidfiles)})
+        ranks = self.nodes.find_ranks(discovery, self.job.attach_pid)
+        self.targets = select_targets(ranks, self.spec.fault.targets)
+        self.ui.phase("inject", f"{self.spec.fault.type} on rank(s) {', '.join(str(t.rank) for t in self.targets)}")
+        self.nemesis.inject(self.targets)
+        self.nemesis.confirm(self.progress)
+
+    def observe(self) -> None:
+        obs = self.spec.observe
+        confirmed = self.history.first("fault.confirmed")
+        assert confirmed is not None
+        t0 = confirmed.t
+        self.ui.phase("observe", f"until {obs.until_steps_after_recovery} steps after recovery, at most {obs.window:g} s")
+        seen = -1
+        while True:
+            now = time.time()
+            if len(self.history) != seen:  # judge again only when something new was recorded
+                seen = len(self.history)
+                if recovered(self.history, obs.until_steps_after_recovery):
+                    reason = "recovered"
+                    break
+            code = self._job_exited()
+            if code is not None:
+                for probe in self.probes:
+                    probe.poll_once()
+                self.record("job.exit", code=code)
+                reason = f"job exited with code {code}"
+                break
+            if now - t0 >= obs.window:
+                reason = "window elapsed"
+                break
+            last = self.progress.last
+            self.ui.status(f"+{now - t0:5.1f} s since fault · last step {last.data['n'] if last else '-'} · "
+                           f"{self.progress.rate():.1f} steps/s · awaiting "
+                           f"{awaiting(self.history, obs.until_steps_after_recovery)}")
+            self._tick(0.2)
+        self.record("observe.end", reason=reason)
+
+    def teardown(self) -> None:
+        for probe in self.probes:
+            probe.stop()
+        if self.launched is not None:
+            self.ui.phase("teardown", "stopping the job")
+            try:
+                already = self.launched.exit_code()
+            except Exception:
+                already = None
+            code = self.launched.stop()
+            self.record("job.stop", code=code, exited_before=already is not None)

@@ -1,0 +1,84 @@
+"""Watch: the probes that follow the job, built from its profile, and the progress view.
+
+The probes turn the job's own output into history events (``step``, ``detect``,
+``restart``, ...). :class:`Progress` follows the ``step`` events as they are recorded, for
+the phases that wait on them (steady state, a step trigger, a stall's quiet spell).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Protocol
+
+from drillbit.history import Event, History
+from drillbit.probes.logs import EventsProbe, HeartbeatProbe, ProgressProbe
+from drillbit.probes.preset import load as load_preset
+from drillbit.spec.config import JobProfile
+from drillbit.spec.placeholders import expand
+
+
+class Probe(Protocol):
+    def start(self) -> None: ...
+    def poll_once(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+# (history, job profile, its log paths, placeholder values) -> the probes of one drill
+ProbeFactory = Callable[[History, JobProfile, list[Path], dict[str, str]], list[Probe]]
+
+
+def log_probes(history: History, job: JobProfile, logs: list[Path], values: dict[str, str]) -> list[Probe]:
+    """The probes a job profile asks for: progress from step lines (or the heartbeat file
+    when no preset reads steps), and every other signal its presets know."""
+    reads_steps = any(s.kind == "step" for p in job.presets for s in load_preset(p).signals)
+    progress: Probe
+    if job.heartbeat_file and not reads_steps:
+        progress = HeartbeatProbe(history, Path(expand(job.heartbeat_file, values)))
+    else:
+        progress = ProgressProbe(history, logs, job.presets)
+    return [progress, EventsProbe(history, logs, job.presets)]
+
+
+class Progress:
+    """Steps as they arrive. ``tick(delay)`` is the loop's wait: it raises once the drill's
+    time is up, so nothing here can wait forever."""
+
+    def __init__(self, history: History, tick: Callable[[float], None]) -> None:
+        self.history = history
+        self.tick = tick
+        self.steps: list[Event] = []
+        history.subscribe(self._on_event)
+
+    def _on_event(self, event: Event) -> None:
+        if event.kind == "step":
+            self.steps.append(event)
+
+    @property
+    def last(self) -> Event | None:
+        return self.steps[-1] if self.steps else None
+
+    def baseline(self, last_n: int) -> tuple[float, int]:
+        """The median step time over the last ``last_n`` steps, and the newest step."""
+        recent = self.steps[-(last_n + 1):]
+        deltas = [b.t - a.t for a, b in zip(recent, recent[1:])]
+        return statistics.median(deltas), int(recent[-1].data["n"])
+
+    def rate(self, window: float = 5.0) -> float:
+        now = time.time()
+        return len([e for e in self.steps[-50:] if e.t >= now - window]) / window
+
+    def wait_quiet(self, t_effect: float) -> float | None:
+        """Seconds without a step since the effect, once they reach several baseline step
+        times; None if steps keep coming (global progress did not stall)."""
+        steady = self.history.first("steady")
+        baseline = steady.data["baseline_step_s"] if steady else 0.5
+        need = max(5 * baseline, 2.0)
+        limit = time.time() + need + 10 * baseline + 5.0
+        while time.time() < limit:
+            last = self.last
+            since = time.time() - max(t_effect, last.t if last else t_effect)
+            if since >= need:
+                return since
+            self.tick(0.05)
+        return None

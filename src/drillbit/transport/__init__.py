@@ -1,0 +1,36 @@
+"""Transports: how the controller reaches the nodes' agents. Each is a thin adapter that
+carries ``(method, request)`` to :meth:`drillbit.agent.service.AgentService.dispatch`.
+
+``process`` (inprocess.py): one agent in the controller's process (``local-process``).
+``ray`` (ray.py): one agent actor per node of a Ray cluster, or of the embedded local one
+(``local``, raycluster.py). ``ssh`` (ssh.py): ``python -m drillbit.agent serve`` per host,
+JSON lines over a Fabric connection.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from drillbit.spec.config import ClusterSpec
+
+if TYPE_CHECKING:
+    from drillbit.nodes import Nodes
+
+
+def connect(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
+    """The Nodes of a cluster, not yet started."""
+    if cluster.engine == "ray":
+        from drillbit.transport.ray import RayNodes
+
+        return RayNodes(run_dir, name, address=cluster.address, nodes=cluster.nodes,
+                        cpus_per_node=cluster.cpus_per_node, deadman_s=cluster.deadman,
+                        job_grace_s=cluster.job_grace, skew=cluster.simulate_clock_skew,
+                        lease_ttl=cluster.lease_ttl, version=cluster.simulate_agent_version)
+    if cluster.engine == "ssh":
+        from drillbit.transport.ssh import SshNodes
+
+        return SshNodes(run_dir, name, cluster)
+    from drillbit.transport.inprocess import InProcessNodes
+
+    return InProcessNodes(run_dir, name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace,
+                          version=cluster.simulate_agent_version)

@@ -1,0 +1,146 @@
+"""AgentClient: one node's agent seen from the controller, over any transport.
+
+A transport implements ``_send(method, payload, timeout) -> envelope data`` (and may make
+``_post`` fire-and-forget for heartbeats); everything else is here, once: requests are
+built from the API's models before they leave, replies are validated into the API's reply
+models, errors come back as :class:`AgentError` naming the node, and every time an agent
+reports (evidence, heals, the inject time) is moved onto the controller's clock by the
+offset measured at the handshake.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import drillbit
+from drillbit.agent import api
+from drillbit.errors import ConfigError, DrillError
+from drillbit.faults import registry as fault_registry
+from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
+from drillbit.proc import ProcRef
+from drillbit.spec.config import RankDiscovery
+
+
+class AgentError(DrillError):
+    """An agent refused or failed a call."""
+
+
+class VersionMismatch(AgentError, ConfigError):
+    """Controller and agent run different drillbit releases (or fault registries)."""
+
+
+class AgentClient:
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.offset = 0.0  # agent clock minus controller clock, seconds
+        self.rtt = 0.0
+
+    # --- the transport -------------------------------------------------------------------
+    def _send(self, method: str, payload: dict[str, Any], timeout: float) -> Any:
+        raise NotImplementedError
+
+    def _post(self, method: str, payload: dict[str, Any]) -> None:
+        """Send without waiting for the answer where the transport allows (heartbeats)."""
+        self._send(method, payload, 5.0)
+
+    def close(self) -> None:
+        pass
+
+    def request(self, method: str, req: api.Message | None = None, timeout: float = 60.0) -> Any:
+        spec = api.METHODS[method]
+        req = req if req is not None else spec.request()
+        raw = self._send(method, req.model_dump(mode="json"), timeout)
+        try:
+            envelope = api.Envelope.model_validate(raw)
+        except ValueError as exc:
+            raise AgentError(f"agent on {self.node}: {method}: an answer that is not an envelope ({exc})") from None
+        if envelope.error is not None:
+            cls = VersionMismatch if "version mismatch" in envelope.error.message else AgentError
+            raise cls(f"agent on {self.node}: {method} {envelope.error.kind}: {envelope.error.message}")
+        return spec.reply.model_validate(envelope.ok or {})
+
+    # --- handshake and clock -------------------------------------------------------------
+    def handshake(self, timeout: float = 120.0) -> api.Info:
+        """The ready handshake: the agent answers, and runs what the controller runs."""
+        info: api.Info = self.request("info", api.InfoRequest(controller_version=drillbit.__version__), timeout)
+        mine = sorted(fault_registry())
+        if info.version != drillbit.__version__ or info.protocol != api.PROTOCOL:
+            raise VersionMismatch(f"agent on {self.node} runs drillbit {info.version} (protocol {info.protocol}), "
+                                  f"the controller drillbit {drillbit.__version__} (protocol {api.PROTOCOL}); "
+                                  "install the same version on both")
+        if info.faults != mine:
+            raise VersionMismatch(f"agent on {self.node} knows faults {info.faults}, the controller {mine}; "
+                                  "install the same fault plugins on both")
+        return info
+
+    def measure_offset(self, samples: int = 8) -> tuple[float, float]:
+        """NTP-style: the sample with the smallest round trip gives the offset."""
+        best: tuple[float, float] | None = None
+        for _ in range(samples):
+            t0 = time.time()
+            remote = self.request("clock", timeout=10.0).t
+            t1 = time.time()
+            rtt = t1 - t0
+            if best is None or rtt < best[0]:
+                best = (rtt, remote - (t0 + t1) / 2)
+        assert best is not None
+        self.rtt, self.offset = best
+        return self.offset, self.rtt
+
+    def local_time(self, t: float) -> float:
+        return t - self.offset
+
+    def beat(self) -> None:
+        self._post("heartbeat", {})
+
+    # --- typed calls ---------------------------------------------------------------------
+    def arm(self, deadman_s: float, job_grace_s: float) -> None:
+        self.request("arm", api.Arm(deadman_s=deadman_s, job_grace_s=job_grace_s, offset_s=self.offset), 10.0)
+
+    def disarm(self) -> None:
+        self.request("disarm", timeout=15.0)
+
+    def find_ranks(self, discovery: RankDiscovery, attach_pid: int | None) -> list[ProcRef]:
+        return self.request("find_ranks", api.FindRanks(discovery=discovery, attach_pid=attach_pid)).ranks
+
+    def launch(self, argv: list[str], env: dict[str, str], cwd: str | None, out_path: str,
+               stop_timeout: float) -> ProcRef:
+        return self.request("launch", api.Launch(argv=argv, env=env, cwd=cwd, out_path=out_path,
+                                                 stop_timeout=stop_timeout)).proc
+
+    def job_status(self) -> int | None:
+        return self.request("job_status", timeout=10.0).code
+
+    def stop_job(self, timeout: float) -> int | None:
+        return self.request("stop_job", api.StopJob(timeout=timeout), timeout=timeout + 30).code
+
+    def plan(self, fault: str, target: ProcRef, params: dict) -> PlanStep:
+        return self.request("plan", api.PlanRequest(fault=fault, target=target, params=params)).step
+
+    def inject(self, fault: str, target: ProcRef, params: dict) -> Handle:
+        handle = self.request("inject", api.Inject(fault=fault, target=target, params=params)).handle
+        return handle.model_copy(update={"injected_at": self.local_time(handle.injected_at)})
+
+    def confirm(self, handle: Handle) -> Evidence | None:
+        evidence = self.request("confirm", api.OfHandle(handle=handle)).evidence
+        return None if evidence is None else evidence.model_copy(update={"t": self.local_time(evidence.t)})
+
+    def heal(self, handle: Handle, timeout: float = 60.0) -> HealReport:
+        report = self.request("heal", api.OfHandle(handle=handle), timeout).report
+        return report.model_copy(update={"t": self.local_time(report.t)})
+
+    def active(self) -> list[Handle]:
+        return self.request("active", timeout=15.0).handles
+
+    def records(self) -> list[api.Record]:
+        """What this agent's dead-man's switch did (already on the controller's clock)."""
+        return self.request("records", timeout=15.0).records
+
+    def free_port(self) -> int:
+        return self.request("free_port").port
+
+    def lease_acquire(self, cluster: str, holder: str) -> None:
+        self.request("lease_acquire", api.LeaseAcquire(cluster=cluster, holder=holder))
+
+    def lease_release(self) -> None:
+        self.request("lease_release", timeout=10.0)

@@ -1,0 +1,141 @@
+"""The Ray transport: one agent actor per node of a Ray cluster (or of the embedded one).
+
+Each agent is a detached :class:`~drillbit.agent.rayactor.AgentActor` (``num_cpus=0``,
+pinned to its node by a hard node-affinity strategy) so it outlives a controller that was
+killed: then it misses the heartbeats, heals what it holds, and exits. The actor has one
+method, ``call(method, payload)``; this client is the other half of that.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from drillbit.agent.rayactor import AgentActor
+from drillbit.errors import DrillError
+from drillbit.lease import Lease
+from drillbit.nodes import Nodes
+from drillbit.proc import ProcRef
+from drillbit.transport.client import AgentClient
+from drillbit.transport.raycluster import NAMESPACE, NODE_RESOURCE, EmbeddedCluster, RayLease, _ray, reachable
+
+
+class RayAgentClient(AgentClient):
+    def __init__(self, node: str, actor: Any) -> None:
+        super().__init__(node)
+        self.actor = actor
+
+    def _send(self, method: str, payload: dict[str, Any], timeout: float) -> Any:
+        ray = _ray()
+        try:
+            return ray.get(self.actor.call.remote(method, payload), timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise DrillError(f"agent on {self.node}: {method} gave no answer in {timeout:g} s") from None
+        except ray.exceptions.RayActorError as exc:
+            raise DrillError(f"agent on {self.node} is gone: {exc}") from None
+        except ray.exceptions.RayTaskError as exc:  # the cluster could not even load the actor
+            raise DrillError(f"agent on {self.node}: {exc.cause!r}; is the same drillbit installed on the "
+                             "cluster?") from None
+
+    def _post(self, method: str, payload: dict[str, Any]) -> None:
+        self.actor.call.remote(method, payload)  # fire and forget: a slow answer must not delay the next beat
+
+
+class RayNodes(Nodes):
+    """Agents as Ray actors on a running cluster (``address``) or the embedded one."""
+
+    def __init__(self, run_dir: Path, cluster_name: str, *, address: str | None, nodes: int | None,
+                 cpus_per_node: int = 2, deadman_s: float = 5.0, job_grace_s: float = 30.0,
+                 skew: dict[str, float] | None = None, lease_ttl: float = 15.0, version: str | None = None) -> None:
+        super().__init__(run_dir, cluster_name, deadman_s=deadman_s, job_grace_s=job_grace_s)
+        self.address = address
+        self.nodes = nodes
+        self.embedded = EmbeddedCluster(run_dir, nodes or 2, cpus_per_node) if address is None else None
+        self.skew = skew or {}
+        self.lease_ttl = lease_ttl
+        self.version = version
+        self.actors: dict[str, Any] = {}
+        self.lease: RayLease | None = None
+        self._controller: ProcRef | None = None
+
+    def start(self, controller: ProcRef) -> None:
+        self._controller = controller
+        super().start(controller)
+
+    def _init(self) -> None:
+        ray = _ray()
+        if ray.is_initialized():
+            return
+        address = self.address
+        if self.embedded is not None:
+            assert self._controller is not None
+            address = self.embedded.start(self._controller)
+        self.values["ray_address"] = address or ""
+        reachable(address)
+        extra = {"_node_ip_address": "127.0.0.1"} if self.embedded is not None else {}
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR",
+                 configure_logging=False, **extra)
+
+    def acquire(self, holder: str) -> RayLease | Lease:
+        """The cluster lease: a named actor on a running cluster; a file lock for the embedded
+        one, which lives on this machine only."""
+        if self.embedded is not None:
+            return super().acquire(holder)
+        self._init()
+        self.lease = RayLease(self.cluster_name, holder, self.lease_ttl)
+        self.lease.acquire()
+        return self.lease
+
+    def _nodes(self) -> list[tuple[str, str]]:
+        alive = [n for n in _ray().nodes() if n["Alive"]]
+        named = []
+        for n in alive:
+            tags = [k for k in n["Resources"] if k.startswith(NODE_RESOURCE)]
+            name = tags[0][len("drillbit-"):] if tags else n.get("NodeName") or n["NodeManagerAddress"]
+            named.append((name, n["NodeID"]))
+        if any(name.startswith("node-") for name, _ in named):
+            named = sorted((x for x in named if x[0].startswith("node-")), key=lambda x: int(x[0][5:]))
+        if self.nodes is not None:
+            if len(named) < self.nodes:
+                raise DrillError(f"cluster {self.cluster_name!r} has {len(named)} live nodes, {self.nodes} wanted")
+            named = named[: self.nodes]
+        return named
+
+    def connect(self) -> dict[str, AgentClient]:
+        self._init()
+        ray = _ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        actor_cls = ray.remote(num_cpus=0, max_concurrency=8)(AgentActor)
+        tag = f"{self.run_dir.name}-{os.getpid()}"
+        for name, node_id in self._nodes():
+            self.actors[name] = actor_cls.options(
+                name=f"drillbit-agent-{tag}-{name}", namespace=NAMESPACE, lifetime="detached",
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote(name, str(self.run_dir), self.skew.get(name, 0.0), self.version)
+        return {name: RayAgentClient(name, actor) for name, actor in self.actors.items()}
+
+    def on_beat(self) -> None:
+        if self.lease is not None:
+            self.lease.renew()
+
+    def close(self) -> None:
+        ray = _ray()
+        try:
+            super().close()
+            for actor in self.actors.values():
+                try:
+                    ray.get(actor.shutdown.remote(), timeout=10)
+                    ray.kill(actor)
+                except Exception:
+                    pass
+            if self.lease is not None:
+                try:
+                    self.lease.release()
+                except Exception:
+                    pass
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+            if self.embedded is not None:
+                self.embedded.stop()

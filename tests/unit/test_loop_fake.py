@@ -1,0 +1,154 @@
+"""The whole drill loop against a fake transport and a fake job (tests/fakes/fake_cluster.py):
+pass, fail, every phase raising, SIGINT mid-observe, a heal that hangs — and in each, every
+fault the agent still held is healed, the job is stopped and the lease released."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from drillbit.exitcodes import exit_code
+from drillbit.loop import DrillRunner
+from drillbit.report.result import build
+from tests.fakes.fake_cluster import CLUSTER, JOB, FakeAgent, FakeJob, FakeNodes, fake_probes, spec
+
+
+def drill(tmp_path, *, job: FakeJob | None = None, cluster=CLUSTER, drill_spec=None, heal_timeout: float = 0.3,
+          **agent_kw):
+    job = job or FakeJob()
+    agent = FakeAgent("n0", job, **agent_kw)
+    nodes = FakeNodes(tmp_path, agent)
+    runner = DrillRunner(drill_spec or spec(), "fake", cluster, "fake-job", JOB, tmp_path, nodes=nodes,
+                         probes=fake_probes(job), heal_timeout=heal_timeout)
+    outcome = runner.run()
+    agent.release.set()
+    return outcome, agent, nodes
+
+
+def kinds(outcome) -> list[str]:
+    return [e.kind for e in outcome.history]
+
+
+def assert_left_clean(agent, nodes, launched: bool = True) -> None:
+    assert agent.active == {}, "a fault was left active"
+    assert nodes.lease.released
+    if launched:
+        assert agent.stopped, "the job was not stopped"
+
+
+def test_a_job_that_recovers_passes(tmp_path):
+    t0 = time.time()
+    outcome, agent, nodes = drill(tmp_path)
+    assert outcome.result.verdict == "pass", outcome.result.reasons
+    assert time.time() - t0 < 5
+    k = kinds(outcome)
+    for kind in ("drill.start", "agent.ready", "agent.clock", "steady", "fault.plan", "fault.inject",
+                 "fault.confirmed", "detect", "restart", "restore", "observe.end", "fault.heal", "job.stop",
+                 "drill.end"):
+        assert kind in k, kind
+    assert outcome.history.first("observe.end").data["reason"] == "recovered"
+    m = outcome.result.measurements
+    assert m.restored_step % 5 == 0 and m.step_at_fault >= 8  # the fake job checkpoints every 5 steps
+    assert m.lost_steps == m.step_at_fault - m.restored_step
+    assert_left_clean(agent, nodes)
+
+
+BROKEN = {"observe": {"until_steps_after_recovery": 3, "window": "0.5s"},
+          "slo": {"detect_within": "0.3s", "first_step_within": "0.4s"}}
+
+
+def test_a_job_that_never_recovers_fails(tmp_path):
+    outcome, agent, nodes = drill(tmp_path, job=FakeJob(recovers=False), drill_spec=spec(**BROKEN))
+    assert outcome.result.verdict == "fail"
+    assert any("never made a step again" in r for r in outcome.result.reasons), outcome.result.reasons
+    assert outcome.history.first("observe.end").data["reason"] == "window elapsed"
+    assert outcome.error is None
+    assert_left_clean(agent, nodes)
+
+
+@pytest.mark.parametrize("method, phase", [
+    ("launch", "launch"), ("find_ranks", "inject"), ("inject", "inject"), ("confirm", "inject"),
+    ("job_status", "observe"), ("stop_job", "teardown"), ("heal", "heal"), ("plan", "inject"),
+])
+def test_every_phase_raising_still_heals_and_stops(tmp_path, method, phase):
+    outcome, agent, nodes = drill(tmp_path, fail_on={method})
+    end = outcome.history.last("drill.end")
+    assert end is not None
+    if method == "plan":  # a plan that cannot be resolved is described, not fatal
+        assert outcome.result.verdict == "pass", outcome.result.reasons
+        return
+    if method == "heal":  # a fault that cannot be healed fails the drill, whatever the job did
+        assert outcome.result.verdict == "fail"
+        assert any("fault left in place" in r for r in outcome.result.reasons)
+        assert "heal.failed" in kinds(outcome)
+        return
+    assert outcome.error is not None and outcome.error_kind == "harness"
+    assert f"fake failure in {method}" in outcome.error
+    assert exit_code(outcome.result.verdict, outcome.error_kind) == 5
+    if phase != "teardown":  # a teardown error comes after the job's recovery was judged
+        assert outcome.result.verdict in ("aborted", "inconclusive")
+    assert_left_clean(agent, nodes, launched=method not in ("launch", "stop_job"))
+
+
+def test_preflight_refusal_is_a_config_error_and_touches_nothing(tmp_path):
+    outcome, agent, nodes = drill(tmp_path, cluster=CLUSTER.model_copy(update={"protected": True}))
+    assert outcome.error_kind == "config" and "protected" in outcome.error
+    assert "launch" not in agent.calls and "inject" not in agent.calls
+
+
+def test_job_exiting_before_steady_state(tmp_path):
+    job = FakeJob()
+    job.exit_code = 3
+    outcome, agent, nodes = drill(tmp_path, job=job)
+    assert "the job exited (code 3) before steady state" in outcome.error
+    assert_left_clean(agent, nodes)
+
+
+def test_sigint_mid_observe_aborts_and_heals(tmp_path):
+    job = FakeJob(recovers=False)
+
+    def interrupt_once_observing():
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            if any(kind == "detect" for _, kind, _ in job.drain(0)):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=interrupt_once_observing, daemon=True).start()
+    outcome, agent, nodes = drill(tmp_path, job=job, drill_spec=spec(observe={"until_steps_after_recovery": 3,
+                                                                                    "window": "5s"}))
+    assert outcome.result.verdict == "aborted"
+    assert any("interrupted by SIGINT" in r for r in outcome.result.reasons)
+    k = kinds(outcome)
+    assert "observe.end" not in k and "fault.heal" in k and k.index("abort") < k.index("job.stop")
+    assert_left_clean(agent, nodes)
+
+
+def test_a_heal_that_hangs_once_is_retried(tmp_path):
+    outcome, agent, nodes = drill(tmp_path, heal_hangs=1.0, heal_hangs_times=1)
+    assert "heal.retry" in kinds(outcome) and "heal.failed" not in kinds(outcome)
+    assert outcome.history.last("fault.heal").data["attempt"] == 2
+    assert outcome.result.verdict == "pass", outcome.result.reasons
+    assert_left_clean(agent, nodes)
+
+
+def test_a_heal_that_never_finishes_fails_the_drill(tmp_path):
+    outcome, agent, nodes = drill(tmp_path, heal_hangs=30.0, heal_hangs_times=99)
+    assert outcome.result.verdict == "fail"
+    assert any(r.startswith("fault left in place: kill-rank on rank 1") for r in outcome.result.reasons)
+    # the nodes do not release an agent that still holds a fault: its dead-man's switch heals
+    assert "disarm" not in agent.calls
+
+
+def test_harness_error_in_a_drill_that_also_breached_an_slo_exits_5(tmp_path):
+    outcome, agent, nodes = drill(tmp_path, job=FakeJob(recovers=False), fail_on={"stop_job"},
+                                  drill_spec=spec(**BROKEN))
+    assert outcome.result.verdict == "fail"  # the SLO breach stands in the verdict ...
+    payload = build(drill="fake-kill", cluster="fake", job="fake-job", fault_type="kill-rank", params={},
+                    history=outcome.history, result=outcome.result, error=outcome.error,
+                    error_kind=outcome.error_kind)
+    assert payload["exit_code"] == 5 == exit_code("fail", "harness")  # ... but the harness broke: 5, not 1
