@@ -14,6 +14,7 @@ time the controller spent. Repeated --rounds times; medians across rounds.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -29,14 +30,28 @@ from drillbit.agent.service import AgentService
 from drillbit.transport.inprocess import InProcessClient
 from drillbit.transport.ray import RayNodes
 from drillbit.proc import ProcRef
+from drillbit.spec.config import RankDiscovery
 
 FAULT, PARAMS = "hang-collective", {"method": "sigstop", "confirm_timeout_s": 5.0}
 
 
+MARK = "drillbit-bench-sleeper"
+
+
 def sleepers(n: int) -> list[subprocess.Popen]:
-    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) for _ in range(n)]
+    """Processes that look like ranks to rank discovery (the marker, RANK in the environment),
+    children of this process, which the agents are told is the attached job's root."""
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", MARK],
+                              env={**os.environ, "RANK": str(i)}) for i in range(n)]
     time.sleep(0.5)
     return procs
+
+
+def discovered(agent, node: str, procs: list[subprocess.Popen]) -> list[ProcRef]:
+    """The sleepers as that node's agent found them (agents inject only into what they found)."""
+    found = agent.find_ranks(RankDiscovery(cmdline=MARK), ProcRef.of(psutil.Process()))
+    by_pid = {r.pid: r for r in found}
+    return [by_pid[p.pid].model_copy(update={"node": node}) for p in procs]
 
 
 def apply_and_heal(agent, target: ProcRef) -> float:
@@ -58,8 +73,10 @@ def single(executor: RayNodes, runs: int, tmp: Path) -> tuple[float, float, floa
     try:
         ref = ProcRef.of(psutil.Process(procs[0].pid), rank=0, node="node-1")
         here = [apply_and_heal(local, ref) for _ in range(runs)]
-        through_api = [apply_and_heal(api, ref) for _ in range(runs)]
-        ray = [apply_and_heal(executor, ref) for _ in range(runs)]
+        [via_api] = discovered(api, "local", procs)
+        through_api = [apply_and_heal(api, via_api) for _ in range(runs)]
+        [via_ray] = discovered(executor.clients["node-1"], "node-1", procs)
+        ray = [apply_and_heal(executor, via_ray) for _ in range(runs)]
     finally:
         api.close()
         for p in procs:
@@ -71,7 +88,8 @@ def single(executor: RayNodes, runs: int, tmp: Path) -> tuple[float, float, floa
 def fanout(executor: RayNodes, nodes: list[str], per_node: int) -> dict[str, float]:
     procs = sleepers(len(nodes) * per_node)
     try:
-        targets = [ProcRef.of(psutil.Process(p.pid), rank=i, node=nodes[i // per_node]) for i, p in enumerate(procs)]
+        targets = [t for i, node in enumerate(nodes)
+                   for t in discovered(executor.clients[node], node, procs[i * per_node:(i + 1) * per_node])]
         me = psutil.Process()
         cpu0 = sum(me.cpu_times()[:2])
         t0 = time.perf_counter()

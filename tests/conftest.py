@@ -4,6 +4,9 @@ from __future__ import annotations
 pytest_plugins = ["pytester"]
 
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import psutil
@@ -53,3 +56,19 @@ def process_cluster(monkeypatch):
     """Drills run on the one-node ``local-process`` cluster unless a test names another
     (the Ray and SSH tests do); it needs no Ray start-up per drill."""
     monkeypatch.setenv("DRILLBIT_CLUSTER", "local-process")
+
+
+@pytest.fixture
+def ranks():
+    """Three real processes that look like ranks to rank discovery: the marker ``fake-rank`` on
+    their command line and RANK in their environment, children of the test process."""
+    procs = []
+    for rank in range(3):
+        env = dict(os.environ, RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "fake-rank"], env=env))
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+        p.wait()

@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from drillbit.errors import LeaseError
 
 
@@ -40,9 +42,16 @@ class Lease:
                 info = {}
             os.close(fd)
             who = info.get("holder", "another drill")
+            state = ""
+            try:
+                if info.get("host") == socket.gethostname() and psutil.Process(int(info["pid"])).status() == \
+                        psutil.STATUS_STOPPED:
+                    state = "; its process is stopped (SIGSTOP or Ctrl-Z), not dead: resume it or end it"
+            except (KeyError, ValueError, psutil.Error):
+                pass
             raise LeaseError(
                 f"cluster {self.cluster!r} is held by {who} (pid {info.get('pid', '?')} on "
-                f"{info.get('host', '?')}, since {time.ctime(info['since']) if 'since' in info else '?'}); "
+                f"{info.get('host', '?')}, since {time.ctime(info['since']) if 'since' in info else '?'}){state}; "
                 "wait for it to finish, or stop it") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"holder": self.holder, "pid": os.getpid(), "host": socket.gethostname(),

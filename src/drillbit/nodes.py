@@ -9,6 +9,7 @@ releases anything. Transports subclass it only to connect and to hold the lease.
 """
 from __future__ import annotations
 
+import fnmatch
 import sys
 import threading
 import time
@@ -17,11 +18,11 @@ from typing import Any, Callable
 
 from drillbit.agent.api import Record
 from drillbit.agent.deadman import heal_with_deadline
-from drillbit.errors import DrillError
+from drillbit.errors import ConfigError, DrillError
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.lease import Lease
 from drillbit.proc import ProcRef
-from drillbit.spec.config import JobProfile, RankDiscovery
+from drillbit.spec.config import HEARTBEAT_S, JobProfile, RankDiscovery
 from drillbit.spec.placeholders import expand
 from drillbit.transport.client import AgentClient
 
@@ -78,7 +79,7 @@ class NodeJobs:
 class Nodes:
     """Drives one agent per node. Transports implement ``connect`` (and ``acquire``)."""
 
-    heartbeat_s = 1.0
+    heartbeat_s = HEARTBEAT_S
     heal_timeout = 60.0  # per fault, when close() finds one still active
 
     def __init__(self, run_dir: Path, cluster_name: str, *, deadman_s: float = 5.0, job_grace_s: float = 30.0) -> None:
@@ -92,6 +93,8 @@ class Nodes:
         self._beater: threading.Thread | None = None
         self.notes: list[tuple[str, dict]] = []  # (kind, data) for the history, recorded by the loop
         self.records: list[Record] = []  # what the agents' dead-man's switches did, collected on close
+        self.allowed_hosts: list[str] | None = None  # host patterns drills may touch (the cluster's config)
+        self.problem: str | None = None  # set when the drill must stop (the lease was lost)
 
     # --- life cycle ----------------------------------------------------------------------
     def connect(self) -> dict[str, AgentClient]:
@@ -107,6 +110,10 @@ class Nodes:
         self.clients = self.clients or self.connect()
         for client in self.clients.values():
             info = client.handshake()
+            if self.allowed_hosts is not None and not any(
+                    fnmatch.fnmatch(name, pattern) for pattern in self.allowed_hosts for name in (info.host, client.node)):
+                raise ConfigError(f"node {client.node} is on host {info.host!r}, which is not in the cluster's "
+                                  f"allowed_hosts {self.allowed_hosts}; nothing was started")
             self.notes.append(("agent.ready", {"node": client.node, "pid": info.pid, "host": info.host,
                                                "version": info.version}))
             offset, rtt = client.measure_offset()
@@ -200,8 +207,8 @@ class Nodes:
             raise DrillError("; ".join(errors))
         return results
 
-    def find_ranks(self, discovery: RankDiscovery, attach_pid: int | None = None) -> list[ProcRef]:
-        found = [r for refs in self._on_all(lambda c: c.find_ranks(discovery, attach_pid)).values() for r in refs]
+    def find_ranks(self, discovery: RankDiscovery, attach: ProcRef | None = None) -> list[ProcRef]:
+        found = [r for refs in self._on_all(lambda c: c.find_ranks(discovery, attach)).values() for r in refs]
         return sorted(found, key=lambda r: r.rank if r.rank is not None else -1)
 
     def _client(self, ref: ProcRef) -> AgentClient:

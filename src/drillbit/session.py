@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drillbit.atomic import write_atomic
 from drillbit.checks import CheckResult
 from drillbit.errors import ConfigError, DrillError, Problem, SpecError
 from drillbit.faults.base import PlanStep
@@ -90,7 +91,8 @@ def resolve_steps(r: Resolved) -> list[PlanStep] | str:
     import tempfile
 
     from drillbit.loop.runner import job_params
-    from drillbit.loop.schedule import select_targets
+    from drillbit.faults import get as get_fault
+    from drillbit.loop.schedule import attach_root, check_blast_radius, select_targets
 
     with tempfile.TemporaryDirectory(prefix="drillbit-plan-") as tmp:
         nodes = connect(r.cluster, r.config.clusters[r.cluster], Path(tmp))
@@ -98,8 +100,10 @@ def resolve_steps(r: Resolved) -> list[PlanStep] | str:
             nodes.clients = nodes.connect()
             for client in nodes.clients.values():
                 client.handshake()
-            ranks = nodes.find_ranks(job.ranks, job.attach_pid)
+            ranks = nodes.find_ranks(job.ranks, attach_root(job.attach_pid, job.attach_start_time, cluster.engine))
             targets = select_targets(ranks, r.spec.fault.targets)
+            check_blast_radius(targets, ranks, r.spec.blast_radius, r.spec.fault.type,
+                               type(get_fault(r.spec.fault.type)).max_targets)
             params = job_params(r.spec, job, Path(tmp)).model_dump()
             return [nodes.plan(r.spec.fault.type, t, params) for t in targets]
         except DrillError as exc:
@@ -209,9 +213,7 @@ def merge_deadman_records(run_dir: Path, history: History) -> int:
         history.append(Event(seq=len(history), t=rec.t, source=f"agent:{rec.node}", kind=rec.kind, node=rec.node,
                              rank=rec.rank, data=rec.data))
     path = run_dir / "history.jsonl"  # rewritten whole, atomically: a torn last line goes too
-    tmp = path.with_name(".history.jsonl.tmp")
-    tmp.write_text("".join(e.model_dump_json() + "\n" for e in history))
-    os.replace(tmp, path)
+    write_atomic(path, "".join(e.model_dump_json() + "\n" for e in history))
     return len(added)
 
 

@@ -19,21 +19,6 @@ from drillbit.proc import ProcRef
 from drillbit.spec.config import RankDiscovery
 
 
-@pytest.fixture
-def ranks(tmp_path):
-    """Three real processes that look like ranks (RANK in their environment)."""
-    procs = []
-    for rank in range(3):
-        env = dict(os.environ, RANK=str(rank))
-        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "fake-rank"], env=env))
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGCONT)
-            p.kill()
-        p.wait()
-
-
 def wait_status(pid: int, want: str, timeout: float = 5.0) -> str:
     deadline = time.time() + timeout
     status = ""
@@ -47,9 +32,35 @@ def wait_status(pid: int, want: str, timeout: float = 5.0) -> str:
 
 def test_agent_finds_ranks_by_cmdline_and_env(tmp_path, ranks):
     agent = NodeAgent("n0", tmp_path / "reg.json")
-    found = agent.find_ranks(RankDiscovery(cmdline="fake-rank"), root_pid=os.getpid())
+    me = ProcRef.of(psutil.Process())
+    found = agent.find_ranks(RankDiscovery(cmdline="fake-rank"), root=me)
     assert [r.rank for r in found] == [0, 1, 2]
     assert [r.pid for r in found] == [p.pid for p in ranks]
+
+
+def test_agent_never_scans_the_whole_node_and_checks_the_roots_start_time(tmp_path, ranks):
+    """Without a root named by pid and start time there are no ranks: another job's ranks
+    on a shared node (these would match) are never candidates."""
+    agent = NodeAgent("n0", tmp_path / "reg.json")
+    assert agent.find_ranks(RankDiscovery(cmdline="fake-rank"), root=None) == []
+    me = psutil.Process()
+    stale = ProcRef(pid=me.pid, start_time=me.create_time() - 50)  # same pid, another process's start time
+    assert agent.find_ranks(RankDiscovery(cmdline="fake-rank"), root=stale) == []
+
+
+def test_pid_files_are_checked_against_start_time_and_command_line(tmp_path, ranks):
+    agent = NodeAgent("n0", tmp_path / "reg.json")
+    files = tmp_path / "pids"
+    files.mkdir()
+    for i, p in enumerate(ranks):
+        started = psutil.Process(p.pid).create_time()
+        info = {"pid": p.pid, "rank": i, "node_id": "n0", "start_time": started - (100 if i == 2 else 0)}
+        (files / f"rank{i}.json").write_text(json.dumps(info))
+    found = agent.find_ranks(RankDiscovery(pidfiles=str(files / "*.json")))
+    assert [r.rank for r in found] == [0, 1]  # rank 2's file names another process (a reused pid)
+    assert agent.find_ranks(RankDiscovery(pidfiles=str(files / "*.json"), cmdline="no-such-cmd")) == []
+    later = max(psutil.Process(p.pid).create_time() for p in ranks) + 5
+    assert agent.find_ranks(RankDiscovery(pidfiles=str(files / "*.json")), not_before=later) == []
 
 
 def test_hang_collective_stops_and_heals(tmp_path, ranks):

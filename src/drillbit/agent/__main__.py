@@ -21,7 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--registry", required=True)
     g.add_argument("--watch-pid", type=int, required=True)
     g.add_argument("--watch-start", type=float, required=True)
+    h = sub.add_parser("heal", help="heal what the drills left in this state folder (their agents died)")
+    h.add_argument("--state-dir", required=True)
+    h.add_argument("--force", action="store_true", help="even where the drill still seems to run")
     args = p.parse_args(argv)
+    if args.cmd == "heal":
+        import json
+
+        from drillbit.agent.leftovers import heal_folder
+
+        done = heal_folder(Path(args.state_dir), args.force)
+        print(json.dumps([d.model_dump() for d in done]))
+        return 1 if any(d.failed for d in done) else 0
     if args.cmd == "serve":
         from drillbit.agent.serve import serve
         from drillbit.agent.service import AgentService

@@ -38,7 +38,7 @@ class InfoRequest(Message):
 
 class FindRanks(Message):
     discovery: RankDiscovery
-    attach_pid: int | None = None
+    attach: ProcRef | None = None  # an attached job's root, by pid and start time
 
 
 class Launch(Message):

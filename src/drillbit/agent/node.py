@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import re
 import subprocess
 import sys
@@ -20,19 +19,12 @@ from typing import Any
 
 import psutil
 
+from drillbit.atomic import write_atomic
+from drillbit.errors import FaultError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, PlanStep
 from drillbit.proc import ProcRef
 from drillbit.spec.config import RankDiscovery
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 class NodeAgent:
@@ -57,24 +49,29 @@ class NodeAgent:
         return self.registry_path.with_suffix(".deadman.jsonl")
 
     # --- discovery ---------------------------------------------------------------------
-    def find_ranks(self, discovery: RankDiscovery, root_pid: int | None = None) -> list[ProcRef]:
-        """Rank processes on this node: command line match + rank from the environment.
-
-        With ``root_pid`` only descendants of that process count, so a drill never
-        touches another job's ranks on a shared node.
+    def find_ranks(self, discovery: RankDiscovery, root: ProcRef | None = None,
+                   not_before: float | None = None) -> list[ProcRef]:
+        """Rank processes on this node: the command line matches and the rank is in the
+        environment, among the descendants of ``root`` only (the job's launcher, or the
+        attached job's root, named by pid *and* start time) — never a scan of every process
+        on the node, so another job's ranks are never touched. With pid files, a file's
+        process must be alive, on this node, started no earlier than ``not_before`` (the
+        job's launch) and at the start time its file names, and match ``cmdline`` if given.
         """
         if discovery.pidfiles is not None:
-            return self._ranks_from_pidfiles(discovery.pidfiles)
+            return self._ranks_from_pidfiles(discovery, not_before)
         assert discovery.cmdline is not None
+        if root is None:
+            return []
         pattern = re.compile(discovery.cmdline)
         exclude = re.compile(discovery.exclude_cmdline) if discovery.exclude_cmdline else None
-        if root_pid is not None:
-            try:
-                candidates = psutil.Process(root_pid).children(recursive=True)
-            except psutil.NoSuchProcess:
-                return []
-        else:
-            candidates = list(psutil.process_iter())
+        proc = root.process()
+        if proc is None:
+            return []
+        try:
+            candidates = proc.children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
         found = []
         for proc in candidates:
             try:
@@ -93,11 +90,11 @@ class NodeAgent:
         ranks = [ref for ppid, ref in found if ppid not in pids]
         return sorted(ranks, key=lambda r: r.rank if r.rank is not None else -1)
 
-    def _ranks_from_pidfiles(self, pattern: str) -> list[ProcRef]:
-        """Ranks that wrote ``{"pid", "rank", "node_id"}`` files; only those on this node
-        (``node_id`` is this agent's node name or its Ray node id) and still alive."""
+    def _ranks_from_pidfiles(self, discovery: RankDiscovery, not_before: float | None) -> list[ProcRef]:
+        assert discovery.pidfiles is not None
+        pattern = re.compile(discovery.cmdline) if discovery.cmdline else None
         found: dict[int, ProcRef] = {}
-        for path in sorted(glob.glob(pattern)):
+        for path in sorted(glob.glob(discovery.pidfiles)):
             try:
                 info = json.loads(Path(path).read_text())
                 if info.get("node_id") not in (self.node, self.node_id):
@@ -105,8 +102,15 @@ class NodeAgent:
                 proc = psutil.Process(int(info["pid"]))
                 if proc.status() == psutil.STATUS_ZOMBIE:
                     continue
-                ref = ProcRef.of(proc, rank=int(info["rank"]), node=self.node)
-            except (OSError, ValueError, KeyError, psutil.NoSuchProcess):
+                started = proc.create_time()
+                if "start_time" in info and abs(float(info["start_time"]) - started) > 0.01:
+                    continue  # the pid was reused by another process
+                if not_before is not None and started < not_before - 0.01:
+                    continue  # older than the job: not one of its ranks
+                if pattern is not None and not pattern.search(" ".join(proc.cmdline())):
+                    continue
+                ref = ProcRef(pid=proc.pid, start_time=started, rank=int(info["rank"]), node=self.node)
+            except (OSError, ValueError, KeyError, TypeError, psutil.NoSuchProcess, psutil.AccessDenied):
                 continue  # a rank of an earlier attempt, or a file half written
             found[ref.rank] = ref  # type: ignore[index]
         return [found[r] for r in sorted(found)]
@@ -117,14 +121,42 @@ class NodeAgent:
         return fault.describe(target, fault.Params.model_validate(params))
 
     def inject(self, fault_name: str, target: ProcRef, params: dict) -> Handle:
+        """Record, then act: the fault's intent and everything its heal needs go to the
+        registry (fsynced) before the fault touches anything, so an interrupt in between
+        leaves a fault the dead-man's switch or ``drill heal`` can still undo. A fault that
+        raises half-way through acting stays registered (its heal copes with a partial act),
+        except on FaultError, a fault's word that it refused and changed nothing."""
         fault = get_fault(fault_name, self.scratch)
         validated = fault.Params.model_validate(params)
-        state = fault.inject(target, validated)
-        handle = Handle(fault=fault_name, target=target, params=validated.model_dump(), state=state.model_dump())
+        intent = fault.prepare(target, validated)
+        handle = Handle(fault=fault_name, target=target, params=validated.model_dump(),
+                        state=intent.model_dump() if intent is not None else {})
+        key = self._key(handle)
         with self._lock:
-            self._active[self._key(handle)] = (handle, fault)
+            self._check_files(handle)
+            self._active[key] = (handle, fault)
+            self._save()
+        try:
+            state = fault.act(target, validated, intent)
+        except FaultError:  # a clean refusal: the fault changed nothing, so nothing is held
+            with self._lock:
+                self._active.pop(key, None)
+                self._save()
+            raise
+        handle = handle.model_copy(update={"state": state.model_dump()})
+        with self._lock:
+            self._active[key] = (handle, fault)
             self._save()
         return handle
+
+    def _check_files(self, handle: Handle) -> None:
+        """Two active faults never hold the same file: the second's backup would be the
+        first one's damage (corrupt-checkpoint with two targets once did exactly that)."""
+        mine = handle.state.get("file")
+        for held, _ in self._active.values():
+            if mine is not None and held.state.get("file") == mine:
+                raise FaultError(f"{handle.fault}: {mine} is already held by an active {held.fault} fault "
+                                 f"(rank {held.target.rank}); give each target its own file")
 
     def _instance(self, handle: Handle) -> Fault:
         with self._lock:
@@ -138,6 +170,9 @@ class NodeAgent:
 
     def heal(self, handle: Handle) -> HealReport:
         fault = self._instance(handle)
+        if not handle.state:  # a plugin fault without prepare() that died before it could say what it did
+            return HealReport(healed=False, verified=False, detail=f"{handle.fault} acted before it recorded its "
+                              "state; check the target by hand")
         report = fault.heal(handle.target, fault.Params.model_validate(handle.params),
                             fault.State.model_validate(handle.state))
         if report.healed:
@@ -173,7 +208,7 @@ class NodeAgent:
         """Start the guardian: it heals this registry if ``watch`` (this agent's process, or
         the controller's when the agent lives in it) dies without releasing it first."""
         with self._lock:
-            self._armed = {"job_grace_s": job_grace_s, "offset_s": offset_s}
+            self._armed = {"job_grace_s": job_grace_s, "offset_s": offset_s, "watch": watch.model_dump()}
             self._save()
         if self._guardian is not None and self._guardian.poll() is None:
             return

@@ -42,6 +42,7 @@ class AgentService:
         self.skew_s = skew_s
         self.version = version or drillbit.__version__  # a test may pretend to be another release
         self._job: LaunchedJob | None = None
+        self._found: set[tuple[int, float]] = set()  # (pid, start time) of every rank discovered this drill
         self._lease: Any = None
         self._beat = time.time()
         self._armed: api.Arm | None = None
@@ -172,18 +173,24 @@ class AgentService:
 
     # --- faults --------------------------------------------------------------------------
     def _find_ranks(self, req: api.FindRanks) -> api.Ranks:
-        # ranks under the launcher this agent started; else under an attached job's root if
-        # it lives on this node; else any matching process here
+        """Ranks under the launcher this agent started, or under the attached job's root
+        (the same pid *and* start time) where it lives on this node; nothing else."""
         if self._job is not None:
-            root: int | None = self._job.pid
+            root: ProcRef | None = self._job.ref
         else:
-            root = req.attach_pid if req.attach_pid is not None and psutil.pid_exists(req.attach_pid) else None
-        return api.Ranks(ranks=self.agent.find_ranks(req.discovery, root_pid=root))
+            root = req.attach if req.attach is not None and req.attach.alive() else None
+        not_before = self._job.ref.start_time if self._job is not None else (root.start_time if root else None)
+        ranks = self.agent.find_ranks(req.discovery, root=root, not_before=not_before)
+        self._found |= {(r.pid, r.start_time) for r in ranks}
+        return api.Ranks(ranks=ranks)
 
     def _plan(self, req: api.PlanRequest) -> api.Planned:
         return api.Planned(step=self.agent.describe(req.fault, req.target, req.params))
 
     def _inject(self, req: api.Inject) -> api.Injected:
+        if (req.target.pid, req.target.start_time) not in self._found:
+            raise Refused(f"pid {req.target.pid} is not a rank this agent found for this drill; faults go only to "
+                          "processes its own rank discovery returned")
         handle = self.agent.inject(req.fault, req.target, req.params)
         return api.Injected(handle=handle.model_copy(update={"injected_at": handle.injected_at + self.skew_s}))
 

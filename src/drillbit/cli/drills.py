@@ -165,5 +165,59 @@ def faults(as_json: bool) -> int:
     return exitcodes.PASS
 
 
-COMMANDS = [run, report, validate, list_, faults]
+@click.command()
+@click.argument("run_dir", required=False, type=click.Path(exists=True, file_okay=False))
+@click.option("--cluster", help="every run folder of this cluster under --reports that still holds a fault")
+@click.option("--reports", "reports_dir", help="where run folders are (default: reports/)")
+@click.option("--force", is_flag=True, help="heal even where the drill's controller still seems to run")
+@json_option
+def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, force: bool, as_json: bool) -> int:
+    """Undo what a half-finished drill left: read every agent registry in the run folder,
+    heal what is still active, stop a job it launched, and record it in the history.
+    (For SSH hosts, run `python -m drillbit.agent heal --state-dir DIR` on each host.)"""
+    from drillbit.agent.leftovers import heal_folder, registries
+    from drillbit.errors import ConfigError
+    from drillbit.session import merge_deadman_records
+
+    if (run_dir is None) == (cluster is None):
+        raise ConfigError("give a run folder or --cluster NAME (one of them)")
+    if run_dir is not None:
+        folders = [Path(run_dir)]
+    else:
+        base = Path(reports_dir or load_config(find_config(None)).reports_dir)
+        folders = [d for d in sorted(base.glob("*")) if registries(d) and _cluster_of(d) == cluster]
+    done = []
+    for folder in folders:
+        done += heal_folder(folder, force)
+        if (folder / "history.jsonl").exists() and (folder / "spec.json").exists():
+            from drillbit.history import History
+
+            merge_deadman_records(folder, History.load(folder / "history.jsonl"))
+    if as_json:
+        emit_json([d.model_dump() for d in done])
+    else:
+        for d in done:
+            if d.skipped:
+                out.print(f"{d.node}: skipped — {d.skipped}")
+                continue
+            for what in d.healed:
+                out.print(f"{d.node}: healed {what}")
+            for what in d.failed:
+                err.print(f"[red]{d.node}: NOT healed[/] {what}")
+            if d.job_stopped:
+                out.print(f"{d.node}: stopped the job the drill had launched")
+        if not any(d.healed or d.failed or d.job_stopped for d in done):
+            out.print(f"nothing left in place in {len(folders)} run folder(s)")
+    return exitcodes.HARNESS if any(d.failed for d in done) else exitcodes.PASS
+
+
+def _cluster_of(folder: Path) -> str | None:
+    try:
+        first = (folder / "history.jsonl").read_text().split("\n", 1)[0]
+        return json.loads(first)["data"].get("cluster")
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+COMMANDS = [run, report, validate, list_, faults, heal]
 __all__ = ["COMMANDS", "json"]

@@ -41,9 +41,12 @@ def check_plugin(source: str, cls: object) -> type[Fault]:
         raise DrillError(f"fault plugin {source}: `Params` must subclass drillbit.faults.base.Params")
     if not (isinstance(cls.State, type) and issubclass(cls.State, State)):
         raise DrillError(f"fault plugin {source}: `State` must subclass drillbit.faults.base.State")
-    for method in ("plan", "inject", "confirm", "heal"):
+    for method in ("plan", "confirm", "heal"):
         if getattr(cls, method) is getattr(Fault, method):
             raise DrillError(f"fault plugin {source}: implement `{method}`")
+    two_step = cls.prepare is not Fault.prepare and cls.act is not Fault.act
+    if cls.inject is Fault.inject and not two_step:
+        raise DrillError(f"fault plugin {source}: implement `prepare` and `act` (record, then act), or `inject`")
     return cls
 
 

@@ -8,6 +8,9 @@ that travels between controller and agent; ``confirm`` and ``heal`` receive the 
 and State back as the fault's own models. ``heal`` is idempotent and safe when the target
 is already gone.
 
+The agent calls ``prepare`` (find what heal needs, touch nothing), records it durably,
+then ``act``; a plugin may implement ``inject`` alone instead.
+
 ``plan`` says in words what the fault does to a set of targets; ``describe`` resolves the
 concrete step on the target's node (which process, which files) without touching
 anything — ``--dry-run`` prints those. ``confirm_progress`` is the fault's proof, on the
@@ -92,6 +95,9 @@ class Fault(Generic[P, S]):
     # What the job's progress should do once the fault took effect: "stall" faults are
     # confirmed only when global progress stops too (confirm_progress).
     expects: ClassVar[Literal["crash", "stall", "slow"]] = "crash"
+    # A fault that touches one shared thing for all its targets (a checkpoint file, the node
+    # pool) takes at most this many; a wider selection is refused before anything is touched.
+    max_targets: ClassVar[int | None] = None
 
     def __init__(self, scratch: Path | None = None) -> None:
         # a folder of the drill's own where the fault may keep copies of what it touches
@@ -109,8 +115,22 @@ class Fault(Generic[P, S]):
         return PlanStep(node=target.node, pid=target.pid, rank=target.rank, cmdline=cmd[:200],
                         action=plan.action, heal=plan.heal)
 
+    def prepare(self, target: ProcRef, params: P) -> S | None:
+        """Everything heal will need, found *before* acting (a backup of the file, the
+        previous settings, which process to stop); the agent records it durably, then calls
+        :meth:`act`. None (the default) for a fault that only implements :meth:`inject`."""
+        return None
+
+    def act(self, target: ProcRef, params: P, intent: S | None) -> S:
+        """Do it, from the recorded intent; returns the State with what was done."""
+        return self.inject(target, params)
+
     def inject(self, target: ProcRef, params: P) -> S:
-        raise NotImplementedError
+        """Prepare and act in one (plugins may implement this instead of the two)."""
+        intent = self.prepare(target, params)
+        if intent is None:
+            raise NotImplementedError
+        return self.act(target, params, intent)
 
     def confirm(self, target: ProcRef, params: P, state: S) -> Evidence | None:
         raise NotImplementedError

@@ -67,6 +67,12 @@ def take_aside(file: Path, scratch: Path) -> Backup:
     folder.mkdir(parents=True)
     backup = folder / file.name
     shutil.copy2(file, backup)
+    for path in (backup, folder):  # durable before the fault touches the original
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     return Backup(checkpoint=str(file.parent), file=str(file), backup=str(backup),
                   original_sha256=sha256(backup) or "")
 
@@ -75,6 +81,7 @@ def put_back(state: Backup, *, still_ours: bool) -> HealReport:
     """Restore the original bytes, unless the job has since replaced or removed the file."""
     path, backup = Path(state.file), Path(state.backup)
     if sha256(path) == state.original_sha256:
+        discard(state)
         return HealReport(healed=True, verified=True, detail=f"{path.name} already intact")
     if not backup.exists():
         return HealReport(healed=False, verified=False, detail=f"backup {backup} is missing")
@@ -86,9 +93,16 @@ def put_back(state: Backup, *, still_ours: bool) -> HealReport:
     shutil.copy2(backup, tmp)
     os.replace(tmp, path)
     ok = sha256(path) == state.original_sha256
+    if ok:
+        discard(state)
     return HealReport(healed=ok, verified=ok,
                       detail=f"restored {path} byte for byte (sha256 {state.original_sha256[:12]}…)" if ok
                       else f"restored {path} but its sha256 does not match the original")
+
+
+def discard(state: Backup) -> None:
+    """The heal is verified: the copy has done its job."""
+    shutil.rmtree(Path(state.backup).parent, ignore_errors=True)
 
 
 def wait_gone(target: ProcRef, timeout: float = 10.0) -> bool:

@@ -54,6 +54,7 @@ class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
     Params = CorruptParams
     State = CorruptState
     expects = "crash"
+    max_targets = 1  # one checkpoint file (or node pool) for every target
 
     def plan(self, targets: list[ProcRef], params: CorruptParams) -> Plan:
         then = " then SIGKILL the target rank" if params.then_kill else ""
@@ -65,9 +66,12 @@ class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
         step = super().describe(target, params)
         return step.model_copy(update={"files": [str(victim_of(params, self.name))]})
 
-    def inject(self, target: ProcRef, params: CorruptParams) -> CorruptState:
-        victim = victim_of(params, self.name)
-        backup = take_aside(victim, self.scratch or Path(params.checkpoint_dir or "."))
+    def prepare(self, target: ProcRef, params: CorruptParams) -> CorruptState:
+        backup = take_aside(victim_of(params, self.name), self.scratch or Path(params.checkpoint_dir or "."))
+        return CorruptState(**backup.model_dump(), mode=params.mode)
+
+    def act(self, target: ProcRef, params: CorruptParams, intent: CorruptState) -> CorruptState:
+        victim = Path(intent.file)
         data = victim.read_bytes()
         if params.mode == "flip-bytes":
             rng = random.Random(params.seed)
@@ -83,7 +87,7 @@ class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
             victim.unlink()
         else:  # corrupt-metadata
             victim.write_text('{"step": "not-a-step", "truncated": tru')
-        state = CorruptState(**backup.model_dump(), mode=params.mode, corrupted_sha256=sha256(victim))
+        state = intent.model_copy(update={"corrupted_sha256": sha256(victim)})
         if params.then_kill:
             state.killed = target.send(signal.SIGKILL)
         return state
@@ -100,4 +104,6 @@ class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
                               "killed_pid": target.pid if state.killed else None})
 
     def heal(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> HealReport:
-        return put_back(state, still_ours=sha256(Path(state.file)) == state.corrupted_sha256)
+        # no corrupted_sha256: the act was cut short, and whatever is there is our damage
+        ours = state.corrupted_sha256 is None or sha256(Path(state.file)) == state.corrupted_sha256
+        return put_back(state, still_ours=ours)

@@ -47,6 +47,7 @@ class FailNodeReplacement(Fault[ReplacementParams, ReplacementState]):
     Params = ReplacementParams
     State = ReplacementState
     expects = "crash"
+    max_targets = 1  # one checkpoint file (or node pool) for every target
 
     def plan(self, targets: list[ProcRef], params: ReplacementParams) -> Plan:
         return Plan(fault=self.name, targets=targets,
@@ -54,19 +55,20 @@ class FailNodeReplacement(Fault[ReplacementParams, ReplacementState]):
                            f"request(s) {params.mode}",
                     heal="remove the provider's chaos file (or restore the previous one byte for byte)")
 
-    def inject(self, target: ProcRef, params: ReplacementParams) -> ReplacementState:
+    def prepare(self, target: ProcRef, params: ReplacementParams) -> ReplacementState:
         if not params.node_pool or not Path(params.node_pool).exists():
             raise FaultError(f"fail-node-replacement needs the job's node pool; {params.node_pool!r} does not exist "
                              "(set node_pool in the job profile)")
         pool = Path(params.node_pool)
         chaos = nodepool.chaos_path(pool)
-        previous = chaos.read_text() if chaos.exists() else None
-        written = json.dumps({"mode": params.mode, "remaining": params.count})
-        chaos.write_text(written)
-        node = nodepool.read(pool)["active"]
-        nodepool.mark_bad(pool, node)
-        return ReplacementState(chaos=str(chaos), previous=previous, written=written, node=node,
-                                killed=target.send(signal.SIGKILL))
+        return ReplacementState(chaos=str(chaos), previous=chaos.read_text() if chaos.exists() else None,
+                                written=json.dumps({"mode": params.mode, "remaining": params.count}),
+                                node=nodepool.read(pool)["active"], killed=False)
+
+    def act(self, target: ProcRef, params: ReplacementParams, intent: ReplacementState) -> ReplacementState:
+        Path(intent.chaos).write_text(intent.written)
+        nodepool.mark_bad(Path(params.node_pool or ""), intent.node)
+        return intent.model_copy(update={"killed": target.send(signal.SIGKILL)})
 
     def confirm(self, target: ProcRef, params: ReplacementParams, state: ReplacementState) -> Evidence | None:
         chaos = Path(state.chaos)

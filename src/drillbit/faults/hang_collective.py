@@ -47,9 +47,11 @@ class HangCollective(Fault[HangParams, HangState]):
         """Which process to stop for this target (the rank itself)."""
         return target
 
-    def inject(self, target: ProcRef, params: HangParams) -> HangState:
-        victim = self.frozen(target)
-        return HangState(stopped=victim, sent=victim.send(signal.SIGSTOP))
+    def prepare(self, target: ProcRef, params: HangParams) -> HangState:
+        return HangState(stopped=self.frozen(target), sent=False)
+
+    def act(self, target: ProcRef, params: HangParams, intent: HangState) -> HangState:
+        return HangState(stopped=intent.stopped, sent=intent.stopped.send(signal.SIGSTOP))
 
     def confirm(self, target: ProcRef, params: HangParams, state: HangState) -> Evidence | None:
         if not state.sent:

@@ -72,11 +72,13 @@ class KillNode(Fault[KillNodeParams, KillNodeState]):
                     action=f"SIGKILL every process of the job on node(s) {', '.join(nodes)}: ranks and launcher",
                     heal="nothing to undo; the node stays down and the job must go on without it")
 
-    def inject(self, target: ProcRef, params: KillNodeParams) -> KillNodeState:
-        members = job_tree(target, params.launcher)
-        for member in members:
+    def prepare(self, target: ProcRef, params: KillNodeParams) -> KillNodeState:
+        return KillNodeState(killed=job_tree(target, params.launcher))
+
+    def act(self, target: ProcRef, params: KillNodeParams, intent: KillNodeState) -> KillNodeState:
+        for member in intent.killed:
             member.send(signal.SIGKILL)
-        return KillNodeState(killed=members)
+        return intent
 
     def confirm(self, target: ProcRef, params: KillNodeParams, state: KillNodeState) -> Evidence | None:
         if not state.killed:

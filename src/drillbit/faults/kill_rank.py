@@ -36,7 +36,10 @@ class KillRank(Fault[KillParams, KillState]):
         return Plan(fault=self.name, targets=targets, action=f"send {params.signal} to each target",
                     heal="nothing to undo; the job's own restart brings the rank back")
 
-    def inject(self, target: ProcRef, params: KillParams) -> KillState:
+    def prepare(self, target: ProcRef, params: KillParams) -> KillState:
+        return KillState(sent=False)
+
+    def act(self, target: ProcRef, params: KillParams, intent: KillState) -> KillState:
         return KillState(sent=target.send(signal.Signals[params.signal]))
 
     def confirm(self, target: ProcRef, params: KillParams, state: KillState) -> Evidence | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import Field
 
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
-from drillbit.faults.ckptfile import Backup, pick, put_back, shard_of, take_aside, wait_gone
+from drillbit.faults.ckptfile import Backup, discard, pick, put_back, sha256, shard_of, take_aside, wait_gone
 from drillbit.proc import ProcRef
 
 
@@ -49,6 +49,7 @@ class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
     Params = RestoreHangParams
     State = RestoreHangState
     expects = "crash"
+    max_targets = 1  # one checkpoint file (or node pool) for every target
 
     def plan(self, targets: list[ProcRef], params: RestoreHangParams) -> Plan:
         return Plan(fault=self.name, targets=targets,
@@ -61,9 +62,13 @@ class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
         return step.model_copy(update={"files": [str(shard_of(pick(params.checkpoint_dir, params.nth_newest,
                                                                     self.name)))]})
 
-    def inject(self, target: ProcRef, params: RestoreHangParams) -> RestoreHangState:
+    def prepare(self, target: ProcRef, params: RestoreHangParams) -> RestoreHangState:
         shard = shard_of(pick(params.checkpoint_dir, params.nth_newest, self.name))
-        state = RestoreHangState(**take_aside(shard, self.scratch or Path(params.checkpoint_dir or ".")).model_dump())
+        return RestoreHangState(**take_aside(shard, self.scratch or Path(params.checkpoint_dir or ".")).model_dump())
+
+    def act(self, target: ProcRef, params: RestoreHangParams, intent: RestoreHangState) -> RestoreHangState:
+        state = intent.model_copy()
+        shard = Path(state.file)
         tmp = shard.with_name(f".{shard.name}.fifo")
         os.mkfifo(tmp)
         os.replace(tmp, shard)
@@ -81,6 +86,9 @@ class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
     def heal(self, target: ProcRef, params: RestoreHangParams, state: RestoreHangState) -> HealReport:
         path = Path(state.file)
         if not _is_fifo(path):
+            if sha256(path) == state.original_sha256:  # never swapped (cut short), or already put back
+                discard(state)
+                return HealReport(healed=True, verified=True, detail=f"{path.name} intact")
             return HealReport(healed=True, verified=True,
                               detail=f"{path} is no longer the FIFO (the job replaced or removed it); left alone")
         woken = 0

@@ -86,11 +86,13 @@ class SlowRank(Fault[SlowParams, SlowState]):
                            f"(a {params.slowdown:.1%} slowdown)",
                     heal="stop the duty cycle, SIGCONT, verify the rank runs")
 
-    def inject(self, target: ProcRef, params: SlowParams) -> SlowState:
-        fraction = params.slowdown / (1 + params.slowdown)
-        self._cycler = _Cycler(target, fraction, params.period_ms / 1000.0)
+    def prepare(self, target: ProcRef, params: SlowParams) -> SlowState:
+        return SlowState(stop_fraction=params.slowdown / (1 + params.slowdown), started_at=0.0)
+
+    def act(self, target: ProcRef, params: SlowParams, intent: SlowState) -> SlowState:
+        self._cycler = _Cycler(target, intent.stop_fraction, params.period_ms / 1000.0)
         self._cycler.start()
-        return SlowState(stop_fraction=fraction, started_at=self._cycler.started_wall)
+        return intent.model_copy(update={"started_at": self._cycler.started_wall})
 
     def confirm(self, target: ProcRef, params: SlowParams, state: SlowState) -> Evidence | None:
         cycler = self._cycler

@@ -62,8 +62,13 @@ def gpu_of(target: ProcRef, params: ThrottleParams) -> int:
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible:
         ids = [v.strip() for v in visible.split(",") if v.strip()]
-        if local < len(ids) and ids[local].isdigit():
-            return int(ids[local])
+        if local >= len(ids):
+            raise FaultError(f"rank {target.rank}: LOCAL_RANK {local} but CUDA_VISIBLE_DEVICES lists {len(ids)} "
+                             "device(s); set gpu_index in the fault's params")
+        if not ids[local].isdigit():  # a UUID (GPU-…, MIG-…): LOCAL_RANK's index would name another GPU
+            raise FaultError(f"rank {target.rank} sees GPU {ids[local]!r} by UUID; drillbit does not map UUIDs "
+                             "to NVML indices, so set gpu_index in the fault's params")
+        return int(ids[local])
     return local
 
 
@@ -105,27 +110,33 @@ class ThrottleClocks(Fault[ThrottleParams, ThrottleState]):
         return Plan(fault=self.name, targets=targets, action=f"{what} on each target's GPU",
                     heal="reset locked clocks / restore the previous power limit exactly, then read back")
 
-    def inject(self, target: ProcRef, params: ThrottleParams) -> ThrottleState:
+    def prepare(self, target: ProcRef, params: ThrottleParams) -> ThrottleState:
+        """Which GPU, and its settings now (what heal puts back), read before any change."""
         lib = nvml()
         lib.nvmlInit()
         index = gpu_of(target, params)
-        dev = lib.nvmlDeviceGetHandleByIndex(index)
-        before = snapshot(lib, dev)
+        before = snapshot(lib, lib.nvmlDeviceGetHandleByIndex(index))
         state = ThrottleState(gpu_index=index, before=before, method=params.method)
-        try:
-            if params.method == "lock-clocks":
-                cap = params.clock_mhz or int(before["max_sm_clock_mhz"] * params.clock_fraction)
-                lib.nvmlDeviceSetGpuLockedClocks(dev, 0, cap)
-                state.locked_max_mhz = cap
-            else:
-                previous = int(before["power_limit_mw"])
-                low = int(before["power_limit_min_max_mw"][0])
-                want = max(low, int(previous * params.power_fraction))
-                lib.nvmlDeviceSetPowerManagementLimit(dev, want)
-                state.previous_power_limit_mw, state.power_limit_set_mw = previous, want
-        except lib.NVMLError as exc:
-            raise FaultError(f"NVML refused {params.method} on GPU {index}: {exc} (root needed?)") from exc
+        if params.method == "lock-clocks":
+            state.locked_max_mhz = params.clock_mhz or int(before["max_sm_clock_mhz"] * params.clock_fraction)
+        else:
+            previous = int(before["power_limit_mw"])
+            low = int(before["power_limit_min_max_mw"][0])
+            state.previous_power_limit_mw = previous
+            state.power_limit_set_mw = max(low, int(previous * params.power_fraction))
         return state
+
+    def act(self, target: ProcRef, params: ThrottleParams, intent: ThrottleState) -> ThrottleState:
+        lib = nvml()
+        dev = lib.nvmlDeviceGetHandleByIndex(intent.gpu_index)
+        try:
+            if intent.method == "lock-clocks":
+                lib.nvmlDeviceSetGpuLockedClocks(dev, 0, intent.locked_max_mhz)
+            else:
+                lib.nvmlDeviceSetPowerManagementLimit(dev, intent.power_limit_set_mw)
+        except lib.NVMLError as exc:  # refused: nothing changed
+            raise FaultError(f"NVML refused {params.method} on GPU {intent.gpu_index}: {exc} (root needed?)") from exc
+        return intent
 
     def confirm(self, target: ProcRef, params: ThrottleParams, state: ThrottleState) -> Evidence | None:
         lib = nvml()

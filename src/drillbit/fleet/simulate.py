@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
-from drillbit.spec.models import Duration, Strict
+from drillbit.spec.models import Duration, Span, Strict
 
 HOUR = 3600.0
 
@@ -35,13 +35,13 @@ class CheckpointParams(Strict):
 
 
 class RecoveryParams(Strict):
-    detect: Duration | None = None
-    restart: Duration | None = None
+    detect: Span | None = None
+    restart: Span | None = None
 
 
 class Spares(Strict):
     hosts: int = Field(ge=0)
-    replacement_delay: Duration
+    replacement_delay: Span
 
 
 class Bursts(Strict):

@@ -20,6 +20,10 @@ from drillbit.proc import ProcRef
 HARNESS = "harness"
 
 
+class HealAbandoned(BaseException):
+    """The operator asked to leave the faults in place (a second Ctrl-C while healing)."""
+
+
 class Nemesis:
     def __init__(self, nodes: Nodes, fault_name: str, fault: Fault, params: Params, history: History,
                  heal_timeout: float = 60.0) -> None:
@@ -30,6 +34,7 @@ class Nemesis:
         self.history = history
         self.heal_timeout = heal_timeout
         self.handles: list[Handle] = []
+        self.healing = False
 
     def __enter__(self) -> "Nemesis":
         return self
@@ -84,14 +89,27 @@ class Nemesis:
 
     # --- heal ----------------------------------------------------------------------------
     def heal(self) -> None:
-        """Heal every fault still active on any node; idempotent."""
-        for node, held in self.nodes.active_by_node().items():
-            if isinstance(held, Exception):
-                self.history.record(HARNESS, "heal.failed", node=node,
-                                    detail=f"cannot reach the agent to heal: {held}")
-                continue
-            for handle in held:
-                self._heal_one(handle)
+        """Heal every fault still active on any node; idempotent. A HealAbandoned (the
+        operator's second Ctrl-C) leaves the rest in place, each recorded as heal.failed."""
+        self.healing = True
+        left: list[Handle] = []
+        try:
+            for node, held in self.nodes.active_by_node().items():
+                if isinstance(held, Exception):
+                    self.history.record(HARNESS, "heal.failed", node=node,
+                                        detail=f"cannot reach the agent to heal: {held}")
+                    continue
+                left += held
+            while left:
+                self._heal_one(left[0])
+                left.pop(0)
+        except HealAbandoned as exc:
+            for handle in left:
+                t = handle.target
+                self.history.record(HARNESS, "heal.failed", node=t.node, rank=t.rank, pid=t.pid, fault=handle.fault,
+                                    detail=f"left in place: {exc}")
+        finally:
+            self.healing = False
 
     def _heal_one(self, handle: Handle) -> None:
         target = handle.target

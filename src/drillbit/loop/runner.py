@@ -30,8 +30,9 @@ from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
 from drillbit.fleet.simulate import Scenario
 from drillbit.history import Event, History
-from drillbit.loop.nemesis import HARNESS, Nemesis
-from drillbit.loop.schedule import JobExited, describe_trigger, select_targets, wait_trigger
+from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
+from drillbit.loop.schedule import (JobExited, attach_root, check_blast_radius, describe_trigger, select_targets,
+                                    wait_trigger)
 from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
 from drillbit.nodes import Nodes
 from drillbit.proc import ProcRef
@@ -48,6 +49,9 @@ class Interrupted(DrillError):
 
 class Aborted(DrillError):
     """A safeguard stopped the drill."""
+
+
+LEAVE_WINDOW_S = 5.0  # a second Ctrl-C within this while healing leaves the faults in place
 
 
 class UI(Protocol):
@@ -113,10 +117,12 @@ class DrillRunner:
         self.nemesis = Nemesis(nodes, spec.fault.type, self.fault, self.params, self.history, heal_timeout)
         self.progress = Progress(self.history, self._tick)
         self.launched = None
+        self.attached: ProcRef | None = None
         self.probes: list[Probe] = []
         self.targets: list[ProcRef] = []
         self._deadline = 0.0
         self._holding = False  # SIGINT/SIGTERM held back while healing
+        self.held_signals: list[tuple[float, str]] = []
 
     # --- helpers -------------------------------------------------------------------------
     def record(self, kind: str, **data: object) -> Event:
@@ -125,21 +131,29 @@ class DrillRunner:
     def _job_exited(self) -> int | None:
         if self.launched is not None:
             return self.launched.exit_code()
-        if self.job.attach_pid is not None and not psutil.pid_exists(self.job.attach_pid):
+        if self.attached is not None and self.cluster.engine == "process" and not self.attached.alive():
             return -1
         return None
 
     def _tick(self, delay: float = 0.1) -> None:
         if time.time() > self._deadline:
             raise Aborted(f"max_duration of {self.spec.abort.max_duration:g} s reached")
+        if self.nodes.problem is not None:
+            raise Aborted(self.nodes.problem)
         time.sleep(delay)
 
     def _signal(self, signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name
-        if self._holding:
-            print(f"drillbit: {name} received while healing; the heal finishes first", file=sys.stderr)
-            return
-        raise Interrupted(f"interrupted by {name}")
+        if not self._holding:
+            raise Interrupted(f"interrupted by {name}")
+        now = time.time()
+        self.held_signals.append((now, name))
+        earlier = [t for t, _ in self.held_signals[:-1] if now - t <= LEAVE_WINDOW_S]
+        if earlier and self.nemesis.healing:
+            raise HealAbandoned(f"{name} twice while healing: the operator chose to leave the faults in place")
+        print(f"drillbit: healing — {name} is held until the faults are undone; press Ctrl-C again within "
+              f"{LEAVE_WINDOW_S:g} s to leave them in place (their agents' dead-man's switches will still heal "
+              "them, and `drill heal RUN_DIR` can)", file=sys.stderr)
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> RunOutcome:
@@ -183,6 +197,8 @@ class DrillRunner:
             self.record("abort", reason=f"harness error: {error}")
         finally:
             self._holding = True
+            for t, name in self.held_signals:
+                self.history.record(HARNESS, "interrupt.held", t=t, signal=name)
             for step, action in (("teardown", self.teardown), ("close", self._close)):
                 try:
                     action()
@@ -225,6 +241,9 @@ class DrillRunner:
             raise ConfigError(f"cluster {self.cluster_name!r} is protected; drills are refused there")
         if self.job.launch is None and self.job.attach_pid is None:
             raise ConfigError(f"job profile {self.job_name!r} has neither launch nor attach_pid")
+        self.nodes.allowed_hosts = self.cluster.allowed_hosts  # checked at each agent's handshake
+        if self.job.launch is None and self.job.attach_pid is not None:
+            self.attached = attach_root(self.job.attach_pid, self.job.attach_start_time, self.cluster.engine)
         if self.job.launch is not None and self.cluster.engine != "ray" and any(
                 "{ray_address}" in a for a in self.job.launch.command):
             raise ConfigError(f"job profile {self.job_name!r} runs on Ray; cluster {self.cluster_name!r} is "
@@ -269,8 +288,9 @@ class DrillRunner:
         discovery = self.job.ranks
         if discovery.pidfiles:
             discovery = discovery.model_copy(update={"pidfiles": self.nodes.expand(discovery.pidfiles)})
-        ranks = self.nodes.find_ranks(discovery, self.job.attach_pid)
+        ranks = self.nodes.find_ranks(discovery, self.attached)
         self.targets = select_targets(ranks, self.spec.fault.targets)
+        check_blast_radius(self.targets, ranks, self.spec.blast_radius, self.spec.fault.type, self.fault.max_targets)
         self.ui.phase("inject", f"{self.spec.fault.type} on rank(s) {', '.join(str(t.rank) for t in self.targets)}")
         self.nemesis.inject(self.targets)
         self.nemesis.confirm(self.progress)

@@ -5,10 +5,12 @@ import random
 import time
 from typing import Callable
 
-from drillbit.errors import DrillError
+import psutil
+
+from drillbit.errors import ConfigError, DrillError
 from drillbit.loop.watch import Progress
 from drillbit.proc import ProcRef
-from drillbit.spec.models import Targets, Trigger
+from drillbit.spec.models import BlastRadius, Targets, Trigger
 
 
 def select_targets(ranks: list[ProcRef], targets: Targets) -> list[ProcRef]:
@@ -28,6 +30,41 @@ def select_targets(ranks: list[ProcRef], targets: Targets) -> list[ProcRef]:
     if targets.select == "last":
         return pool[-targets.count:]
     return sorted(random.Random(targets.seed).sample(pool, targets.count), key=lambda r: r.rank or 0)
+
+
+def check_blast_radius(targets: list[ProcRef], ranks: list[ProcRef], radius: BlastRadius, fault: str,
+                       max_targets: int | None) -> None:
+    """Refuse, before anything is touched, a selection wider than the drill allows."""
+    problems = []
+    if len(targets) > radius.max_ranks:
+        problems.append(f"{len(targets)} ranks, blast_radius.max_ranks is {radius.max_ranks}")
+    nodes = sorted({t.node or "?" for t in targets})
+    if len(nodes) > radius.max_nodes:
+        problems.append(f"ranks on {len(nodes)} nodes ({', '.join(nodes)}), blast_radius.max_nodes is "
+                        f"{radius.max_nodes}")
+    if ranks and len(targets) / len(ranks) > radius.max_share:
+        problems.append(f"{len(targets)} of the job's {len(ranks)} ranks, blast_radius.max_share is "
+                        f"{radius.max_share:g}")
+    if max_targets is not None and len(targets) > max_targets:
+        problems.append(f"{fault} touches one file for all its targets, so it takes at most {max_targets} "
+                        f"target(s), not {len(targets)}")
+    if problems:
+        raise ConfigError("target selection refused, nothing was touched: " + "; ".join(problems))
+
+
+def attach_root(pid: int, start_time: float | None, engine: str) -> ProcRef:
+    """The attached job's root, named by pid *and* start time. On the in-process engine the
+    start time can be read here; elsewhere the pid alone could name a process on any node."""
+    if start_time is not None:
+        return ProcRef(pid=pid, start_time=start_time)
+    if engine != "process":
+        raise ConfigError(f"attach_pid {pid} needs attach_start_time on a cluster of several machines (the "
+                          "process's create time, e.g. python -c 'import psutil; print(psutil.Process(PID)"
+                          ".create_time())' on its node)")
+    try:
+        return ProcRef.of(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        raise ConfigError(f"attach_pid {pid}: no such process on this machine") from None
 
 
 def describe_trigger(trigger: Trigger) -> str:

@@ -6,6 +6,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from drillbit.atomic import write_atomic
 from drillbit.history import History
 from drillbit.report import junit
 from drillbit.report.result import write as write_result
@@ -59,7 +60,7 @@ def html(payload: dict[str, Any], history: History) -> str:
 
 def write_all(run_dir: Path, payload: dict[str, Any], history: History) -> None:
     write_result(run_dir, payload)
-    (run_dir / "report.md").write_text(markdown(payload))
-    (run_dir / "report.html").write_text(html(payload, history))
-    (run_dir / "junit.xml").write_text(junit.to_xml(f"drill.{payload['drill']}", [payload]))
+    write_atomic(run_dir / "report.md", markdown(payload))
+    write_atomic(run_dir / "report.html", html(payload, history))
+    write_atomic(run_dir / "junit.xml", junit.to_xml(f"drill.{payload['drill']}", [payload]))
 

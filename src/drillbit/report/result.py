@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from drillbit.atomic import write_atomic
 from drillbit.checks import CheckResult
 from drillbit.exitcodes import exit_code
 from drillbit.history import History
@@ -61,8 +61,4 @@ def build(*, drill: str, cluster: str, job: str, fault_type: str, params: dict, 
 
 
 def write(run_dir: Path, payload: dict[str, Any]) -> Path:
-    path = run_dir / "result.json"
-    tmp = path.with_name(".result.json.tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(run_dir / "result.json", json.dumps(payload, indent=2) + "\n")

@@ -13,7 +13,10 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from drillbit.spec.models import Duration, Strict
+from drillbit.spec.models import Duration, Span, Strict
+
+
+HEARTBEAT_S = 1.0  # the controller heartbeats every agent this often (drillbit.nodes)
 
 
 class SshHost(Strict):
@@ -44,11 +47,14 @@ class ClusterSpec(Strict):
                                                       "(default: ~/.ssh/known_hosts)")
     # dead-man's switch
     deadman: Duration = Field(5.0, description="an agent that hears no heartbeat this long heals on its own")
-    job_grace: Duration = Field(30.0, description="after healing on its own, how long an agent lets the job "
+    job_grace: Span = Field(30.0, description="after healing on its own, how long an agent lets the job "
                                                   "run before stopping it")
     simulate_clock_skew: dict[str, float] = Field(
         default_factory=dict, description="test aid: shift a node agent's clock by this many seconds, to "
                                           "check the controller's clock-offset correction")
+    allowed_hosts: list[str] | None = Field(
+        None, description="host names (glob patterns) drills may touch; an agent on any other host is refused "
+                          "before anything starts")
     simulate_agent_version: str | None = Field(
         None, description="test aid: the agents report this drillbit version, to check the version handshake")
 
@@ -60,6 +66,9 @@ class ClusterSpec(Strict):
             raise ValueError(f"hosts are for engine ssh, not {self.engine}")
         if self.engine != "ray" and self.address:
             raise ValueError(f"address is for engine ray, not {self.engine}")
+        if self.deadman <= 2 * HEARTBEAT_S:
+            raise ValueError(f"deadman must exceed twice the heartbeat ({2 * HEARTBEAT_S:g} s): one late "
+                             "heartbeat must not trip the dead-man's switch")
         return self
 
 
@@ -77,15 +86,18 @@ class RankDiscovery(Strict):
     """How rank processes are found on a node: by command line and RANK in the process
     environment, or by pid files that the ranks write (Ray Train workers)."""
 
-    cmdline: str | None = Field(None, description="regex that a rank's command line matches")
+    cmdline: str | None = Field(None, description="regex that a rank's command line matches (with pidfiles: "
+                                                   "that a pid file's process must match too)")
     rank_env: str = "RANK"
     exclude_cmdline: str | None = Field(None, description="regex of processes to skip (e.g. the launcher)")
-    pidfiles: str | None = Field(None, description="glob of JSON pid files {pid, rank, node_id}")
+    pidfiles: str | None = Field(None, description="glob of JSON pid files {pid, rank, node_id[, start_time]}; a "
+                                                    "process that started before the job, or whose start time "
+                                                    "differs from its file's, is not a rank")
 
     @model_validator(mode="after")
     def _one_way(self) -> "RankDiscovery":
-        if (self.cmdline is None) == (self.pidfiles is None):
-            raise ValueError("give exactly one of cmdline and pidfiles")
+        if self.cmdline is None and self.pidfiles is None:
+            raise ValueError("give cmdline, pidfiles, or both")
         return self
 
 
@@ -94,6 +106,9 @@ class JobProfile(Strict):
     presets: list[str] = Field(default_factory=lambda: ["reference"])
     launch: LaunchSpec | None = None
     attach_pid: int | None = Field(None, description="attach to a running job rooted at this pid")
+    attach_start_time: float | None = Field(
+        None, description="the attach root's start time (epoch s, as psutil's create_time): with the pid it names "
+                          "one process; required on clusters of more than this machine")
     ranks: RankDiscovery
     logs: list[str] = Field(min_length=1)
     heartbeat_file: str | None = None
@@ -140,8 +155,8 @@ def _raytrain(description: str, *flags: str) -> JobProfile:
 BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
     "local": ClusterSpec(engine="ray", nodes=2, description="embedded: a Ray cluster of 2 simulated nodes on "
                                                             "127.0.0.1, started and stopped by the drill"),
-    "local-process": ClusterSpec(engine="process", description="one node, the agent in the drill's own "
-                                                               "process; no Ray"),
+    "local-process": ClusterSpec(engine="process", job_grace=5.0,
+                                 description="one node, the agent in the drill's own process; no Ray"),
 }
 
 BUILTIN_JOBS: dict[str, JobProfile] = {

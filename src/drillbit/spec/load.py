@@ -21,22 +21,66 @@ from drillbit.spec.models import DrillSpec, SuiteSpec
 Loc = tuple[Any, ...]
 
 
-def _construct(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> Any:
-    lines.setdefault(loc, node.start_mark.line + 1)  # a key's own line wins over its value's
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = yaml.safe_load(yaml.serialize(key_node))
-            lines[loc + (key,)] = key_node.start_mark.line + 1
-            out[key] = _construct(value_node, loc + (key,), lines)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(child, loc + (i,), lines) for i, child in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node))
+MAX_NODES = 20_000  # a spec is a page of YAML; more is an alias bomb or a mistake
+
+
+class _Builder:
+    """Builds plain data from a composed YAML node graph, keeping every key's line and
+    collecting every problem: duplicate keys, keys that are not plain values, tags that are
+    not plain data, and alias expansion past ``MAX_NODES``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: dict[Loc, int] = {}
+        self.problems: list[Problem] = []
+        self.nodes = 0
+        self._scalars = yaml.SafeLoader("")
+
+    def problem(self, node: yaml.Node, loc: Loc, message: str) -> None:
+        self.problems.append(Problem(str(self.path), node.start_mark.line + 1, _loc_text(loc), message))
+
+    def build(self, node: yaml.Node, loc: Loc = ()) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise SpecError([Problem(str(self.path), node.start_mark.line + 1, _loc_text(loc),
+                                     f"more than {MAX_NODES} values once aliases are expanded; refused")])
+        self.lines.setdefault(loc, node.start_mark.line + 1)  # a key's own line wins over its value's
+        if isinstance(node, yaml.MappingNode):
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    self.problem(key_node, loc, "a key must be a plain value, not a list or a mapping")
+                    continue
+                key = self.scalar(key_node, loc)
+                if key == "<<" and key_node.tag.endswith(":merge"):
+                    self.problem(key_node, loc, "merge keys (<<) are not supported; write the fields out")
+                    continue
+                if key in out:
+                    self.problem(key_node, loc + (key,), f"duplicate key {key!r} (first on line "
+                                 f"{self.lines.get(loc + (key,), '?')}); the second would silently replace the first")
+                    continue
+                self.lines[loc + (key,)] = key_node.start_mark.line + 1
+                out[key] = self.build(value_node, loc + (key,))
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(child, loc + (i,)) for i, child in enumerate(node.value)]
+        return self.scalar(node, loc)
+
+    def scalar(self, node: yaml.Node, loc: Loc) -> Any:
+        try:
+            value = self._scalars.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            self.problem(node, loc, f"not plain data ({getattr(exc, 'problem', None) or exc})")
+            return None
+        try:
+            hash(value)
+        except TypeError:
+            return str(value)
+        return value
 
 
 def read_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
-    """Parse a YAML file, keeping the line of every key; syntax errors raise SpecError."""
+    """Parse a YAML file, keeping the line of every key; every problem raises SpecError."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -51,11 +95,19 @@ def read_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise SpecError([Problem(str(path), mark.line + 1 if mark else None, "",
-                                 f"YAML syntax: {getattr(exc, 'problem', exc)}")]) from exc
-    lines: dict[Loc, int] = {}
+                                 f"YAML syntax: {getattr(exc, 'problem', exc)}")]) from None
+    except (ValueError, RecursionError) as exc:  # e.g. NUL characters, absurd nesting
+        raise SpecError([Problem(str(path), None, "", f"not YAML drillbit can read: {exc.__class__.__name__}")]) from None
     if node is None:
-        return {}, lines
-    return _construct(node, (), lines), lines
+        return {}, {}
+    builder = _Builder(path)
+    try:
+        data = builder.build(node)
+    except RecursionError:
+        raise SpecError([Problem(str(path), None, "", "nested too deeply (a recursive alias?)")]) from None
+    if builder.problems:
+        raise SpecError(builder.problems)
+    return data, builder.lines
 
 
 def _line(lines: dict[Loc, int], loc: Loc) -> int | None:

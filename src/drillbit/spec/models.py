@@ -1,10 +1,11 @@
 """Typed models of a drill spec. Unknown fields are errors everywhere."""
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|min|m|h|d)?\s*$")
@@ -15,6 +16,8 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration such as 60s, 10m or 1h")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a duration: it must be a finite number of seconds")
         if value < 0:
             raise ValueError("a duration cannot be negative")
         return float(value)
@@ -25,7 +28,16 @@ def parse_duration(value: Any) -> float:
     raise ValueError(f"{value!r} is not a duration (write 60s, 10m, 1h or 250ms)")
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+def _positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError("a duration must be more than zero here")
+    return value
+
+
+# A window, deadline or timeout: finite and more than zero. ``Span`` may be zero (a grace
+# period, a trigger "0 s after steady state").
+Duration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_positive)]
+Span = Annotated[float, BeforeValidator(parse_duration)]
 
 
 class Strict(BaseModel):
@@ -48,7 +60,7 @@ class Trigger(Strict):
     """When the fault is injected: at a training step, or seconds after steady state."""
 
     at_step: int | None = Field(None, ge=1)
-    after: Duration | None = None
+    after: Span | None = None
 
     @model_validator(mode="after")
     def _one(self) -> "Trigger":
@@ -157,6 +169,15 @@ class Abort(Strict):
 FaultClass = Literal["fail-stop", "fail-hang", "fail-slow", "recovery-path"]
 
 
+class BlastRadius(Strict):
+    """How much of the job one drill may hit; a selection over a limit is refused before
+    anything is touched."""
+
+    max_ranks: int = Field(4, ge=1, description="ranks a fault may target")
+    max_nodes: int = Field(1, ge=1, description="nodes those ranks may be on")
+    max_share: float = Field(0.5, gt=0, le=1, description="share of the job's ranks")
+
+
 class DrillSpec(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     class_: FaultClass = Field(alias="class")
@@ -168,6 +189,7 @@ class DrillSpec(Strict):
     observe: Observe = Field(default_factory=Observe)
     slo: SLO = Field(default_factory=SLO)
     abort: Abort = Field(default_factory=Abort)
+    blast_radius: BlastRadius = Field(default_factory=BlastRadius)
 
 
 class SuiteEntry(Strict):

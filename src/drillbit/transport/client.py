@@ -100,8 +100,8 @@ class AgentClient:
     def disarm(self) -> None:
         self.request("disarm", timeout=15.0)
 
-    def find_ranks(self, discovery: RankDiscovery, attach_pid: int | None) -> list[ProcRef]:
-        return self.request("find_ranks", api.FindRanks(discovery=discovery, attach_pid=attach_pid)).ranks
+    def find_ranks(self, discovery: RankDiscovery, attach: ProcRef | None) -> list[ProcRef]:
+        return self.request("find_ranks", api.FindRanks(discovery=discovery, attach=attach)).ranks
 
     def launch(self, argv: list[str], env: dict[str, str], cwd: str | None, out_path: str,
                stop_timeout: float) -> ProcRef:

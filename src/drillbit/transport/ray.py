@@ -8,6 +8,7 @@ method, ``call(method, payload)``; this client is the other half of that.
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,15 @@ from drillbit.transport.raycluster import NAMESPACE, NODE_RESOURCE, EmbeddedClus
 
 
 class RayAgentClient(AgentClient):
-    def __init__(self, node: str, actor: Any) -> None:
+    def __init__(self, node: str, actor: Any, token: str) -> None:
         super().__init__(node)
         self.actor = actor
+        self.token = token
 
     def _send(self, method: str, payload: dict[str, Any], timeout: float) -> Any:
         ray = _ray()
         try:
-            return ray.get(self.actor.call.remote(method, payload), timeout=timeout)
+            return ray.get(self.actor.call.remote(method, payload, self.token), timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             raise DrillError(f"agent on {self.node}: {method} gave no answer in {timeout:g} s") from None
         except ray.exceptions.RayActorError as exc:
@@ -38,7 +40,7 @@ class RayAgentClient(AgentClient):
                              "cluster?") from None
 
     def _post(self, method: str, payload: dict[str, Any]) -> None:
-        self.actor.call.remote(method, payload)  # fire and forget: a slow answer must not delay the next beat
+        self.actor.call.remote(method, payload, self.token)  # fire and forget: a slow answer must not delay the next beat
 
 
 class RayNodes(Nodes):
@@ -55,6 +57,7 @@ class RayNodes(Nodes):
         self.lease_ttl = lease_ttl
         self.version = version
         self.actors: dict[str, Any] = {}
+        self.token = secrets.token_hex(16)  # the drill's: only this controller's calls are obeyed
         self.lease: RayLease | None = None
         self._controller: ProcRef | None = None
 
@@ -82,7 +85,8 @@ class RayNodes(Nodes):
         if self.embedded is not None:
             return super().acquire(holder)
         self._init()
-        self.lease = RayLease(self.cluster_name, holder, self.lease_ttl)
+        identity = _ray().get_runtime_context().gcs_address or self.address or self.cluster_name
+        self.lease = RayLease(self.cluster_name, holder, self.lease_ttl, identity=identity)
         self.lease.acquire()
         return self.lease
 
@@ -112,12 +116,14 @@ class RayNodes(Nodes):
             self.actors[name] = actor_cls.options(
                 name=f"drillbit-agent-{tag}-{name}", namespace=NAMESPACE, lifetime="detached",
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote(name, str(self.run_dir), self.skew.get(name, 0.0), self.version)
-        return {name: RayAgentClient(name, actor) for name, actor in self.actors.items()}
+            ).remote(name, str(self.run_dir), self.skew.get(name, 0.0), self.version, self.token)
+        return {name: RayAgentClient(name, actor, self.token) for name, actor in self.actors.items()}
 
     def on_beat(self) -> None:
         if self.lease is not None:
             self.lease.renew()
+            if self.lease.lost:
+                self.problem = self.lease.lost
 
     def close(self) -> None:
         ray = _ray()
@@ -125,7 +131,7 @@ class RayNodes(Nodes):
             super().close()
             for actor in self.actors.values():
                 try:
-                    ray.get(actor.shutdown.remote(), timeout=10)
+                    ray.get(actor.shutdown.remote(self.token), timeout=10)
                     ray.kill(actor)
                 except Exception:
                     pass

@@ -13,7 +13,9 @@ host then refuses, so the keeper builds the nodes with ``ray.cluster_utils.Clust
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -46,16 +48,21 @@ def loopback_env() -> None:
 
 # --- the cluster lease ----------------------------------------------------------------------
 class LeaseActor:
-    """One per cluster, named and detached: who holds the cluster, and since when."""
+    """One per cluster, named and detached: who holds the cluster, and since when.
 
-    def __init__(self) -> None:
+    The expiry is the actor's own (set when it is created), so no caller can shorten it to
+    take a lease that is still renewed; the holder's token never leaves the actor."""
+
+    def __init__(self, ttl: float = 15.0) -> None:
+        self.ttl = ttl
         self.holder: dict | None = None
         self.renewed = 0.0
 
-    def acquire(self, holder: dict, ttl: float) -> dict | None:
+    def acquire(self, holder: dict, ttl: float | None = None) -> dict | None:
         now = time.time()
-        if self.holder is not None and now - self.renewed < ttl:
-            return {**self.holder, "silent_s": round(now - self.renewed, 1)}
+        if self.holder is not None and now - self.renewed < self.ttl:
+            shown = {k: v for k, v in self.holder.items() if k != "token"}
+            return {**shown, "silent_s": round(now - self.renewed, 1), "ttl": self.ttl}
         self.holder, self.renewed = holder, now
         return None
 
@@ -74,31 +81,57 @@ class RayLease:
     """Lease on a Ray cluster; the holder renews it with every heartbeat. A holder that
     died stops renewing, and after ``ttl`` seconds the next drill may take the cluster."""
 
-    def __init__(self, cluster: str, holder: str, ttl: float = 15.0) -> None:
+    def __init__(self, cluster: str, holder: str, ttl: float = 15.0, identity: str | None = None) -> None:
         self.cluster = cluster
         self.holder = holder
         self.ttl = ttl
-        self.token = f"{socket.gethostname()}:{os.getpid()}:{time.time()}"
+        # keyed by what the cluster is (its GCS address), not by what drill.yaml calls it:
+        # two names for one cluster share one lease
+        self.identity = identity or cluster
+        self.token = secrets.token_hex(16)
         self._actor: Any = None
+        self._renewal: Any = None
+        self.lost: str | None = None
+
+    @property
+    def actor_name(self) -> str:
+        return "drillbit-lease-" + hashlib.sha256(self.identity.encode()).hexdigest()[:16]
 
     def acquire(self) -> None:
         ray = _ray()
         self._actor = ray.remote(num_cpus=0)(LeaseActor).options(
-            name=f"drillbit-lease-{self.cluster}", namespace=NAMESPACE, lifetime="detached",
-            get_if_exists=True).remote()
+            name=self.actor_name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(self.ttl)
         who = ray.get(self._actor.acquire.remote(
             {"holder": self.holder, "pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
-             "token": self.token}, self.ttl), timeout=60)
+             "token": self.token}), timeout=60)
         if who is not None:
             self._actor = None
             raise LeaseError(
                 f"cluster {self.cluster!r} is held by {who['holder']} (pid {who['pid']} on {who['host']}, "
                 f"since {time.ctime(who['since'])}, last renewed {who['silent_s']:g} s ago); wait for it to "
-                f"finish, or stop it — a lease not renewed for {self.ttl:g} s expires")
+                f"finish, or stop it — a lease not renewed for {who['ttl']:g} s expires")
 
     def renew(self) -> None:
-        if self._actor is not None:
-            self._actor.renew.remote(self.token)
+        """Renew, and look at the answer to the previous renewal: a lease that was taken
+        over (this holder was stopped past the expiry, say) is lost, and the drill stops."""
+        if self._actor is None:
+            return
+        ray = _ray()
+        if self._renewal is not None:
+            ready, _ = ray.wait([self._renewal], timeout=0)
+            if ready:
+                try:
+                    ok = ray.get(ready[0])
+                except Exception as exc:
+                    ok, why = False, f"the lease actor is gone ({exc.__class__.__name__})"
+                else:
+                    why = "another drill holds it now (this controller did not renew it in time)"
+                if not ok:
+                    self.lost = f"the cluster lease on {self.cluster!r} was lost: {why}"
+                    return
+            else:
+                return  # the last renewal is still on its way; do not pile them up
+        self._renewal = self._actor.renew.remote(self.token)
 
     def release(self) -> None:
         if self._actor is not None:

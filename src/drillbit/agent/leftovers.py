@@ -1,0 +1,74 @@
+"""What a drill left behind, and healing it by hand (``drill heal``).
+
+Every agent keeps its registry (``agent-<node>.json``: active faults with the state their
+heal needs, the job it launched, and what its guardian watches). Normally the drill heals
+and the registry ends empty; after a controller *and* an agent were killed (so neither
+the drill nor the guardian could heal), the registry still says what is in place. This
+reads each registry, heals every fault in it (each with a deadline), stops a launched job
+that is still running, and says what it did — as Records appended to the agent's
+dead-man log, so ``drill report`` merges them into the run's history.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from drillbit.agent.deadman import DeadmanLog, heal_with_deadline
+from drillbit.agent.jobproc import group_members, stop_process_group
+from drillbit.agent.node import NodeAgent
+from drillbit.faults.base import Handle
+from drillbit.proc import ProcRef
+
+
+class Leftover(BaseModel):
+    registry: str
+    node: str
+    healed: list[str] = []
+    failed: list[str] = []
+    job_stopped: bool = False
+    skipped: str | None = None
+
+
+def registries(folder: Path) -> list[Path]:
+    return sorted(p for p in Path(folder).glob("agent-*.json") if not p.name.startswith("."))
+
+
+def heal_registry(path: Path, force: bool = False) -> Leftover:
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return Leftover(registry=str(path), node="?", skipped=f"unreadable: {exc}")
+    node = payload.get("node", "?")
+    out = Leftover(registry=str(path), node=node)
+    armed = payload.get("armed") or {}
+    watch = armed.get("watch")
+    if watch and not force and ProcRef.model_validate(watch).alive():
+        out.skipped = (f"its drill is still running (pid {watch['pid']}); it heals for itself "
+                       "(--force to heal now anyway)")
+        return out
+    handles = [Handle.model_validate(h) for h in payload.get("faults", [])]
+    job = payload.get("job")
+    if not handles and not job:
+        return out
+    agent = NodeAgent(node, path)
+    agent.restore(handles, job, None)
+    log = DeadmanLog(agent.log_path, node, float(armed.get("offset_s", 0.0)))
+    for handle in handles:
+        report = heal_with_deadline(agent.heal, handle)
+        what = f"{handle.fault} on rank {handle.target.rank} (pid {handle.target.pid}): {report.detail}"
+        (out.healed if report.healed else out.failed).append(what)
+        log.note("fault.heal" if report.healed else "heal.failed", rank=handle.target.rank, fault=handle.fault,
+                 pid=handle.target.pid, healed=report.healed, verified=report.verified, detail=report.detail,
+                 by="drill heal")
+    if job and group_members(int(job["pgid"])):
+        stop_process_group(int(job["pgid"]), timeout=20.0)
+        log.note("job.stop", pgid=job["pgid"], by="drill heal")
+        out.job_stopped = True
+    agent.release_job()
+    return out
+
+
+def heal_folder(folder: Path, force: bool = False) -> list[Leftover]:
+    return [heal_registry(p, force) for p in registries(folder)]
