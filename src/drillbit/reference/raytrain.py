@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 
 def train_loop(config: dict) -> None:
     import ray
@@ -36,7 +38,7 @@ def train_loop(config: dict) -> None:
     pids = run_dir / "pids"
     pids.mkdir(parents=True, exist_ok=True)
     tmp = pids / f".rank{rank}.{os.getpid()}"
-    tmp.write_text(json.dumps({"pid": os.getpid(), "rank": rank,
+    tmp.write_text(json.dumps({"pid": os.getpid(), "rank": rank, "start_time": psutil.Process().create_time(),
                                "node_id": ray.get_runtime_context().get_node_id()}))
     os.replace(tmp, pids / f"rank{rank}.json")
     log = EventLog(str(run_dir / "events.log"), source=f"rank{rank}")
