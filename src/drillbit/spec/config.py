@@ -140,8 +140,8 @@ def _raytrain(description: str, *flags: str) -> JobProfile:
 BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
     "local": ClusterSpec(engine="ray", nodes=2, description="embedded: a Ray cluster of 2 simulated nodes on "
                                                             "127.0.0.1, started and stopped by the drill"),
-    "local-process": ClusterSpec(engine="process", description="one node, the agent in the drill's own "
-                                                               "process; no Ray"),
+    "local-process": ClusterSpec(engine="process", job_grace=5.0,
+                                 description="one node, the agent in the drill's own process; no Ray"),
 }
 
 BUILTIN_JOBS: dict[str, JobProfile] = {
