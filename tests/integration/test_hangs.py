@@ -7,13 +7,15 @@ from pathlib import Path
 import pytest
 
 from drillbit.session import execute, resolve
+from tests.integration.short import short_window
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent / "drills"
 
 
-def run(drill: str, job: str, tmp_path: Path) -> dict:
-    payload, _ = execute(resolve(str(HERE / f"{drill}.yaml"), job=job), reports_dir=str(tmp_path))
+def run(drill: str, job: str, tmp_path: Path, window: float | None = None) -> dict:
+    resolved = resolve(str(HERE / f"{drill}.yaml"), job=job)
+    payload, _ = execute(short_window(resolved, window) if window else resolved, reports_dir=str(tmp_path))
     return payload
 
 
@@ -25,7 +27,7 @@ def test_dataloader_hang_caught_by_the_watchdog(tmp_path):
 
 
 def test_dataloader_hang_missed_without_the_watchdog(tmp_path):
-    result = run("dataloader-hang-fast", "reference-nowatchdog", tmp_path)
+    result = run("dataloader-hang-fast", "reference-nowatchdog", tmp_path, window=20)
     assert result["verdict"] == "fail"
     assert "the stall was never detected" in result["reasons"][0]
 
@@ -40,7 +42,7 @@ def test_restore_hang_quarantined_and_fallen_back(tmp_path):
 
 
 def test_restore_hang_waits_forever_without_the_watchdog(tmp_path):
-    result = run("restore-hang-fast", "reference-nowatchdog", tmp_path)
+    result = run("restore-hang-fast", "reference-nowatchdog", tmp_path, window=30)
     assert result["verdict"] == "fail"
     first = next(s for s in result["slos"] if s["name"] == "first_step_within")
     assert first["status"] == "fail"

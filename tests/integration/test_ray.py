@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from drillbit.session import execute, resolve
+from tests.integration.short import short_window
 from tests.integration.cli import drill_script
 
 pytestmark = pytest.mark.slow
@@ -27,9 +28,10 @@ def write_config(tmp_path: Path, **cluster: object) -> Path:
 
 
 def run(drill: str, tmp_path: Path, *, cluster: str = "local", job: str = "reference",
-        config: Path | None = None) -> dict:
-    payload, outcome = execute(resolve(str(HERE / f"{drill}.yaml"), cluster=cluster, job=job,
-                                       config_path=str(config) if config else None), reports_dir=str(tmp_path))
+        config: Path | None = None, window: float | None = None) -> dict:
+    resolved = resolve(str(HERE / f"{drill}.yaml"), cluster=cluster, job=job,
+                       config_path=str(config) if config else None)
+    payload, outcome = execute(short_window(resolved, window) if window else resolved, reports_dir=str(tmp_path))
     return {**payload, "run_dir": str(outcome.run_dir)}
 
 
@@ -74,7 +76,7 @@ def test_kill_node_recovers_on_the_nodes_left(tmp_path):
 
 
 def test_kill_node_fails_a_job_that_needs_every_node(tmp_path):
-    result = run("kill-node-fast", tmp_path, job="reference-rigid")
+    result = run("kill-node-fast", tmp_path, job="reference-rigid", window=25)
     assert result["verdict"] == "fail"
     assert any("never made a step again" in r or "no first step" in r for r in result["reasons"]), result["reasons"]
 

@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from drillbit.session import execute, resolve
+from tests.integration.short import short_window
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent / "drills"
 
 
-def run(drill: str, job: str, tmp_path: Path) -> dict:
-    payload, _ = execute(resolve(str(HERE / f"{drill}.yaml"), cluster="local", job=job), reports_dir=str(tmp_path))
+def run(drill: str, job: str, tmp_path: Path, window: float | None = None) -> dict:
+    resolved = resolve(str(HERE / f"{drill}.yaml"), cluster="local", job=job)
+    payload, _ = execute(short_window(resolved, window) if window else resolved, reports_dir=str(tmp_path))
     return payload
 
 
@@ -37,6 +39,6 @@ def test_stall_nccl_on_ray_train_caught_by_the_collective_timeout(tmp_path):
 
 
 def test_stall_nccl_missed_by_ray_train_with_the_default_timeout(tmp_path):
-    result = run("stall-nccl-fast", "raytrain-notimeout", tmp_path)
+    result = run("stall-nccl-fast", "raytrain-notimeout", tmp_path, window=20)
     assert result["verdict"] == "fail"
     assert "the stall was never detected" in result["reasons"][0]

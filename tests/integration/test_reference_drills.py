@@ -12,13 +12,15 @@ import psutil
 import pytest
 
 from drillbit.session import execute, resolve
+from tests.integration.short import short_window
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent / "drills"
 
 
-def run(drill: str, job: str, tmp_path: Path) -> dict:
-    payload, outcome = execute(resolve(str(HERE / f"{drill}.yaml"), job=job), reports_dir=str(tmp_path))
+def run(drill: str, job: str, tmp_path: Path, window: float | None = None) -> dict:
+    resolved = resolve(str(HERE / f"{drill}.yaml"), job=job)
+    payload, outcome = execute(short_window(resolved, window) if window else resolved, reports_dir=str(tmp_path))
     saved = json.loads((outcome.run_dir / "result.json").read_text())
     assert saved["verdict"] == payload["verdict"]
     lines = (outcome.run_dir / "history.jsonl").read_text().splitlines()
@@ -64,7 +66,7 @@ def test_stall_nccl_passes_with_the_watchdog(tmp_path):
 
 
 def test_stall_nccl_fails_with_the_watchdog_off(tmp_path):
-    result = run("stall-nccl-fast", "reference-nowatchdog", tmp_path)
+    result = run("stall-nccl-fast", "reference-nowatchdog", tmp_path, window=20)
     assert result["verdict"] == "fail"
     assert "the stall was never detected" in result["reasons"][0]
     detect = next(s for s in result["slos"] if s["name"] == "detect_within")

@@ -6,13 +6,15 @@ from pathlib import Path
 import pytest
 
 from drillbit.session import execute, resolve
+from tests.integration.short import short_window
 
 pytestmark = pytest.mark.slow
 SPEC = Path(__file__).parent / "drills" / "slow-rank-fast.yaml"
 
 
-def run(job: str, tmp_path: Path) -> dict:
-    payload, _ = execute(resolve(str(SPEC), job=job), reports_dir=str(tmp_path))
+def run(job: str, tmp_path: Path, window: float | None = None) -> dict:
+    resolved = resolve(str(SPEC), job=job)
+    payload, _ = execute(short_window(resolved, window) if window else resolved, reports_dir=str(tmp_path))
     return payload
 
 
@@ -28,11 +30,11 @@ def test_three_percent_slow_rank_is_named(tmp_path):
 
 
 def test_nvrx_rule_never_names_it(tmp_path):
-    result = run("reference-nvrx", tmp_path)
+    result = run("reference-nvrx", tmp_path, window=20)
     assert result["verdict"] == "fail"
     assert "was never named" in result["reasons"][0]
 
 
 def test_without_a_detector_it_fails(tmp_path):
-    result = run("reference-nostraggler", tmp_path)
+    result = run("reference-nostraggler", tmp_path, window=20)
     assert result["verdict"] == "fail"

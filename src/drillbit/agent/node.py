@@ -132,16 +132,18 @@ class NodeAgent:
         handle = Handle(fault=fault_name, target=target, params=validated.model_dump(),
                         state=intent.model_dump() if intent is not None else {})
         key = self._key(handle)
-        with self._lock:
-            self._check_files(handle)
-            self._active[key] = (handle, fault)
-            self._save()
         try:
+            with self._lock:
+                self._check_files(handle)
+                self._active[key] = (handle, fault)
+                self._save()
             state = fault.act(target, validated, intent)
         except FaultError:  # a clean refusal: the fault changed nothing, so nothing is held
             with self._lock:
                 self._active.pop(key, None)
                 self._save()
+            if intent is not None:
+                fault.unprepare(target, validated, intent)
             raise
         handle = handle.model_copy(update={"state": state.model_dump()})
         with self._lock:

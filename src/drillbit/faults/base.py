@@ -121,6 +121,10 @@ class Fault(Generic[P, S]):
         :meth:`act`. None (the default) for a fault that only implements :meth:`inject`."""
         return None
 
+    def unprepare(self, target: ProcRef, params: P, intent: S) -> None:
+        """The intent was refused before anything was touched: drop what prepare made (a
+        backup copy). Default: nothing to drop."""
+
     def act(self, target: ProcRef, params: P, intent: S | None) -> S:
         """Do it, from the recorded intent; returns the State with what was done."""
         return self.inject(target, params)

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import Field
 
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
-from drillbit.faults.ckptfile import META, MARKER, Backup, pick, put_back, sha256, shard_of, take_aside, wait_gone
+from drillbit.faults.ckptfile import META, MARKER, Backup, discard, pick, put_back, sha256, shard_of, take_aside, wait_gone
 from drillbit.proc import ProcRef
 
 Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata"]
@@ -69,6 +69,9 @@ class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
     def prepare(self, target: ProcRef, params: CorruptParams) -> CorruptState:
         backup = take_aside(victim_of(params, self.name), self.scratch or Path(params.checkpoint_dir or "."))
         return CorruptState(**backup.model_dump(), mode=params.mode)
+
+    def unprepare(self, target: ProcRef, params: CorruptParams, intent: CorruptState) -> None:
+        discard(intent)
 
     def act(self, target: ProcRef, params: CorruptParams, intent: CorruptState) -> CorruptState:
         victim = Path(intent.file)

@@ -66,6 +66,9 @@ class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
         shard = shard_of(pick(params.checkpoint_dir, params.nth_newest, self.name))
         return RestoreHangState(**take_aside(shard, self.scratch or Path(params.checkpoint_dir or ".")).model_dump())
 
+    def unprepare(self, target: ProcRef, params: RestoreHangParams, intent: RestoreHangState) -> None:
+        discard(intent)
+
     def act(self, target: ProcRef, params: RestoreHangParams, intent: RestoreHangState) -> RestoreHangState:
         state = intent.model_copy()
         shard = Path(state.file)
