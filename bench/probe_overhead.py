@@ -15,6 +15,7 @@ from pathlib import Path
 
 from drillbit.history import History
 from drillbit.probes.logs import EventsProbe, ProgressProbe
+from drillbit.probes.preset import signals_of
 from drillbit.reference.eventlog import parse_line
 
 PRESETS = ["reference", "torchrun"]
@@ -27,7 +28,8 @@ def run_job(steps: int, probed: bool) -> float:
     if probed:
         history = History()
         logs = [events, run_dir / "launcher.log"]
-        probes = [ProgressProbe(history, logs, PRESETS), EventsProbe(history, logs, PRESETS)]
+        signals = signals_of(PRESETS)
+        probes = [ProgressProbe(history, logs, signals), EventsProbe(history, logs, signals)]
         for probe in probes:
             probe.start()
     subprocess.run([sys.executable, "-m", "drillbit.reference.launch", "--run-dir", str(run_dir),

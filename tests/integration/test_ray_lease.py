@@ -23,7 +23,8 @@ from drillbit.transport.raycluster import RayLease, loopback_env
 loopback_env()  # before ray is imported
 import ray
 ray.init(address=sys.argv[1], namespace="drillbit", log_to_driver=False, _node_ip_address="127.0.0.1")
-lease = RayLease("staging", sys.argv[2], ttl=4.0)
+# another name for the same cluster: the lease is keyed by what the cluster is (its GCS address)
+lease = RayLease("staging-by-another-name", sys.argv[2], ttl=4.0, identity=ray.get_runtime_context().gcs_address)
 lease.acquire()
 print("held", flush=True)
 while True:

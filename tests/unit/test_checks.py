@@ -157,3 +157,16 @@ def test_events_after_observe_end_do_not_count():
     rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 100, "observe.end"),
                         (T_FAULT + 101, "detect")]
     assert measure(History.build(rows)).time_to_detect is None
+
+
+def test_a_step_number_going_back_is_a_restart_even_unannounced():
+    """A job whose supervisor printed nothing drillbit reads, restarted from scratch: its
+    steps start again at 1. Before, that read as 'progress resumed, 0 steps lost'."""
+    rows = prelude()
+    rows += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed")]
+    rows += steps(1, 12, T_FAULT + 4)
+    m = measure(History.build(rows))
+    assert m.restarts == 1 and m.first_step == 1 and m.restored_step == 0
+    assert m.lost_steps == 25 and m.time_to_first_step == pytest.approx(4.0)
+    result = check(spec(max_lost_steps=5), History.build(rows))
+    assert result.verdict == "fail"

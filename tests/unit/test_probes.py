@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from drillbit.history import History
 from drillbit.probes.logs import EventsProbe, HeartbeatProbe, ProgressProbe
-from drillbit.probes.preset import available, load, matcher
+from drillbit.probes.preset import available, load, matcher, signals_of
 from drillbit.probes.tail import FileFollower
 
 REF_STEP = "t=1795955211.613786 kind=step src=rank0 n=27 rank=0 dt=0.2610 loss=20.72880"
@@ -36,7 +36,7 @@ def test_presets_load():
 
 
 def test_reference_preset_reads_its_lines():
-    m = matcher(["reference"])
+    m = matcher(signals_of(["reference"]))
     [(kind, t, data)] = m.match(REF_STEP)
     assert (kind, t, data["n"], data["rank"]) == ("step", 1795955211.613786, 27, 0)
     [(kind, _, data)] = m.match(REF_RESTORE)
@@ -47,9 +47,10 @@ def test_reference_preset_reads_its_lines():
 
 
 def test_torchrun_preset_reads_agent_lines():
-    m = matcher(["torchrun"])
+    m = matcher(signals_of(["torchrun"]))
     [(kind, t, data)] = m.match(TR_FAILED)
-    assert kind == "detect" and t is None and data == {"exitcode": -9, "local_rank": 1, "pid": 2125, "by": "torchrun"}
+    assert kind == "detect" and t is None and data == {"exitcode": -9, "local_rank": 1, "pid": 2125, "by": "torchrun",
+                                                       "t_source": "read"}
     [(kind, _, data)] = m.match(TR_GROUP)
     assert kind == "detect" and data["left"] == 3
 
@@ -58,8 +59,8 @@ def test_probes_split_progress_from_events(tmp_path):
     log = tmp_path / "events.log"
     log.write_text("\n".join([REF_STEP, REF_DETECT, REF_RESTORE, "noise"]) + "\n")
     history = History()
-    ProgressProbe(history, [log], ["reference"]).poll_once()
-    EventsProbe(history, [log], ["reference", "torchrun"]).poll_once()
+    ProgressProbe(history, [log], signals_of(["reference"])).poll_once()
+    EventsProbe(history, [log], signals_of(["reference", "torchrun"])).poll_once()
     assert [(e.source, e.kind) for e in history] == [
         ("probe:progress", "step"), ("probe:events", "detect"), ("probe:events", "restore")]
     assert history.first("step").rank == 0

@@ -119,7 +119,15 @@ def measure(history: History) -> Measurements:
     elif restart:
         marker, floor = restart.t, 0  # restarted without a restore: from wherever it began
     else:
-        marker, floor = t0, m.step_at_fault if m.step_at_fault is not None else -1
+        # a step number at or below the one at the fault is a restart the job did not
+        # announce (its supervisor printed nothing we read): it began again from there
+        back = next((e for e in after if m.step_at_fault is not None and e.data["n"] <= m.step_at_fault), None)
+        if back is not None:
+            restart = back
+            m.restarts = max(m.restarts, 1)
+            marker, floor = back.t, 0
+        else:
+            marker, floor = t0, m.step_at_fault if m.step_at_fault is not None else -1
     recovered = [e for e in after if e.t >= marker and e.data["n"] > floor]
     if recovered:
         m.time_to_first_step = recovered[0].t - t0

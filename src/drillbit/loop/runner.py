@@ -271,7 +271,10 @@ class DrillRunner:
                 self.record("job.exit", code=code)
                 raise DrillError(f"the job exited (code {code}) before steady state ({len(self.progress.steps)} steps)")
             if time.time() > limit:
-                raise DrillError(f"no steady state: {len(self.progress.steps)} steps in {self.spec.steady.timeout:g} s")
+                why = "; ".join(p.explain() for p in self.probes if hasattr(p, "explain"))
+                raise DrillError(f"no steady state: {len(self.progress.steps)} steps in {self.spec.steady.timeout:g} s "
+                                 f"(presets {self.job.presets}, {len(self.job.signals)} signal(s) of the profile's own"
+                                 + (f"; {why}" if why else "") + ")")
             self._tick()
         baseline, step = self.progress.baseline(want)
         self.record("steady", baseline_step_s=round(baseline, 6), step=step)

@@ -13,7 +13,7 @@ from typing import Callable, Protocol
 
 from drillbit.history import Event, History
 from drillbit.probes.logs import EventsProbe, HeartbeatProbe, ProgressProbe
-from drillbit.probes.preset import load as load_preset
+from drillbit.probes.preset import signals_of
 from drillbit.spec.config import JobProfile
 from drillbit.spec.placeholders import expand
 
@@ -31,13 +31,13 @@ ProbeFactory = Callable[[History, JobProfile, list[Path], dict[str, str]], list[
 def log_probes(history: History, job: JobProfile, logs: list[Path], values: dict[str, str]) -> list[Probe]:
     """The probes a job profile asks for: progress from step lines (or the heartbeat file
     when no preset reads steps), and every other signal its presets know."""
-    reads_steps = any(s.kind == "step" for p in job.presets for s in load_preset(p).signals)
+    signals = signals_of(job.presets, job.signals)
     progress: Probe
-    if job.heartbeat_file and not reads_steps:
+    if job.heartbeat_file and not any(s.kind == "step" for s in signals):
         progress = HeartbeatProbe(history, Path(expand(job.heartbeat_file, values)))
     else:
-        progress = ProgressProbe(history, logs, job.presets)
-    return [progress, EventsProbe(history, logs, job.presets)]
+        progress = ProgressProbe(history, logs, signals)
+    return [progress, EventsProbe(history, logs, signals)]
 
 
 class Progress:

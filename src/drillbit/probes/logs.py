@@ -14,6 +14,7 @@ from typing import Callable
 
 from drillbit.history import History
 from drillbit.probes.preset import Matcher, matcher
+from drillbit.spec.signals import Signal
 from drillbit.probes.tail import FileFollower
 
 
@@ -27,6 +28,8 @@ class LogProbe:
         self._poll = poll
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.lines = 0  # lines read, for "no steady state" to say what the logs held
+        self.unmatched: list[str] = []  # the first few lines no signal of this probe matched
 
     def start(self, record: Callable | None = None) -> None:
         self._thread = threading.Thread(target=self._run, name=self.source, daemon=True)
@@ -35,7 +38,11 @@ class LogProbe:
     def poll_once(self) -> None:
         for follower in self._followers:
             for line in follower.read_lines():
-                for kind, t, data in self._match.match(line):
+                self.lines += 1
+                hits = self._match.match(line)
+                if not hits and len(self.unmatched) < 5 and line.strip():
+                    self.unmatched.append(line[:200])
+                for kind, t, data in hits:
                     rank = data.pop("rank", None)
                     self._history.record(self.source, kind, t=t, rank=rank, **data)
 
@@ -54,15 +61,27 @@ class LogProbe:
 class ProgressProbe(LogProbe):
     source = "probe:progress"
 
-    def __init__(self, history: History, paths: list[Path], presets: list[str], poll: float = 0.1) -> None:
-        super().__init__(history, paths, matcher(presets, kinds={"step"}), poll)
+    def __init__(self, history: History, paths: list[Path], signals: list[Signal], poll: float = 0.1) -> None:
+        super().__init__(history, paths, matcher(signals, kinds={"step"}), poll)
+        self.paths = paths
+        self.step_patterns = [s.pattern for s in signals if s.kind == "step"]
+
+    def explain(self) -> str:
+        """Why no step was seen, in terms a person can fix."""
+        missing = [str(p) for p in self.paths if not p.exists()]
+        parts = [f"step signals: {self.step_patterns or 'none'}",
+                 f"the logs held {self.lines} line(s)"
+                 + (f"; not found: {', '.join(missing)}" if missing else f" ({', '.join(map(str, self.paths))})")]
+        if self.unmatched:
+            parts.append("first lines no step signal matched: " + " | ".join(repr(u) for u in self.unmatched[:3]))
+        return "; ".join(parts)
 
 
 class EventsProbe(LogProbe):
     source = "probe:events"
 
-    def __init__(self, history: History, paths: list[Path], presets: list[str], poll: float = 0.1) -> None:
-        super().__init__(history, paths, matcher(presets, exclude={"step"}), poll)
+    def __init__(self, history: History, paths: list[Path], signals: list[Signal], poll: float = 0.1) -> None:
+        super().__init__(history, paths, matcher(signals, exclude={"step"}), poll)
 
 
 class HeartbeatProbe(LogProbe):

@@ -5,20 +5,12 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
 
-from drillbit.errors import DrillError, Problem, SpecError
+from drillbit.errors import Problem, SpecError
 from drillbit.spec.models import Strict
+from drillbit.spec.signals import Signal
 
 PRESET_DIR = Path(__file__).parent / "presets"
-
-
-class Signal(Strict):
-    kind: str
-    pattern: str
-    ints: list[str] = Field(default_factory=list)
-    floats: list[str] = Field(default_factory=list)
-    by: str | None = None
 
 
 class Preset(Strict):
@@ -34,19 +26,32 @@ class Matcher:
         self._signals = [(s, re.compile(s.pattern)) for s in signals]
 
     def match(self, line: str) -> list[tuple[str, float | None, dict]]:
+        """(kind, time from the line or None, data) for every signal the line matches. The
+        data says where the time came from (t_source: line or read); a line whose time
+        cannot be read is kept, with the time it was read."""
         hits = []
         for sig, rx in self._signals:
             m = rx.search(line)
             if not m:
                 continue
             data: dict = {k: v for k, v in m.groupdict().items() if v is not None}
-            t = float(data.pop("t")) if "t" in data else None
-            for k in sig.ints:
-                if k in data:
-                    data[k] = int(data[k])
-            for k in sig.floats:
-                if k in data:
-                    data[k] = float(data[k])
+            t = None
+            if "t" in data:
+                stamp = data.pop("t")
+                try:
+                    t = sig.parse_time(stamp)
+                except ValueError:
+                    data["t_unread"] = stamp
+            data["t_source"] = "line" if t is not None else "read"
+            try:
+                for k in sig.ints:
+                    if k in data:
+                        data[k] = int(data[k])
+                for k in sig.floats:
+                    if k in data:
+                        data[k] = float(data[k])
+            except ValueError:
+                continue  # a group that should be a number is not: the line is not this signal
             if sig.by and "by" not in data:
                 data["by"] = sig.by
             hits.append((sig.kind, t, data))
@@ -57,26 +62,33 @@ def available() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
+def is_file(name: str) -> bool:
+    """A preset named by a path (a YAML file of the user's) rather than a built-in name."""
+    return name.endswith((".yaml", ".yml")) or "/" in name
+
+
 @lru_cache(maxsize=None)
 def load(name: str) -> Preset:
-    from drillbit.spec.load import read_yaml, validate
+    """A built-in preset by name, or the user's preset file by path (./presets/my-stack.yaml)."""
+    from drillbit.spec.load import _suggest, read_yaml, validate
 
-    path = PRESET_DIR / f"{name}.yaml"
-    if not path.exists():
-        raise DrillError(f"unknown signal preset {name!r}; known: {', '.join(available())}")
+    path = Path(name).expanduser() if is_file(name) else PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        if is_file(name):
+            raise SpecError([Problem(name, None, "", "no such preset file")])
+        raise SpecError([Problem(name, None, "", "unknown signal preset" + _suggest(name, available()))])
     data, lines = read_yaml(path)
     preset, problems = validate(Preset, data, path, lines)
-    for i, sig in enumerate((data or {}).get("signals", [])):
-        try:
-            re.compile(sig.get("pattern", ""))
-        except re.error as exc:
-            problems.append(Problem(str(path), lines.get(("signals", i, "pattern")), f"signals.{i}.pattern", f"bad regex: {exc}"))
     if problems:
         raise SpecError(problems)
     return preset
 
 
-def matcher(names: list[str], kinds: set[str] | None = None, exclude: set[str] | None = None) -> Matcher:
-    signals = [s for n in names for s in load(n).signals
-               if (kinds is None or s.kind in kinds) and (exclude is None or s.kind not in exclude)]
-    return Matcher(signals)
+def signals_of(presets: list[str], inline: list[Signal] | None = None) -> list[Signal]:
+    """Every signal a job profile reads its logs with: its presets', then its own."""
+    return [s for name in presets for s in load(name).signals] + list(inline or [])
+
+
+def matcher(signals: list[Signal], kinds: set[str] | None = None, exclude: set[str] | None = None) -> Matcher:
+    return Matcher([s for s in signals
+                    if (kinds is None or s.kind in kinds) and (exclude is None or s.kind not in exclude)])

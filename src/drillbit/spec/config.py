@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 
 from drillbit.spec.models import Duration, Span, Strict
+from drillbit.spec.signals import Signal
 
 
 HEARTBEAT_S = 1.0  # the controller heartbeats every agent this often (drillbit.nodes)
@@ -103,7 +104,9 @@ class RankDiscovery(Strict):
 
 class JobProfile(Strict):
     description: str = ""
-    presets: list[str] = Field(default_factory=lambda: ["reference"])
+    presets: list[str] = Field(default_factory=lambda: ["reference"],
+                               description="built-in signal presets by name, or preset files by path")
+    signals: list[Signal] = Field(default_factory=list, description="the job's own signals, after its presets'")
     launch: LaunchSpec | None = None
     attach_pid: int | None = Field(None, description="attach to a running job rooted at this pid")
     attach_start_time: float | None = Field(

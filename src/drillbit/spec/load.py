@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from drillbit.errors import Problem, SpecError
-from drillbit.spec.config import DrillConfig, with_builtins
+from drillbit.spec.config import DrillConfig, JobProfile, with_builtins
 from drillbit.spec.models import DrillSpec, SuiteSpec
 
 Loc = tuple[Any, ...]
@@ -193,9 +193,48 @@ def load_config(path: Path | None) -> DrillConfig:
         return with_builtins(DrillConfig())
     data, lines = read_yaml(Path(path))
     config, problems = validate(DrillConfig, data or {}, Path(path), lines)
+    if config is not None:
+        for name, job in config.jobs.items():
+            for loc, message in job_problems(job):
+                loc = ("jobs", name) + loc
+                problems.append(Problem(str(path), _line(lines, loc), _loc_text(loc), message))
     if problems:
         raise SpecError(problems)
     return with_builtins(config)
+
+
+def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
+    """What a job profile's model cannot see: presets that do not exist or do not load,
+    placeholders drillbit does not fill, and a job with no way to see its progress."""
+    from drillbit.probes.preset import load as load_preset
+    from drillbit.spec.placeholders import PLACEHOLDERS, unknown
+
+    out: list[tuple[Loc, str]] = []
+    signals = list(job.signals)
+    for i, name in enumerate(job.presets):
+        try:
+            signals += load_preset(name).signals
+        except SpecError as exc:
+            out.append((("presets", i), "; ".join(p.message if p.file == name else str(p) for p in exc.problems)))
+    texts: list[tuple[Loc, str]] = [(("logs", i), p) for i, p in enumerate(job.logs)]
+    if job.launch is not None:
+        texts += [(("launch", "command", i), a) for i, a in enumerate(job.launch.command)]
+        texts += [(("launch", "env", k), v) for k, v in job.launch.env.items()]
+        texts += [(("launch", "cwd"), job.launch.cwd)] if job.launch.cwd else []
+    for key in ("heartbeat_file", "checkpoint_dir", "node_pool"):
+        if getattr(job, key):
+            texts.append(((key,), getattr(job, key)))
+    if job.ranks.pidfiles:
+        texts.append((("ranks", "pidfiles"), job.ranks.pidfiles))
+    for loc, text in texts:
+        bad = unknown(text)
+        if bad:
+            out.append((loc, f"unknown placeholder {{{bad[0]}}}; drillbit fills {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"))
+    if not any(s.kind == "step" for s in signals) and not job.heartbeat_file:
+        out.append(((), "no step signal and no heartbeat_file: drillbit could not see the job make progress; add a "
+                        "preset that reads its step lines, a `signals:` entry of kind step with a group n, or a "
+                        "heartbeat_file ('<step> <epoch>')"))
+    return out
 
 
 def find_config(explicit: str | None) -> Path | None:

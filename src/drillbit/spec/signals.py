@@ -1,0 +1,113 @@
+"""Signals: how one kind of log line becomes one kind of history event.
+
+A signal is an event kind, a regex over one line, which named groups to read as numbers,
+and where the event's time comes from: a group named ``t`` read as epoch seconds, or with a
+``time_format`` (``iso8601``, or a ``strptime`` format such as Python logging's
+``%Y-%m-%d %H:%M:%S,%f``) and, for stamps without a zone, a ``timezone`` (``UTC``,
+``+02:00``, ``Europe/Berlin``; default: this machine's). Without a ``t`` group the event
+gets the time the line was read; each event says which (``t_source``: ``line`` or ``read``).
+Signals come from presets (built-in names, or YAML files of the user's) and from a job
+profile's own ``signals:``.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone as dt_timezone, tzinfo
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, field_validator, model_validator
+
+from drillbit.spec.models import Strict
+
+# The event kinds the checkers read, and what each needs from a signal's groups.
+KINDS: dict[str, str] = {
+    "step": "a training step finished; group n (the step number) required — every drill needs it",
+    "detect": "the stack noticed the fault (by: who) — detect_within, time_to_detect",
+    "restart": "the stack restarted the job or worker group (attempt) — time_to_restart, restarts",
+    "restore.begin": "a checkpoint load started",
+    "restore": "a checkpoint was loaded; groups step and path — time_to_restore, lost steps, restore checks",
+    "ckpt.save.begin": "a checkpoint save started (step, path)",
+    "ckpt.save": "a checkpoint save finished; groups step, path, seconds — cadence, checkpoint-save badput",
+    "ckpt.reject": "the stack refused a checkpoint (path, reason) — corrupt-checkpoint's restore_skipped_corrupted",
+    "straggler": "the stack named a slow rank (rank, node) — slow-rank and throttle-clocks",
+    "escalate": "the stack gave up and called a person — recover_or_escalate_within",
+    "replace.request": "node replacement asked for a node — fail-node-replacement",
+    "replace.failed": "a replacement request failed — fail-node-replacement",
+    "replace.done": "a replacement node arrived (node_name) — fail-node-replacement",
+}
+
+
+class Signal(Strict):
+    kind: str
+    pattern: str
+    ints: list[str] = Field(default_factory=list)
+    floats: list[str] = Field(default_factory=list)
+    by: str | None = None
+    time_format: str | None = Field(None, description="how group t is written: iso8601, or a strptime format; "
+                                                      "none: epoch seconds")
+    timezone: str | None = Field(None, description="for stamps without a zone: UTC, +02:00 or an IANA name")
+
+    @field_validator("pattern")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            rx = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"bad regex: {exc}") from None
+        if rx.groups and not rx.groupindex:
+            raise ValueError("name the groups (?P<name>...); unnamed groups are not read")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            zone_of(value)
+        return value
+
+    @model_validator(mode="after")
+    def _fields(self) -> "Signal":
+        groups = set(re.compile(self.pattern).groupindex)
+        missing = [g for g in self.ints + self.floats if g not in groups]
+        if missing:
+            raise ValueError(f"ints/floats name groups the pattern does not have: {missing}")
+        if self.kind == "step" and "n" not in groups:
+            raise ValueError("a step signal needs a group n (the step number)")
+        if self.time_format is not None:
+            if "t" not in groups:
+                raise ValueError("time_format reads group t, which the pattern does not have")
+            if self.time_format != "iso8601":
+                try:
+                    datetime(2026, 1, 2, 3, 4, 5, 6000).strftime(self.time_format)
+                except ValueError as exc:
+                    raise ValueError(f"bad time_format: {exc}") from None
+                if "%" not in self.time_format:
+                    raise ValueError("time_format is iso8601 or a strptime format such as %Y-%m-%d %H:%M:%S,%f")
+        return self
+
+    def parse_time(self, text: str) -> float:
+        """Group t as epoch seconds; ValueError when it cannot be read."""
+        if self.time_format is None:
+            return float(text)
+        if self.time_format == "iso8601":
+            stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        else:
+            stamp = datetime.strptime(text.strip(), self.time_format)
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=zone_of(self.timezone)) if self.timezone else stamp.astimezone()
+        return stamp.timestamp()
+
+
+@lru_cache(maxsize=64)
+def zone_of(name: str) -> tzinfo:
+    if name.upper() in ("UTC", "Z"):
+        return dt_timezone.utc
+    m = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", name)
+    if m:
+        sign = 1 if m.group(1) == "+" else -1
+        return dt_timezone(sign * timedelta(hours=int(m.group(2)), minutes=int(m.group(3))))
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown timezone {name!r} (UTC, +02:00, or an IANA name such as Europe/Berlin)") from None

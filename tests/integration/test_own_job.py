@@ -1,0 +1,74 @@
+"""A job of the user's own, drilled through a drill.yaml alone: a plain training loop under
+torchrun that reports through ``drillbit.job`` (tests/integration/jobs/own_loop.py). kill-rank
+PASSes when it resumes from its checkpoint and FAILs the same loop without resuming; a
+profile that cannot see progress is refused before anything launches; a job whose lines
+match nothing ends with an error that says what the logs held."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from drillbit.session import execute, resolve
+from tests.integration.cli import drill_cli
+from tests.integration.short import short_window
+
+HERE = Path(__file__).parent
+LOOP = HERE / "jobs" / "own_loop.py"
+
+
+def config(tmp_path: Path, *extra: str, step_signal: bool = True) -> Path:
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--max-restarts", "3",
+               "--monitor-interval", "0.5", str(LOOP), "--ckpt", "{run_dir}/ckpt", *extra]
+    job = {"presets": ["drillbit", "torchrun"] if step_signal else ["torchrun"],
+           "launch": {"command": command, "env": {"DRILLBIT_EVENTS": "{run_dir}/events.log", "LOGLEVEL": "INFO"}},
+           "ranks": {"cmdline": "own_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
+           "logs": ["{run_dir}/events.log", "{run_dir}/job.out"], "checkpoint_dir": "{run_dir}/ckpt"}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "drill.yaml"
+    path.write_text(json.dumps({"jobs": {"mine": job}}))
+    return path
+
+
+@pytest.mark.slow
+def test_kill_rank_passes_when_the_loop_resumes_and_fails_when_it_does_not(tmp_path):
+    ok, _ = execute(resolve(str(HERE / "drills" / "kill-rank-own-loop.yaml"), job="mine",
+                            config_path=str(config(tmp_path / "a"))), reports_dir=str(tmp_path / "a"))
+    assert ok["verdict"] == "pass", ok["reasons"]
+    m = ok["measurements"]
+    assert m["restored_step"] % 5 == 0 and m["lost_steps"] == m["step_at_fault"] - m["restored_step"] < 5
+    assert m["time_to_detect"] is not None  # torchrun's own line, read by the torchrun preset
+    broken = resolve(str(HERE / "drills" / "kill-rank-own-loop.yaml"), job="mine",
+                     config_path=str(config(tmp_path / "b", "--no-resume")))
+    bad, _ = execute(short_window(broken, 20), reports_dir=str(tmp_path / "b"))
+    assert bad["verdict"] == "fail", bad["reasons"]
+    lost = next(s for s in bad["slos"] if s["name"] == "max_lost_steps")
+    assert lost["status"] == "fail" and bad["measurements"]["restored_step"] == 0  # began again from step 1
+
+
+def test_a_profile_that_cannot_see_progress_is_refused_before_launch(tmp_path):
+    path = config(tmp_path, step_signal=False)
+    proc = drill_cli("run", "kill-rank", "--job", "mine", "--config", str(path), "--cluster", "local-process",
+                     "--reports", str(tmp_path / "r"), timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no step signal and no heartbeat_file" in proc.stderr and not (tmp_path / "r").exists()
+
+
+def test_no_steady_state_says_what_the_logs_held(tmp_path):
+    path = tmp_path / "drill.yaml"
+    path.write_text(json.dumps({"jobs": {"chatty": {
+        "presets": ["drillbit"],
+        "launch": {"command": [sys.executable, "-c", "import time\nfor i in range(99): print('epoch 0 batch', i, "
+                               "flush=True); time.sleep(0.05)\ntime.sleep(30)"]},
+        "ranks": {"cmdline": "never"}, "logs": ["{run_dir}/job.out", "{run_dir}/nothing.log"]}}}))
+    spec = tmp_path / "quick.yaml"
+    spec.write_text((HERE / "drills" / "kill-rank-fast.yaml").read_text().replace(
+        "steady: {warmup_steps: 3}", "steady: {warmup_steps: 3, timeout: 4s}"))
+    proc = drill_cli("run", str(spec), "--job", "chatty", "--config", str(path), "--cluster", "local-process",
+                     "--reports", str(tmp_path / "r"), "--json", timeout=120)
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert "no steady state: 0 steps in 4 s" in error and "presets ['drillbit']" in error
+    assert "nothing.log" in error and "first lines no step signal matched: 'epoch 0 batch 0'" in error
