@@ -69,3 +69,36 @@ def test_unknown_host_key_is_refused_and_nothing_runs(tmp_path, sshd):
     assert "host-0" in text and "known_hosts" in text
     kinds = [json.loads(l)["kind"] for l in (run_dir / "history.jsonl").read_text().splitlines()]
     assert "job.launch" not in kinds
+
+
+def test_a_dropped_ssh_channel_heals_at_once(tmp_path, sshd, ranks):
+    """The controller's connection drops without a word (no disarm, no exit): the agent reads
+    end of input, takes its controller for gone at once, and its dead-man's switch resumes the
+    rank it had stopped — and records that it did."""
+    import time
+
+    import psutil
+
+    from drillbit.proc import ProcRef
+    from drillbit.spec.config import RankDiscovery, SshHost
+    from drillbit.transport.ssh import SshAgentClient
+
+    host = SshHost(name="h0", host="127.0.0.1", port=sshd.port, user=sshd.user, key_filename=str(sshd.key),
+                   python=sys.executable, state_dir=str(tmp_path / "agent"))
+    client = SshAgentClient(host, str(sshd.known_hosts))
+    client.handshake()
+    client.arm(deadman_s=60.0, job_grace_s=0.0)  # a long deadman: only the dropped channel can trip it
+    found = client.find_ranks(RankDiscovery(cmdline="fake-rank"), ProcRef.of(psutil.Process()))
+    target = next(r for r in found if r.pid == ranks[1].pid)
+    handle = client.inject("hang-collective", target, {})
+    assert client.confirm(handle) is not None  # the rank is in state T
+    client.conn.close()  # the channel drops
+    deadline = time.time() + 20
+    while time.time() < deadline and psutil.Process(target.pid).status() == psutil.STATUS_STOPPED:
+        time.sleep(0.1)
+    assert psutil.Process(target.pid).status() != psutil.STATUS_STOPPED
+    log = tmp_path / "agent" / "agent-h0.deadman.jsonl"
+    while time.time() < deadline and not (log.exists() and "orphan.done" in log.read_text()):
+        time.sleep(0.1)
+    kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
+    assert kinds == ["agent.lost", "fault.heal", "orphan.done"]
