@@ -93,3 +93,24 @@ def test_without_nvml_the_error_says_what_to_install(tmp_path, monkeypatch, rank
     agent = NodeAgent("n0", tmp_path / "reg.json")
     with pytest.raises(FaultError, match=r"drillbit\[gpu\]"):
         agent.inject("throttle-clocks", rank1, {})
+
+
+@pytest.mark.parametrize("visible, want", [
+    ("GPU-8a1b2c3d-0000-1111-2222-333344445555,GPU-9f8e7d6c-0000-1111-2222-333344445555", "by UUID"),
+    ("3", "CUDA_VISIBLE_DEVICES lists 1 device"),
+])
+def test_fake_nvml_a_gpu_named_by_uuid_is_refused_not_guessed(tmp_path, fake_nvml, visible, want):
+    """LOCAL_RANK 1 with GPUs named by UUID: index 1 would be whatever NVML calls GPU 1,
+    perhaps another job's. The fault refuses and touches no GPU."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                            env=dict(os.environ, LOCAL_RANK="1", CUDA_VISIBLE_DEVICES=visible),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        agent = NodeAgent("n0", tmp_path / "reg.json")
+        with pytest.raises(FaultError, match=want):
+            agent.inject("throttle-clocks", ProcRef.of(psutil.Process(proc.pid), rank=1), {})
+        assert all(d.locked is None for d in fake_nvml.DEVICES) and agent.active() == []
+    finally:
+        proc.kill()
+        proc.wait()
