@@ -57,14 +57,9 @@ class History:
             self._fh.close()
             self._fh = None
 
-    def __enter__(self) -> "History":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def append(self, event: Event) -> None:
-        """Add an event recorded elsewhere (already written to the file by its writer)."""
+        """Add an event recorded elsewhere (drill report's merge of the agents' records);
+        it is not written to this history's file: the caller rewrites the file whole."""
         with self._lock:
             self._events.append(event)
 

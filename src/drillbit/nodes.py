@@ -228,9 +228,6 @@ class Nodes:
     def heal(self, handle: Handle) -> HealReport:
         return self._client(handle.target).heal(handle)
 
-    def active(self) -> list[Handle]:
-        return [h for handles in self._on_all(lambda c: c.active()).values() for h in handles]
-
     def active_by_node(self) -> dict[str, list[Handle] | Exception]:
         """Each node's active faults, or why its agent could not say: one dead agent does not
         hide the others'."""
