@@ -92,7 +92,7 @@ def resolve_steps(r: Resolved) -> list[PlanStep] | str:
 
     from drillbit.loop.runner import job_params
     from drillbit.faults import get as get_fault
-    from drillbit.loop.schedule import attach_root, check_blast_radius, select_targets
+    from drillbit.loop.schedule import attach_root, choose_targets
 
     with tempfile.TemporaryDirectory(prefix="drillbit-plan-") as tmp:
         nodes = connect(r.cluster, r.config.clusters[r.cluster], Path(tmp))
@@ -100,10 +100,8 @@ def resolve_steps(r: Resolved) -> list[PlanStep] | str:
             nodes.clients = nodes.connect()
             for client in nodes.clients.values():
                 client.handshake()
-            ranks = nodes.find_ranks(job.ranks, attach_root(job.attach_pid, job.attach_start_time, cluster.engine))
-            targets = select_targets(ranks, r.spec.fault.targets)
-            check_blast_radius(targets, ranks, r.spec.blast_radius, r.spec.fault.type,
-                               type(get_fault(r.spec.fault.type)).max_targets)
+            attach = attach_root(job.attach_pid, job.attach_start_time, cluster.engine)
+            targets = choose_targets(nodes, job, r.spec, attach, type(get_fault(r.spec.fault.type)).max_targets)
             params = job_params(r.spec, job, Path(tmp)).model_dump()
             return [nodes.plan(r.spec.fault.type, t, params) for t in targets]
         except DrillError as exc:

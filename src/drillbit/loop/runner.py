@@ -31,8 +31,7 @@ from drillbit.faults.base import Handle
 from drillbit.fleet.simulate import Scenario
 from drillbit.history import Event, History
 from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
-from drillbit.loop.schedule import (JobExited, attach_root, check_blast_radius, describe_trigger, select_targets,
-                                    wait_trigger)
+from drillbit.loop.schedule import JobExited, attach_root, choose_targets, describe_trigger, wait_trigger
 from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
 from drillbit.nodes import Nodes
 from drillbit.proc import ProcRef
@@ -288,12 +287,7 @@ class DrillRunner:
         except JobExited as exc:
             self.record("job.exit", code=exc.code)
             raise
-        discovery = self.job.ranks
-        if discovery.pidfiles:
-            discovery = discovery.model_copy(update={"pidfiles": self.nodes.expand(discovery.pidfiles)})
-        ranks = self.nodes.find_ranks(discovery, self.attached)
-        self.targets = select_targets(ranks, self.spec.fault.targets)
-        check_blast_radius(self.targets, ranks, self.spec.blast_radius, self.spec.fault.type, self.fault.max_targets)
+        self.targets = choose_targets(self.nodes, self.job, self.spec, self.attached, self.fault.max_targets)
         self.ui.phase("inject", f"{self.spec.fault.type} on rank(s) {', '.join(str(t.rank) for t in self.targets)}")
         self.nemesis.inject(self.targets)
         self.nemesis.confirm(self.progress)

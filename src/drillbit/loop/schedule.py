@@ -3,14 +3,18 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import psutil
 
 from drillbit.errors import ConfigError, DrillError
 from drillbit.loop.watch import Progress
 from drillbit.proc import ProcRef
-from drillbit.spec.models import BlastRadius, Targets, Trigger
+from drillbit.spec.config import JobProfile
+from drillbit.spec.models import BlastRadius, DrillSpec, Targets, Trigger
+
+if TYPE_CHECKING:
+    from drillbit.nodes import Nodes
 
 
 def select_targets(ranks: list[ProcRef], targets: Targets) -> list[ProcRef]:
@@ -65,6 +69,19 @@ def attach_root(pid: int, start_time: float | None, engine: str) -> ProcRef:
         return ProcRef.of(psutil.Process(pid))
     except psutil.NoSuchProcess:
         raise ConfigError(f"attach_pid {pid}: no such process on this machine") from None
+
+
+def choose_targets(nodes: "Nodes", job: JobProfile, spec: DrillSpec, attach: ProcRef | None,
+                   max_targets: int | None) -> list[ProcRef]:
+    """Find the job's ranks on every node and pick the fault's targets, refusing a choice
+    wider than the drill's blast radius — the same for a drill and for its --dry-run."""
+    discovery = job.ranks
+    if discovery.pidfiles:
+        discovery = discovery.model_copy(update={"pidfiles": nodes.expand(discovery.pidfiles)})
+    ranks = nodes.find_ranks(discovery, attach)
+    targets = select_targets(ranks, spec.fault.targets)
+    check_blast_radius(targets, ranks, spec.blast_radius, spec.fault.type, max_targets)
+    return targets
 
 
 def describe_trigger(trigger: Trigger) -> str:
