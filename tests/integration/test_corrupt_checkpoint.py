@@ -46,7 +46,7 @@ def test_every_mode_is_rejected_and_healed_byte_for_byte(tmp_path, ckpts, rank, 
     before = tree_hashes(ckpts)
     agent = NodeAgent("n0", tmp_path / "reg.json")
     target = ProcRef.of(psutil.Process(rank.pid), rank=2)
-    handle = agent.inject("corrupt-checkpoint", target, CorruptParams(mode=mode, checkpoint_dir=str(ckpts)).model_dump())
+    handle = agent.inject("corrupt-checkpoint", target, CorruptParams(mode=mode, checkpoint={"dir": str(ckpts)}).model_dump())
     rank.wait(timeout=10)  # then_kill
     evidence = agent.confirm(handle)
     assert evidence is not None and evidence.data["checkpoint"].endswith("step_00000020")
@@ -64,7 +64,7 @@ def test_heal_never_overwrites_a_checkpoint_the_job_rewrote(tmp_path, ckpts, ran
     agent = NodeAgent("n0", tmp_path / "reg.json")
     target = ProcRef.of(psutil.Process(rank.pid), rank=2)
     handle = agent.inject("corrupt-checkpoint", target,
-                          CorruptParams(mode="flip-bytes", checkpoint_dir=str(ckpts)).model_dump())
+                          CorruptParams(mode="flip-bytes", checkpoint={"dir": str(ckpts)}).model_dump())
     newer = b"the job's own newer step 20"
     checkpoint.write_checkpoint(ckpts, 20, {"shard_0.pt": newer}, {"world_size": 4})
     report = agent.heal(handle)
@@ -78,7 +78,7 @@ def test_too_few_checkpoints_is_a_clear_error(tmp_path, rank):
     agent = NodeAgent("n0", tmp_path / "reg.json")
     target = ProcRef.of(psutil.Process(rank.pid), rank=2)
     with pytest.raises(FaultError, match="only 0 checkpoint"):
-        agent.inject("corrupt-checkpoint", target, CorruptParams(checkpoint_dir=str(tmp_path / "none")).model_dump())
+        agent.inject("corrupt-checkpoint", target, CorruptParams(checkpoint={"dir": str(tmp_path / "none")}).model_dump())
     assert rank.poll() is None  # nothing was killed
 
 

@@ -73,7 +73,7 @@ def test_two_faults_never_hold_one_checkpoint_file(tmp_path, sleepers):
     shard = next((root).rglob("shard_0.pt"))
     original = hashlib.sha256(shard.read_bytes()).hexdigest()
     agent = NodeAgent("n0", tmp_path / "agent-n0.json")
-    params = CorruptParams(mode="truncate", checkpoint_dir=str(root), then_kill=False).model_dump()
+    params = CorruptParams(mode="truncate", checkpoint={"dir": str(root)}, then_kill=False).model_dump()
     first = agent.inject("corrupt-checkpoint", ProcRef.of(psutil.Process(sleepers[0].pid), rank=0), params)
     with pytest.raises(FaultError, match="already held by an active corrupt-checkpoint fault"):
         agent.inject("corrupt-checkpoint", ProcRef.of(psutil.Process(sleepers[1].pid), rank=1), params)

@@ -139,10 +139,10 @@ def test_abort_outranks_inconclusive_and_fail_outranks_abort():
 
 
 def test_checker_that_throws_is_inconclusive():
-    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 1, "restore", {"path": "no step field"})]
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 1, "restore", {"path": "p", "step": "ten"})]
     result = check(spec(), History.build(rows))
     assert result.verdict == "inconclusive"
-    assert result.reasons[0].startswith("checker error: KeyError")
+    assert result.reasons[0].startswith("checker error: ValueError")
 
 
 def test_goodput_counts_recomputed_steps_once():

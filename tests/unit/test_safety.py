@@ -46,7 +46,7 @@ def test_a_wider_blast_radius_must_be_asked_for(tmp_path):
 
 def test_a_file_fault_with_two_targets_is_refused(tmp_path):
     outcome, agent = run(tmp_path, with_fault(type="corrupt-checkpoint", targets={"count": 2, "select": "first"},
-                                              params={"checkpoint_dir": str(tmp_path)}))
+                                              params={"checkpoint": {"dir": str(tmp_path)}}))
     assert outcome.error_kind == "config"
     assert "corrupt-checkpoint touches one file for all its targets" in outcome.error
     assert "inject" not in agent.calls

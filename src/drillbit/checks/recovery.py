@@ -114,8 +114,9 @@ def measure(history: History) -> Measurements:
     if restore:
         m.restored_path = str(restore.data.get("path"))
         m.time_to_restore = restore.t - t0
-        m.restored_step = int(restore.data["step"])
-        marker, floor = restore.t, m.restored_step
+        step = restore.data.get("step")  # a stack that names only the path (Lightning's last.ckpt)
+        m.restored_step = int(step) if step is not None else None
+        marker, floor = restore.t, m.restored_step if step is not None else 0
     elif restart:
         marker, floor = restart.t, 0  # restarted without a restore: from wherever it began
     else:
@@ -133,7 +134,7 @@ def measure(history: History) -> Measurements:
         m.time_to_first_step = recovered[0].t - t0
         m.first_step = recovered[0].data["n"]
         m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
-        if restart and not restore:
+        if m.restored_step is None and (restart or restore):
             m.restored_step = m.first_step - 1
     if m.step_at_fault is not None and m.restored_step is not None:
         m.lost_steps = max(0, m.step_at_fault - m.restored_step)

@@ -12,11 +12,10 @@ import stat
 import time
 from pathlib import Path
 
+from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan, where
 from drillbit.errors import FaultError
 from drillbit.faults.base import HealReport, State
 from drillbit.proc import ProcRef
-
-PREFIX, MARKER, META, MANIFEST = "step_", "COMPLETE", "meta.json", "MANIFEST.json"
 
 
 def sha256(path: Path) -> str | None:
@@ -30,26 +29,34 @@ def sha256(path: Path) -> str | None:
         return None
 
 
-def checkpoints(ckpt_dir: Path) -> list[Path]:
-    """Checkpoint folders, newest step first."""
-    found = [p for p in ckpt_dir.iterdir() if p.is_dir() and p.name.startswith(PREFIX)] if ckpt_dir.is_dir() else []
-    return sorted(found, key=lambda p: int("".join(ch for ch in p.name if ch.isdigit()) or 0), reverse=True)
-
-
-def pick(checkpoint_dir: str | None, nth_newest: int, fault: str) -> Path:
-    if not checkpoint_dir:
-        raise FaultError(f"{fault} needs a checkpoint_dir (set it in the job profile)")
-    found = checkpoints(Path(checkpoint_dir))
+def pick(spec: CheckpointSpec | None, nth_newest: int, fault: str) -> Checkpoint:
+    if spec is None:
+        raise FaultError(f"{fault} needs the job's checkpoints: set checkpoint: {{dir, layout}} in the job profile")
+    found = scan(spec)
     if len(found) <= nth_newest:
-        raise FaultError(f"only {len(found)} checkpoint(s) in {checkpoint_dir}; cannot use #{nth_newest}")
+        raise FaultError(f"only {len(found)} checkpoint(s) in {where(spec)}; cannot use #{nth_newest}")
     return found[nth_newest]
 
 
-def shard_of(ckpt: Path) -> Path:
-    shards = sorted(p for p in ckpt.iterdir() if p.is_file() and p.name not in (MARKER, META, MANIFEST))
-    if not shards:
-        raise FaultError(f"{ckpt} has no shard")
-    return shards[0]
+def data_of(ckpt: Checkpoint) -> Path:
+    if not ckpt.data:
+        raise FaultError(f"{ckpt.path} has no data file")
+    return ckpt.data[0]
+
+
+def marker_of(ckpt: Checkpoint, layout: str) -> Path:
+    if ckpt.marker is None:
+        raise FaultError(f"layout {layout} has no completion marker; use another mode (flip-bytes, truncate, "
+                         "delete-shard, corrupt-metadata)")
+    if not ckpt.marker.exists():
+        raise FaultError(f"{ckpt.path} has no {ckpt.marker.name}: it is not complete, so there is no marker to drop")
+    return ckpt.marker
+
+
+def metadata_of(ckpt: Checkpoint, layout: str) -> Path:
+    if ckpt.metadata is None:
+        raise FaultError(f"layout {layout} names no metadata file for {ckpt.path}; use another mode")
+    return ckpt.metadata
 
 
 class Backup(State):
@@ -61,8 +68,9 @@ class Backup(State):
     original_sha256: str
 
 
-def take_aside(file: Path, scratch: Path) -> Backup:
-    """Copy ``file`` into a fresh folder under ``scratch``; returns what heal needs."""
+def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None) -> Backup:
+    """Copy ``file`` (of ``checkpoint``: its folder, or the file itself) into a fresh folder
+    under ``scratch``; returns what heal needs."""
     folder = scratch.resolve() / f"backup-{os.getpid()}-{time.time_ns()}"
     folder.mkdir(parents=True)
     backup = folder / file.name
@@ -73,7 +81,7 @@ def take_aside(file: Path, scratch: Path) -> Backup:
             os.fsync(fd)
         finally:
             os.close(fd)
-    return Backup(checkpoint=str(file.parent), file=str(file), backup=str(backup),
+    return Backup(checkpoint=str(checkpoint or file.parent), file=str(file), backup=str(backup),
                   original_sha256=sha256(backup) or "")
 
 

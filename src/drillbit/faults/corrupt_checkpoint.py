@@ -20,8 +20,10 @@ from typing import Literal
 
 from pydantic import Field
 
+from drillbit.checkpoints import CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
-from drillbit.faults.ckptfile import META, MARKER, Backup, discard, pick, put_back, sha256, shard_of, take_aside, wait_gone
+from drillbit.faults.ckptfile import (Backup, data_of, discard, marker_of, metadata_of, pick, put_back, sha256,
+                                      take_aside, wait_gone)
 from drillbit.proc import ProcRef
 
 Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata"]
@@ -33,7 +35,7 @@ class CorruptParams(Params):
     flip_bytes: int = Field(64, ge=1)
     seed: int = 0
     then_kill: bool = Field(True, description="SIGKILL the target rank right after, forcing a restore now")
-    checkpoint_dir: str | None = Field(None, description="default: the job profile's checkpoint_dir")
+    checkpoint: CheckpointSpec | None = Field(None, description="default: the job profile's checkpoint")
 
 
 class CorruptState(Backup):
@@ -42,10 +44,15 @@ class CorruptState(Backup):
     killed: bool = False
 
 
-def victim_of(params: CorruptParams, fault: str) -> Path:
-    ckpt = pick(params.checkpoint_dir, params.nth_newest, fault)
-    return {"flip-bytes": shard_of, "truncate": shard_of, "delete-shard": shard_of,
-            "drop-marker": lambda c: c / MARKER, "corrupt-metadata": lambda c: c / META}[params.mode](ckpt)
+def victim_of(params: CorruptParams, fault: str) -> tuple[Path, Path]:
+    """(the checkpoint, the file of it that the mode touches), through the job's layout."""
+    ckpt = pick(params.checkpoint, params.nth_newest, fault)
+    layout = params.checkpoint.layout if params.checkpoint else "?"
+    if params.mode == "drop-marker":
+        return ckpt.path, marker_of(ckpt, layout)
+    if params.mode == "corrupt-metadata":
+        return ckpt.path, metadata_of(ckpt, layout)
+    return ckpt.path, data_of(ckpt)
 
 
 class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
@@ -64,10 +71,11 @@ class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
 
     def describe(self, target: ProcRef, params: CorruptParams) -> PlanStep:
         step = super().describe(target, params)
-        return step.model_copy(update={"files": [str(victim_of(params, self.name))]})
+        return step.model_copy(update={"files": [str(victim_of(params, self.name)[1])]})
 
     def prepare(self, target: ProcRef, params: CorruptParams) -> CorruptState:
-        backup = take_aside(victim_of(params, self.name), self.scratch or Path(params.checkpoint_dir or "."))
+        ckpt, victim = victim_of(params, self.name)
+        backup = take_aside(victim, self.scratch or ckpt.parent, ckpt)
         return CorruptState(**backup.model_dump(), mode=params.mode)
 
     def unprepare(self, target: ProcRef, params: CorruptParams, intent: CorruptState) -> None:
@@ -88,8 +96,8 @@ class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
                 fh.truncate(len(data) // 2)
         elif params.mode in ("delete-shard", "drop-marker"):
             victim.unlink()
-        else:  # corrupt-metadata
-            victim.write_text('{"step": "not-a-step", "truncated": tru')
+        else:  # corrupt-metadata: what a torn write leaves (JSON, a tracker's number, or a binary header)
+            victim.write_bytes(b'{"step": "not-a-step", "truncated": tru')
         state = intent.model_copy(update={"corrupted_sha256": sha256(victim)})
         if params.then_kill:
             state.killed = target.send(signal.SIGKILL)

@@ -21,15 +21,16 @@ from pathlib import Path
 
 from pydantic import Field
 
+from drillbit.checkpoints import CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
-from drillbit.faults.ckptfile import Backup, discard, pick, put_back, sha256, shard_of, take_aside, wait_gone
+from drillbit.faults.ckptfile import Backup, data_of, discard, pick, put_back, sha256, take_aside, wait_gone
 from drillbit.proc import ProcRef
 
 
 class RestoreHangParams(Params):
     nth_newest: int = Field(0, ge=0)
     then_kill: bool = True
-    checkpoint_dir: str | None = None
+    checkpoint: CheckpointSpec | None = Field(None, description="default: the job profile's checkpoint")
 
 
 def _is_fifo(path: Path) -> bool:
@@ -59,12 +60,13 @@ class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
 
     def describe(self, target: ProcRef, params: RestoreHangParams) -> PlanStep:
         step = super().describe(target, params)
-        return step.model_copy(update={"files": [str(shard_of(pick(params.checkpoint_dir, params.nth_newest,
-                                                                    self.name)))]})
+        return step.model_copy(update={"files": [str(data_of(pick(params.checkpoint, params.nth_newest,
+                                                                  self.name)))]})
 
     def prepare(self, target: ProcRef, params: RestoreHangParams) -> RestoreHangState:
-        shard = shard_of(pick(params.checkpoint_dir, params.nth_newest, self.name))
-        return RestoreHangState(**take_aside(shard, self.scratch or Path(params.checkpoint_dir or ".")).model_dump())
+        ckpt = pick(params.checkpoint, params.nth_newest, self.name)
+        shard = data_of(ckpt)
+        return RestoreHangState(**take_aside(shard, self.scratch or ckpt.path.parent, ckpt.path).model_dump())
 
     def unprepare(self, target: ProcRef, params: RestoreHangParams, intent: RestoreHangState) -> None:
         discard(intent)

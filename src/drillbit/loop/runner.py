@@ -29,6 +29,7 @@ from drillbit.errors import ConfigError, DrillError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
 from drillbit.fleet.simulate import Scenario
+from drillbit.checkpoints import CheckpointSpec
 from drillbit.history import Event, History
 from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
 from drillbit.loop.schedule import JobExited, attach_root, choose_targets, describe_trigger, wait_trigger
@@ -84,13 +85,19 @@ class RunOutcome:
 
 
 def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
-    """The fault's params, with the job's checkpoint folder and node pool where the spec
-    leaves them unset."""
+    """The fault's params, with the job's checkpoints and node pool where the spec leaves
+    them unset."""
     fault = get_fault(spec.fault.type)
     params = fault.Params.model_validate(spec.fault.params)
-    for name in ("checkpoint_dir", "node_pool"):
-        if getattr(params, name, "unset") is None and getattr(job, name):
-            params = params.model_copy(update={name: expand(getattr(job, name), {"run_dir": str(run_dir)})})
+    values = {"run_dir": str(run_dir)}
+    if getattr(params, "checkpoint", "unset") is None and job.checkpoint is not None:
+        params = params.model_copy(update={"checkpoint": job.checkpoint.model_copy(
+            update={"dir": expand(job.checkpoint.dir, values)})})
+    elif isinstance(getattr(params, "checkpoint", None), CheckpointSpec):
+        params = params.model_copy(update={"checkpoint": params.checkpoint.model_copy(
+            update={"dir": expand(params.checkpoint.dir, values)})})
+    if getattr(params, "node_pool", "unset") is None and job.node_pool:
+        params = params.model_copy(update={"node_pool": expand(job.node_pool, values)})
     return params
 
 

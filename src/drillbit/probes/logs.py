@@ -30,6 +30,7 @@ class LogProbe:
         self._thread: threading.Thread | None = None
         self.lines = 0  # lines read, for "no steady state" to say what the logs held
         self.unmatched: list[str] = []  # the first few lines no signal of this probe matched
+        self._last_step: int | None = None
 
     def start(self, record: Callable | None = None) -> None:
         self._thread = threading.Thread(target=self._run, name=self.source, daemon=True)
@@ -43,6 +44,10 @@ class LogProbe:
                 if not hits and len(self.unmatched) < 5 and line.strip():
                     self.unmatched.append(line[:200])
                 for kind, t, data in hits:
+                    if kind == "step":
+                        if data.get("n") == self._last_step:
+                            continue  # the same step again (a progress bar redrawn): one step, one event
+                        self._last_step = data.get("n")
                     rank = data.pop("rank", None)
                     self._history.record(self.source, kind, t=t, rank=rank, **data)
 

@@ -1,12 +1,17 @@
 """Follow growing text files (the job's logs) line by line, like ``tail -F``.
 
 Handles files that appear late, are truncated or are replaced; a partial last line is
-held back until its newline arrives.
+held back until its newline arrives. A carriage return ends a line too: progress bars
+(tqdm, as Hugging Face Trainer and Lightning draw them) redraw one line with ``\r`` and
+write no newline until they close, and each redraw is a step.
 """
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+_BREAK = re.compile(rb"\r\n|\r|\n")
 
 
 class FileFollower:
@@ -34,5 +39,6 @@ class FileFollower:
             data = fh.read()
         self._pos += len(data)
         data = self._partial + data
-        *lines, self._partial = data.split(b"\n")
-        return [line.decode("utf-8", "replace") for line in lines]
+        *lines, self._partial = _BREAK.split(data)
+        # empty pieces (blank lines, or the \n of a \r\n split across two reads) carry nothing
+        return [line.decode("utf-8", "replace") for line in lines if line]

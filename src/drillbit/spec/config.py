@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
+from drillbit.checkpoints import CheckpointSpec
 from drillbit.spec.models import Duration, Span, Strict
 from drillbit.spec.signals import Signal
 
@@ -115,7 +116,8 @@ class JobProfile(Strict):
     ranks: RankDiscovery
     logs: list[str] = Field(min_length=1)
     heartbeat_file: str | None = None
-    checkpoint_dir: str | None = None
+    checkpoint: CheckpointSpec | None = Field(None, description="where the job saves checkpoints and their layout "
+                                                               "(corrupt-checkpoint, restore-hang, drill probe)")
     node_pool: str | None = Field(None, description="the job's node pool file (node replacement drills)")
 
 
@@ -139,7 +141,7 @@ def _reference(description: str, *flags: str) -> JobProfile:
                             exclude_cmdline=r"torch\.distributed\.run"),
         logs=["{run_dir}/job/events.log", "{run_dir}/job/launcher.log"],
         heartbeat_file="{run_dir}/job/heartbeat/rank0",
-        checkpoint_dir="{run_dir}/job/ckpt",
+        checkpoint=CheckpointSpec(dir="{run_dir}/job/ckpt", layout="reference"),
         node_pool="{run_dir}/job/pool.json",
     )
 

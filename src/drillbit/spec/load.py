@@ -121,13 +121,18 @@ def _loc_text(loc: Loc) -> str:
     return ".".join(str(part) for part in loc)
 
 
+# fields of earlier releases, and what replaced them
+RENAMED = {"checkpoint_dir": "; it is now checkpoint: {dir: ..., layout: reference|dcp|hf|lightning|megatron|"
+                             "deepspeed|orbax|glob|custom}"}
+
+
 def problems_from(exc: ValidationError, path: Path, lines: dict[Loc, int], prefix: Loc = ()) -> list[Problem]:
     problems = []
     for err in exc.errors():
         loc = prefix + tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         message = err["msg"]
         if err["type"] == "extra_forbidden":
-            message = "unknown field"
+            message = "unknown field" + RENAMED.get(str(loc[-1]) if loc else "", "")
         elif err["type"] == "missing":
             message = "required field is missing"
         problems.append(Problem(str(path), _line(lines, loc), _loc_text(loc), message))
@@ -221,9 +226,11 @@ def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
         texts += [(("launch", "command", i), a) for i, a in enumerate(job.launch.command)]
         texts += [(("launch", "env", k), v) for k, v in job.launch.env.items()]
         texts += [(("launch", "cwd"), job.launch.cwd)] if job.launch.cwd else []
-    for key in ("heartbeat_file", "checkpoint_dir", "node_pool"):
+    for key in ("heartbeat_file", "node_pool"):
         if getattr(job, key):
             texts.append(((key,), getattr(job, key)))
+    if job.checkpoint is not None:
+        texts.append((("checkpoint", "dir"), job.checkpoint.dir))
     if job.ranks.pidfiles:
         texts.append((("ranks", "pidfiles"), job.ranks.pidfiles))
     for loc, text in texts:
