@@ -83,7 +83,9 @@ def measure(history: History) -> Measurements:
         return next((e for e in events if e.kind == kind and e.t >= t0), None)
 
     detect, restart, restore = first("detect"), first("restart"), first("restore")
-    m.restarts = sum(1 for e in events if e.kind == "restart" and e.t >= t0)
+    # one restart per attempt number: every node's launcher (and the job itself) may announce the same one
+    m.restarts = len({e.data.get("attempt", f"event-{i}") for i, e in enumerate(events)
+                      if e.kind == "restart" and e.t >= t0})
     if detect:
         m.time_to_detect = detect.t - t0
     if restart:

@@ -61,7 +61,7 @@ def timeline_svg(history: History, width: int = 900, height: int = 320) -> str:
             if ev is not None:
                 marks[kind] = ev.t
         restore = history.first("restore", after=confirmed.t, before=end_ev.t)
-        floor = int(restore.data["step"]) if restore is not None else None
+        floor = int(restore.data["step"]) if restore is not None and restore.data.get("step") is not None else None
         after_marker = marks.get("restore", marks.get("restart", confirmed.t))
         for t, n in steps:
             if t > after_marker and (floor is None or n > floor) and t <= end_ev.t:

@@ -12,6 +12,7 @@ import os
 import time
 
 import torch
+from elastic_store import init_per_attempt
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -46,6 +47,7 @@ def main() -> None:
     ap.add_argument("--step-time", type=float, default=0.2)
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args()
+    init_per_attempt()
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
@@ -53,7 +55,8 @@ def main() -> None:
     targs = TrainingArguments(output_dir=args.out, max_steps=args.max_steps, per_device_train_batch_size=4,
                               save_steps=args.save_steps, save_total_limit=3, logging_steps=1,
                               use_cpu=True, report_to=[], disable_tqdm=False, log_level="info",
-                              log_level_replica="warning", ddp_backend="gloo", dataloader_num_workers=0)
+                              log_level_replica="warning", ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
+                              dataloader_num_workers=0)
     trainer = Trainer(model=model, args=targs, train_dataset=Tokens(4096, 16, 128), callbacks=[Pace(args.step_time)])
     last = None if args.no_resume or not os.path.isdir(args.out) else get_last_checkpoint(args.out)
     trainer.train(resume_from_checkpoint=last)

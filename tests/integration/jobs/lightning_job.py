@@ -13,6 +13,7 @@ import time
 
 import lightning as L
 import torch
+from elastic_store import init_per_attempt
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 
 
@@ -41,6 +42,7 @@ def main() -> None:
     ap.add_argument("--step-time", type=float, default=0.2)
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args()
+    init_per_attempt()
     L.seed_everything(0)
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(400000, 32, generator=g), torch.randn(400000, 1, generator=g))

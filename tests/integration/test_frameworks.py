@@ -1,0 +1,115 @@
+"""Jobs built with the frameworks people train with, drilled through a drill.yaml alone: a
+Hugging Face Trainer job and a Lightning job (tests/integration/jobs/), each 4 ranks of DDP
+on CPU under torchrun, read by the built-in hf-trainer / lightning and torchrun presets,
+with their checkpoints in their own layouts. Nothing in drillbit knows these scripts.
+
+kill-rank PASSes when the job resumes from its newest checkpoint and FAILs when the same job
+starts over; corrupt-checkpoint damages the newest checkpoint in the framework's own layout,
+and its heal puts every byte back."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from drillbit.checkpoints import CheckpointSpec, scan
+from drillbit.probes.preset import load, matcher
+from drillbit.probes.tail import FileFollower
+from drillbit.session import execute, resolve
+from tests.integration.short import short_window
+
+pytest.importorskip("transformers")
+pytest.importorskip("lightning")
+
+HERE = Path(__file__).parent
+JOBS = {
+    "hf": {"script": "hf_trainer.py", "presets": ["torchrun", "hf-trainer"], "layout": "hf", "out": "{run_dir}/out"},
+    "lightning": {"script": "lightning_job.py", "presets": ["torchrun", "lightning"], "layout": "lightning",
+                  "out": "{run_dir}/out"},
+}
+CKPT_DIR = {"hf": "{run_dir}/out", "lightning": "{run_dir}/out/checkpoints"}
+
+
+def config(tmp_path: Path, *extra: str) -> Path:
+    """The drill.yaml a team would write for these two jobs (here as JSON, which is YAML)."""
+    jobs = {}
+    for name, job in JOBS.items():
+        command = ["{python}", "-m", "torch.distributed.run", "--nproc-per-node", "4", "--max-restarts", "3",
+                   "--monitor-interval", "0.5", str(HERE / "jobs" / job["script"]), "--out", job["out"], *extra]
+        jobs[name] = {"presets": job["presets"], "launch": {"command": command, "env": {"LOGLEVEL": "INFO"}},
+                      "ranks": {"cmdline": job["script"].replace(".", "\\."), "exclude_cmdline": "torch\\.distributed\\.run"},
+                      "logs": ["{run_dir}/job.out"], "checkpoint": {"dir": CKPT_DIR[name], "layout": job["layout"]}}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "drill.yaml"
+    path.write_text(json.dumps({"jobs": jobs}))
+    return path
+
+
+def drill(name: str, job: str, tmp_path: Path, *extra: str, window: float | None = None) -> tuple[dict, Path]:
+    resolved = resolve(str(HERE / "drills" / f"{name}.yaml"), job=job, config_path=str(config(tmp_path, *extra)),
+                       cluster="local-process")
+    if window is not None:
+        resolved = short_window(resolved, window)
+    result, outcome = execute(resolved, reports_dir=str(tmp_path))
+    return result, outcome.run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("job", ["hf", "lightning"])
+def test_kill_rank_passes_when_the_framework_job_resumes(job, tmp_path):
+    result, _ = drill("kill-rank-frameworks", job, tmp_path)
+    assert result["verdict"] == "pass", result["reasons"]
+    m = result["measurements"]
+    assert m["time_to_detect"] is not None and m["restarts"] == 1  # torchrun's lines, read by its preset
+    assert m["restored_step"] == 10 and m["lost_steps"] == m["step_at_fault"] - 10 <= 5
+    if job == "hf":
+        assert m["restored_path"].endswith("checkpoint-10")  # the Trainer's own "Loading model from" line
+
+
+@pytest.mark.slow
+def test_kill_rank_fails_when_the_hf_job_starts_over(tmp_path):
+    result, _ = drill("kill-rank-frameworks", "hf", tmp_path, "--no-resume", window=45)
+    assert result["verdict"] == "fail", result["reasons"]
+    lost = next(s for s in result["slos"] if s["name"] == "max_lost_steps")
+    assert lost["status"] == "fail" and result["measurements"]["restored_step"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("job", ["hf", "lightning"])
+def test_corrupt_checkpoint_on_the_framework_layout_heals_byte_for_byte(job, tmp_path):
+    result, run_dir = drill("corrupt-checkpoint-frameworks", job, tmp_path, window=40)
+    confirmed = [e for e in map(json.loads, (run_dir / "history.jsonl").read_text().splitlines())
+                 if e["kind"] == "fault.confirmed"]
+    evidence = confirmed[0]["data"]["evidence"][0]["data"]
+    touched = Path(evidence["file"])
+    expected = {"hf": "model.safetensors", "lightning": "last.ckpt"}[job]
+    assert touched.name == expected, touched  # the layout chose the file the framework loads first
+    heal = result["fault"]["heals"][0]
+    assert heal["verified"] and heal["rank"] == 2 and "byte for byte" in heal["detail"], heal
+    if touched.exists():  # unless the job pruned it since, its bytes are the original's again
+        assert hashlib.sha256(touched.read_bytes()).hexdigest() == evidence["original_sha256"]
+    # neither framework checks a checkpoint before loading it: every restart dies on the damaged file
+    assert result["verdict"] == "fail" and "no restart ever produced a step" in result["reasons"][0], result["reasons"]
+
+
+def test_hf_trainer_checkpoints_read_through_the_hf_layout(tmp_path):
+    """The layout and the preset against what the library wrote and printed, in one process."""
+    import subprocess
+
+    log = tmp_path / "out.log"
+    for steps in (6, 8):  # 8: resumes from checkpoint-6
+        with open(log, "ab") as fh:
+            subprocess.run([sys.executable, str(HERE / "jobs" / "hf_trainer.py"), "--out", str(tmp_path / "out"),
+                            "--max-steps", str(steps), "--save-steps", "3", "--step-time", "0"],
+                           stdout=fh, stderr=subprocess.STDOUT, check=True, timeout=300)
+    found = scan(CheckpointSpec(dir=str(tmp_path / "out"), layout="hf"))
+    assert [c.step for c in found] == [8, 6, 3]
+    assert found[0].data[0].name == "model.safetensors" and found[0].metadata.name == "trainer_state.json"
+    hits = [(k, d.get("n", d.get("step"))) for line in FileFollower(log).read_lines()
+            for k, _, d in matcher(load("hf-trainer").signals).match(line)]
+    steps = [n for k, n in hits if k == "step"]
+    assert sorted(set(steps)) == list(range(1, 9))
+    assert ("restore", 6) in hits and ("ckpt.save", 3) in hits and ("ckpt.save", 8) in hits
