@@ -1,0 +1,222 @@
+"""``drill probe --job NAME``: onboard a job before drilling it. Launch it (or attach), watch
+it for N steps or S seconds, touch nothing, and say what drillbit can see: the ranks per
+node, every signal that fired (count, rate, a sample line and what was parsed from it), the
+step time, the checkpoints in the profile's layout, and for each drill in the catalogue
+whether this job can run it and what is missing.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from drillbit.checkpoints import scan
+from drillbit.errors import ConfigError, SpecError
+from drillbit.loop.schedule import attach_root
+from drillbit.probes.preset import load as load_preset
+from drillbit.probes.tail import FileFollower
+from drillbit.proc import ProcRef
+from drillbit.spec.config import ClusterSpec, JobProfile
+from drillbit.spec.models import DrillSpec
+from drillbit.spec.placeholders import expand
+
+# what each SLO is measured from (checks/slo.py): a drill with the SLO needs the event kind
+SLO_NEEDS = {"detect_within": "detect", "restart_within": "restart", "restore_within": "restore",
+             "straggler_within": "straggler"}
+FILE_FAULTS = ("corrupt-checkpoint", "restore-hang")
+
+
+@dataclass
+class Tally:
+    kind: str
+    source: str
+    pattern: str
+    count: int = 0
+    sample: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    first_t: float | None = None
+    last_t: float | None = None
+
+    def as_dict(self, seconds: float) -> dict:
+        return {"kind": self.kind, "source": self.source, "pattern": self.pattern, "count": self.count,
+                "per_s": round(self.count / seconds, 3) if seconds > 0 else None, "sample": self.sample,
+                "fields": self.fields}
+
+
+class Watcher:
+    """Every signal of a profile, each counted on its own (a drill's probes merge them)."""
+
+    def __init__(self, job: JobProfile, paths: list[Path]) -> None:
+        self.tallies: list[tuple[Tally, Any, re.Pattern]] = []
+        for name in job.presets:
+            for sig in load_preset(name).signals:
+                self.tallies.append((Tally(sig.kind, name, sig.pattern), sig, re.compile(sig.pattern)))
+        for sig in job.signals:
+            self.tallies.append((Tally(sig.kind, "profile", sig.pattern), sig, re.compile(sig.pattern)))
+        self.followers = [FileFollower(p) for p in paths]
+        self.paths = paths
+        self.lines = 0
+        self.unmatched: list[str] = []
+        self.steps: list[tuple[float, int]] = []  # (time, n), one per new step number
+
+    def poll(self) -> None:
+        for follower in self.followers:
+            for line in follower.read_lines():
+                self.lines += 1
+                now = time.time()
+                matched = False
+                for tally, sig, rx in self.tallies:
+                    m = rx.search(line)
+                    if not m:
+                        continue
+                    matched = True
+                    data = {k: v for k, v in m.groupdict().items() if v is not None}
+                    t = now
+                    if "t" in data:
+                        try:
+                            t = sig.parse_time(data["t"])
+                        except ValueError:
+                            pass
+                    tally.count += 1
+                    tally.first_t = tally.first_t or t
+                    tally.last_t = t
+                    if tally.sample is None:
+                        tally.sample, tally.fields = line.strip()[:300], data
+                    if tally.kind == "step" and "n" in data:
+                        n = int(data["n"])
+                        if not self.steps or self.steps[-1][1] != n:
+                            self.steps.append((t, n))
+                if not matched and len(self.unmatched) < 5 and line.strip():
+                    self.unmatched.append(line.strip()[:200])
+
+    def distinct_steps(self) -> int:
+        return len({n for _, n in self.steps})
+
+    def step_time(self) -> float | None:
+        gaps = [(t1 - t0) / (n1 - n0) for (t0, n0), (t1, n1) in zip(self.steps, self.steps[1:]) if n1 > n0]
+        return statistics.median(gaps) if gaps else None
+
+
+def readiness(spec: DrillSpec, job: JobProfile, kinds: set[str], ranks: list[ProcRef],
+              checkpoints: list | None) -> list[str]:
+    """What this job lacks for this drill (empty: it can run it)."""
+    missing = []
+    if "step" not in kinds and not job.heartbeat_file:
+        missing.append("a step signal (or heartbeat_file)")
+    if not ranks:
+        missing.append("rank processes (ranks: in the profile found none)")
+    wanted = spec.fault.targets.ranks or []
+    found = {r.rank for r in ranks}
+    absent = [r for r in wanted if r not in found]
+    if ranks and absent:
+        missing.append(f"rank(s) {absent} (the drill targets them; found {sorted(x for x in found if x is not None)})")
+    for slo, kind in SLO_NEEDS.items():
+        if getattr(spec.slo, slo, None) is not None and kind not in kinds:
+            missing.append(f"a {kind} signal (for {slo})")
+    fault = spec.fault.type
+    if fault in FILE_FAULTS:
+        if job.checkpoint is None:
+            missing.append("checkpoint: {dir, layout} in the profile")
+        elif checkpoints is not None and not checkpoints:
+            missing.append(f"a checkpoint on disk (none in {job.checkpoint.dir} during the probe; watch longer "
+                           "or check dir and layout)")
+    if fault == "fail-node-replacement" and job.node_pool is None and getattr(job, "replacement", None) is None:
+        missing.append("replacement: the job's node-replacement hook")
+    if fault == "throttle-clocks":
+        try:
+            import pynvml  # noqa: F401
+            pynvml.nvmlInit()
+        except Exception:
+            missing.append("NVIDIA GPUs with NVML (nvidia-ml-py) on the nodes")
+    return missing
+
+
+def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfile, run_dir: Path,
+          drills: dict[str, DrillSpec], *, steps: int = 20, seconds: float = 120.0, status=None) -> dict:
+    from drillbit.transport import connect
+
+    if cluster.protected:
+        raise ConfigError(f"cluster {cluster_name!r} is protected; drillbit launches nothing there")
+    if job.launch is None and job.attach_pid is None:
+        raise ConfigError(f"job profile {job_name!r} has neither launch nor attach_pid")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    nodes = connect(cluster_name, cluster, run_dir)
+    lease = nodes.acquire(f"probe {job_name} ({run_dir.name})")
+    launched, attached = None, None
+    started = time.time()
+    try:
+        nodes.start(ProcRef.of(psutil.Process()))
+        if job.launch is not None:
+            launched = nodes.launch(job)
+        else:
+            attached = attach_root(job.attach_pid or 0, job.attach_start_time, cluster.engine)
+        watcher = Watcher(job, nodes.log_paths(job))
+        exit_code = None
+        ranks: list[ProcRef] = []
+        while time.time() - started < seconds and watcher.distinct_steps() < steps + 1:
+            watcher.poll()
+            if launched is not None and (exit_code := launched.exit_code()) is not None:
+                break
+            if status:
+                status(f"{time.time() - started:5.1f} s · {watcher.distinct_steps()} step(s) · {watcher.lines} line(s)")
+            if not ranks and watcher.steps:
+                ranks = nodes.find_ranks(job.ranks, attached)
+            time.sleep(0.2)
+        watcher.poll()
+        if exit_code is None:
+            ranks = nodes.find_ranks(job.ranks, attached) or ranks
+        ckpt_spec = None
+        if job.checkpoint is not None:
+            ckpt_spec = job.checkpoint.model_copy(update={"dir": expand(job.checkpoint.dir, nodes.values)})
+        checkpoints = scan(ckpt_spec) if ckpt_spec is not None else None
+    finally:
+        try:
+            if launched is not None:
+                launched.stop()
+        finally:
+            nodes.close()
+            lease.release()
+    watched = time.time() - started
+    kinds = {t.kind for t, _, _ in watcher.tallies}
+    fired = [t for t, _, _ in watcher.tallies if t.count]
+    per_node: dict[str, list[int | None]] = {}
+    for r in ranks:
+        per_node.setdefault(r.node or "?", []).append(r.rank)
+    catalogue = {}
+    for name, spec in sorted(drills.items()):
+        missing = readiness(spec, job, kinds, ranks, checkpoints)
+        catalogue[name] = {"fault": spec.fault.type, "ready": not missing, "missing": missing}
+    step_fired = any(t.kind == "step" for t in fired)
+    return {
+        "job": job_name, "cluster": cluster_name, "run_dir": str(run_dir), "watched_s": round(watched, 1),
+        "job_exit_code": exit_code,
+        "ranks": {node: sorted(r for r in rs if r is not None) for node, rs in per_node.items()},
+        "logs": [{"path": str(p), "exists": p.exists()} for p in watcher.paths], "lines": watcher.lines,
+        "signals": [t.as_dict(watched) for t, _, _ in watcher.tallies],
+        "unmatched_sample": watcher.unmatched if not step_fired else [],
+        "steps_seen": watcher.distinct_steps(),
+        "step_time_s": round(st, 4) if (st := watcher.step_time()) is not None else None,
+        "checkpoints": None if checkpoints is None else {
+            "dir": ckpt_spec.dir if ckpt_spec else None, "layout": ckpt_spec.layout if ckpt_spec else None,
+            "found": [c.as_dict() for c in checkpoints[:5]], "count": len(checkpoints)},
+        "catalogue": catalogue,
+        "step_signal_fired": step_fired,
+    }
+
+
+def load_drills(config, drills_dir: str | None = None) -> dict[str, DrillSpec]:
+    from drillbit.spec.load import catalogue, load_drill
+
+    out = {}
+    for name, path in catalogue(drills_dir).items():
+        try:
+            out[name] = load_drill(path, config)
+        except SpecError:
+            continue  # a broken drill spec is `drill validate`'s to report
+    return out
+
