@@ -190,9 +190,19 @@ class Nodes:
             values = per_node[node]
             out = str(self.run_dir / (f"job-{node}.out" if len(nodes) > 1 else "job.out"))
             refs[node] = self.clients[node].launch(
-                [expand(a, values) for a in spec.command], {k: expand(v, values) for k, v in spec.env.items()},
+                [expand(a, values) for a in spec.command], self._env(profile, values),
                 expand(spec.cwd, values) if spec.cwd else None, out, spec.stop_timeout)
         return NodeJobs({n: self.clients[n] for n in nodes}, refs, spec.stop_timeout)
+
+    @staticmethod
+    def _env(profile: JobProfile, values: dict[str, str]) -> dict[str, str]:
+        """The launch's environment; with a replacement hook, its stand-in's folder first on
+        PATH (the agent fills $PATH with the node's own)."""
+        assert profile.launch is not None
+        env = {k: expand(v, values) for k, v in profile.launch.env.items()}
+        if profile.replacement is not None:
+            env["PATH"] = expand(profile.replacement.shim_dir, values) + ":" + env.get("PATH", "$PATH")
+        return env
 
     def expand(self, text: str) -> str:
         return expand(text, self.values)

@@ -125,7 +125,7 @@ def readiness(spec: DrillSpec, job: JobProfile, kinds: set[str], ranks: list[Pro
         elif checkpoints is not None and not checkpoints:
             missing.append(f"a checkpoint on disk (none in {job.checkpoint.dir} during the probe; watch longer "
                            "or check dir and layout)")
-    if fault == "fail-node-replacement" and job.node_pool is None and getattr(job, "replacement", None) is None:
+    if fault == "fail-node-replacement" and job.replacement is None:
         missing.append("replacement: the job's node-replacement hook")
     if fault == "throttle-clocks":
         try:

@@ -2,6 +2,7 @@
 (pass with the fallback policy, fail with the naive one)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,15 +11,24 @@ import psutil
 import pytest
 
 from drillbit.agent import NodeAgent
+from drillbit.errors import FaultError
 from drillbit.proc import ProcRef
 from drillbit.reference import nodepool
 
 HERE = Path(__file__).parent / "drills"
 
 
-def provider(pool: Path, failed: str, timeout: float = 5) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "drillbit.reference.nodepool", "replace", "--pool", str(pool),
-                           "--failed", failed], capture_output=True, text=True, timeout=timeout)
+def hook(tmp_path: Path) -> dict:
+    return {"command": "drillbit-ref-nodepool", "failed_arg": "--failed", "shim_dir": str(tmp_path / "shim"),
+            "declare_dead": [sys.executable, "-m", "drillbit.reference.nodepool", "mark-bad", "--pool",
+                             str(tmp_path / "pool.json"), "--active"]}
+
+
+def provider(tmp_path: Path, failed: str, timeout: float = 5) -> subprocess.CompletedProcess:
+    """The provider as the job calls it: by name, on a PATH with the stand-in's folder first."""
+    env = {**os.environ, "PATH": f"{tmp_path / 'shim'}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run(["drillbit-ref-nodepool", "replace", "--pool", str(tmp_path / "pool.json"),
+                           "--failed", failed], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize("mode", ["fail", "same-node", "hang"])
@@ -28,19 +38,40 @@ def test_provider_misbehaves_once_then_heals(tmp_path, mode):
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     agent = NodeAgent("n0", tmp_path / "reg.json")
     handle = agent.inject("fail-node-replacement", ProcRef.of(psutil.Process(victim.pid), rank=1),
-                          {"mode": mode, "node_pool": str(pool)})
+                          {"mode": mode, "hook": hook(tmp_path)})
     victim.wait(timeout=10)
     assert agent.confirm(handle) is not None
-    assert nodepool.read(pool)["bad"] == ["node-0"]
-    if mode == "hang":
+    assert nodepool.read(pool)["bad"] == ["node-0"]  # the profile's declare_dead ran
+    hanging = None
+    if mode == "hang":  # a caller with no timeout of its own: the call never returns until heal ends it
+        hanging = subprocess.Popen(["drillbit-ref-nodepool", "replace", "--pool", str(pool), "--failed", "node-0"],
+                                   env={**os.environ, "PATH": f"{tmp_path / 'shim'}:{Path(sys.executable).parent}:"
+                                                              f"{os.environ['PATH']}"}, stdout=subprocess.PIPE)
         with pytest.raises(subprocess.TimeoutExpired):
-            provider(pool, "node-0", timeout=2)
+            hanging.wait(timeout=2)
     else:
-        out = provider(pool, "node-0")
+        out = provider(tmp_path, "node-0")
         assert (out.returncode, out.stdout.strip()) == ((1, "") if mode == "fail" else (0, "node-0"))
-    assert provider(pool, "node-0").stdout.strip() == "spare-1"  # only the first request misbehaves
+    assert provider(tmp_path, "node-0").stdout.strip() == "spare-1"  # only the first request misbehaves
     report = agent.heal(handle)
-    assert report.verified and not nodepool.chaos_path(pool).exists()
+    assert report.verified and not (tmp_path / "shim").exists(), report
+    assert "misbehaved on 1 of 2 call(s)" in report.detail
+    if hanging is not None:
+        assert "ended 1 call(s) still hanging" in report.detail
+        assert hanging.wait(timeout=10) != 0 and hanging.stdout.read() == b""  # it never answered
+    assert provider(tmp_path, "node-1").stdout.strip() == "spare-2"  # healed: the real provider answers
+
+
+def test_a_profile_without_a_replacement_hook_is_refused(tmp_path):
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        agent = NodeAgent("n0", tmp_path / "reg.json")
+        with pytest.raises(FaultError, match="replacement: \\{command"):
+            agent.inject("fail-node-replacement", ProcRef.of(psutil.Process(victim.pid), rank=1), {"mode": "fail"})
+        assert victim.poll() is None  # nothing was done to it
+    finally:
+        victim.kill()
+        victim.wait()
 
 
 @pytest.mark.slow

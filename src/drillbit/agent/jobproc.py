@@ -53,7 +53,7 @@ def start_job(argv: list[str], env: dict[str, str], cwd: str | None, out_path: P
               stop_timeout: float, node: str | None = None) -> LaunchedJob:
     """Start the job's command in a session of its own, its output appended to ``out_path``."""
     with open(out_path, "ab") as out:
-        popen = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
+        popen = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **{k: v.replace("$PATH", os.environ.get("PATH", "")) for k, v in env.items()}}, stdout=out, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
     return LaunchedJob(popen, ProcRef.of(psutil.Process(popen.pid), node=node), stop_timeout)
 

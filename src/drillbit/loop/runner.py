@@ -96,8 +96,11 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
     elif isinstance(getattr(params, "checkpoint", None), CheckpointSpec):
         params = params.model_copy(update={"checkpoint": params.checkpoint.model_copy(
             update={"dir": expand(params.checkpoint.dir, values)})})
-    if getattr(params, "node_pool", "unset") is None and job.node_pool:
-        params = params.model_copy(update={"node_pool": expand(job.node_pool, values)})
+    if getattr(params, "hook", "unset") is None and job.replacement is not None:
+        hook = job.replacement
+        params = params.model_copy(update={"hook": hook.model_copy(update={
+            "shim_dir": expand(hook.shim_dir, values),
+            "declare_dead": [expand(a, {**values, "python": sys.executable}) for a in hook.declare_dead or []] or None})})
     return params
 
 

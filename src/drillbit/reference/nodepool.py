@@ -3,13 +3,12 @@
 ``pool.json`` holds the node the job runs on, the spares, and the nodes known bad:
     {"active": "node-0", "spares": ["spare-1", "spare-2", "spare-3"], "bad": []}
 ``replace`` is the provider's API (what a scheduler's "give me a new node" call would be):
-it marks the failed node bad and hands out a spare. A chaos file beside the pool
-(``pool.json.chaos``) makes the provider misbehave the way OPT-175B saw it do: ``fail``
-(no capacity), ``hang`` (never answers) or ``same-node`` (hands back the bad node).
+it marks the failed node bad and hands out a spare. It knows nothing of drillbit:
+fail-node-replacement stands in front of its command on the job's PATH.
 
     python -m drillbit.reference.nodepool init --pool P --spares 3
-    python -m drillbit.reference.nodepool replace --pool P --failed node-0
-    python -m drillbit.reference.nodepool mark-bad --pool P --node node-0
+    drillbit-ref-nodepool replace --pool P --failed node-0   (the stack finds it on PATH)
+    python -m drillbit.reference.nodepool mark-bad --pool P (--node node-0 | --active)
 """
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ import argparse
 import fcntl
 import json
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -51,28 +49,9 @@ def mark_bad(pool: Path, node: str) -> None:
             state["bad"].append(node)
 
 
-def chaos_path(pool: Path) -> Path:
-    return pool.with_name(pool.name + ".chaos")
-
-
 def replace(pool: Path, failed: str) -> str:
     """Mark ``failed`` bad and return the node to use instead (raises on failure)."""
     mark_bad(pool, failed)
-    chaos = chaos_path(pool)
-    if chaos.exists():
-        with locked(pool):  # serialise against other callers while the chaos counter moves
-            spec = json.loads(chaos.read_text())
-            fire = spec.get("remaining", 1) > 0
-            if fire:
-                spec["remaining"] = spec.get("remaining", 1) - 1
-                chaos.write_text(json.dumps(spec))
-        if fire:
-            if spec["mode"] == "hang":
-                while True:
-                    time.sleep(3600)
-            if spec["mode"] == "fail":
-                raise RuntimeError("node replacement failed: no capacity")
-            return failed  # same-node: the provider hands the bad node back
     with locked(pool) as state:
         if not state["spares"]:
             raise RuntimeError("node replacement failed: the spare pool is empty")
@@ -92,13 +71,16 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--failed", required=True)
     c = sub.add_parser("mark-bad")
     c.add_argument("--pool", required=True)
-    c.add_argument("--node", required=True)
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--node")
+    which.add_argument("--active", action="store_true", help="the node the job runs on now (a health check's "
+                                                               "verdict: that node is dead)")
     args = p.parse_args(argv)
     pool = Path(args.pool)
     if args.cmd == "init":
         init(pool, args.spares)
     elif args.cmd == "mark-bad":
-        mark_bad(pool, args.node)
+        mark_bad(pool, read(pool)["active"] if args.active else args.node)
     else:
         try:
             print(replace(pool, args.failed))

@@ -89,15 +89,19 @@ class SyntheticBatches(IterableDataset):
 
 def replace_node(pool: Path, node: str, policy: str, timeout: float, log: EventLog) -> str:
     """Get a healthy node for a restarting worker group from the provider (rank 0 only)."""
+    import shutil
     import subprocess
 
     tries = 3 if policy == "fallback" else 1
     failed = node
+    # the provider's command, found on PATH as a real stack finds its scheduler's CLI
+    found = shutil.which("drillbit-ref-nodepool")
+    provider = [found] if found else [sys.executable, "-m", "drillbit.reference.nodepool"]
     for attempt in range(1, tries + 1):
         log.emit("replace.request", failed=failed, attempt=attempt, policy=policy)
         try:
-            out = subprocess.run([sys.executable, "-m", "drillbit.reference.nodepool", "replace", "--pool", str(pool),
-                                  "--failed", failed], capture_output=True, text=True,
+            out = subprocess.run([*provider, "replace", "--pool", str(pool), "--failed", failed],
+                                 capture_output=True, text=True,
                                  timeout=timeout if policy == "fallback" else None)
         except subprocess.TimeoutExpired:
             log.emit("replace.failed", reason=f"no answer in {timeout:g}s", attempt=attempt)

@@ -103,6 +103,23 @@ class RankDiscovery(Strict):
         return self
 
 
+class ReplacementHook(Strict):
+    """The job's node-replacement provider, as its stack calls it. fail-node-replacement
+    puts a stand-in of the same name first on the job's PATH (``shim_dir``, added to the
+    launch's PATH by drillbit), which misbehaves while the fault holds and otherwise runs the
+    real command."""
+
+    command: str = Field(description="the executable the stack runs to get a replacement node, by name "
+                                     "(looked up on PATH)")
+    failed_arg: str | None = Field(None, description="the argument before the failed node's name; same-node "
+                                                     "mode hands that name back")
+    declare_dead: list[str] | None = Field(None, description="a command that tells the stack's health check the "
+                                                             "target's node is dead (e.g. scontrol update nodename="
+                                                             "{node} state=down reason=drill); placeholders {run_dir} "
+                                                             "{python} {node}")
+    shim_dir: str = Field("{run_dir}/replacement-shim", description="where the stand-in goes (first on PATH)")
+
+
 class JobProfile(Strict):
     description: str = ""
     presets: list[str] = Field(default_factory=lambda: ["reference"],
@@ -118,7 +135,8 @@ class JobProfile(Strict):
     heartbeat_file: str | None = None
     checkpoint: CheckpointSpec | None = Field(None, description="where the job saves checkpoints and their layout "
                                                                "(corrupt-checkpoint, restore-hang, drill probe)")
-    node_pool: str | None = Field(None, description="the job's node pool file (node replacement drills)")
+    replacement: ReplacementHook | None = Field(None, description="the job's node-replacement command "
+                                                                  "(fail-node-replacement)")
 
 
 class DrillConfig(Strict):
@@ -142,7 +160,9 @@ def _reference(description: str, *flags: str) -> JobProfile:
         logs=["{run_dir}/job/events.log", "{run_dir}/job/launcher.log"],
         heartbeat_file="{run_dir}/job/heartbeat/rank0",
         checkpoint=CheckpointSpec(dir="{run_dir}/job/ckpt", layout="reference"),
-        node_pool="{run_dir}/job/pool.json",
+        replacement=ReplacementHook(command="drillbit-ref-nodepool", failed_arg="--failed", declare_dead=[
+            "{python}", "-m", "drillbit.reference.nodepool", "mark-bad", "--pool", "{run_dir}/job/pool.json",
+            "--active"]),
     )
 
 

@@ -122,7 +122,9 @@ def _loc_text(loc: Loc) -> str:
 
 
 # fields of earlier releases, and what replaced them
-RENAMED = {"checkpoint_dir": "; it is now checkpoint: {dir: ..., layout: reference|dcp|hf|lightning|megatron|"
+RENAMED = {"node_pool": "; the job's replacement provider is now replacement: {command, failed_arg, "
+                        "declare_dead}",
+           "checkpoint_dir": "; it is now checkpoint: {dir: ..., layout: reference|dcp|hf|lightning|megatron|"
                              "deepspeed|orbax|glob|custom}"}
 
 
@@ -226,11 +228,14 @@ def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
         texts += [(("launch", "command", i), a) for i, a in enumerate(job.launch.command)]
         texts += [(("launch", "env", k), v) for k, v in job.launch.env.items()]
         texts += [(("launch", "cwd"), job.launch.cwd)] if job.launch.cwd else []
-    for key in ("heartbeat_file", "node_pool"):
+    for key in ("heartbeat_file",):
         if getattr(job, key):
             texts.append(((key,), getattr(job, key)))
     if job.checkpoint is not None:
         texts.append((("checkpoint", "dir"), job.checkpoint.dir))
+    if job.replacement is not None:
+        texts.append((("replacement", "shim_dir"), job.replacement.shim_dir))
+        texts += [(("replacement", "declare_dead", i), a) for i, a in enumerate(job.replacement.declare_dead or [])]
     if job.ranks.pidfiles:
         texts.append((("ranks", "pidfiles"), job.ranks.pidfiles))
     for loc, text in texts:
