@@ -7,7 +7,7 @@ OPT-175B lost ~2 machines a day on ~128 hosts; Llama 3 405B had 419 unexpected
 interruptions in 54 days (FACTS.md).
 
 The node's job is the tree under the target rank's launcher: from the rank, climb through
-parents whose command line matches ``launcher`` (torchrun, the reference launcher), then
+parents whose command line matches ``launcher`` (the profile's, else torchrun), then
 SIGKILL that root and every descendant — ranks, helpers, torchrun, the watchdog.
 (torchrun starts each worker in a session of its own, so a process group does not span
 the node's job.) The drill's own processes are never in that tree.
@@ -27,9 +27,12 @@ from drillbit.faults.ckptfile import wait_gone
 from drillbit.proc import ProcRef
 
 
+TORCHRUN = r"torch\.distributed\.run|torchrun"
+
+
 class KillNodeParams(Params):
-    launcher: str = Field(r"torch\.distributed\.run|torchrun|drillbit\.reference\.launch",
-                          description="regex of the command lines above a rank that belong to the node's job")
+    launcher: str | None = Field(None, description="regex of the command lines above a rank that belong to the "
+                                                   "node's job (default: the job profile's launcher, else torchrun)")
     confirm_timeout_s: float = Field(10.0, gt=0)
 
 
@@ -73,7 +76,7 @@ class KillNode(Fault[KillNodeParams, KillNodeState]):
                     heal="nothing to undo; the node stays down and the job must go on without it")
 
     def prepare(self, target: ProcRef, params: KillNodeParams) -> KillNodeState:
-        return KillNodeState(killed=job_tree(target, params.launcher))
+        return KillNodeState(killed=job_tree(target, params.launcher or TORCHRUN))
 
     def act(self, target: ProcRef, params: KillNodeParams, intent: KillNodeState) -> KillNodeState:
         for member in intent.killed:

@@ -96,6 +96,8 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
     elif isinstance(getattr(params, "checkpoint", None), CheckpointSpec):
         params = params.model_copy(update={"checkpoint": params.checkpoint.model_copy(
             update={"dir": expand(params.checkpoint.dir, values)})})
+    if getattr(params, "launcher", "unset") is None and job.launcher is not None:
+        params = params.model_copy(update={"launcher": job.launcher})
     if getattr(params, "hook", "unset") is None and job.replacement is not None:
         hook = job.replacement
         params = params.model_copy(update={"hook": hook.model_copy(update={

@@ -126,6 +126,8 @@ class JobProfile(Strict):
                                description="built-in signal presets by name, or preset files by path")
     signals: list[Signal] = Field(default_factory=list, description="the job's own signals, after its presets'")
     launch: LaunchSpec | None = None
+    launcher: str | None = Field(None, description="regex of the per-node launcher's command line, the parent of "
+                                                   "the ranks (kill-node kills it with them); default: torchrun")
     attach_pid: int | None = Field(None, description="attach to a running job rooted at this pid")
     attach_start_time: float | None = Field(
         None, description="the attach root's start time (epoch s, as psutil's create_time): with the pid it names "
@@ -157,6 +159,7 @@ def _reference(description: str, *flags: str) -> JobProfile:
                                    "--rdzv-endpoint", "{head}:{port}", *flags], per_node=True),
         ranks=RankDiscovery(cmdline=r"-m drillbit\.reference\.train\b",
                             exclude_cmdline=r"torch\.distributed\.run"),
+        launcher=r"torch\.distributed\.run|drillbit\.reference\.launch",
         logs=["{run_dir}/job/events.log", "{run_dir}/job/launcher.log"],
         heartbeat_file="{run_dir}/job/heartbeat/rank0",
         checkpoint=CheckpointSpec(dir="{run_dir}/job/ckpt", layout="reference"),

@@ -1,0 +1,133 @@
+"""Checkpoint layouts on the trees the libraries write (torch.distributed.checkpoint run for
+real here; Megatron, DeepSpeed and Orbax trees as their savers name them), the Megatron
+preset against lines made with Megatron's own format strings (megatron-core needs CUDA),
+progress bars that redraw with carriage returns, and a restore that names no step."""
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from drillbit.checkpoints import CheckpointSpec, scan
+from drillbit.errors import FaultError
+from drillbit.faults.ckptfile import data_of, marker_of, metadata_of, pick
+from drillbit.probes.preset import load, matcher
+from drillbit.probes.tail import FileFollower
+
+
+def touch(path: Path, data: bytes = b"x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def test_dcp_layout_on_checkpoints_torch_wrote(tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+
+    for step in (10, 20):  # torchtitan's layout: <dir>/step-N, each a DCP checkpoint
+        dcp.save({"w": torch.ones(4) * step}, checkpoint_id=str(tmp_path / f"step-{step}"))
+    found = scan(CheckpointSpec(dir=str(tmp_path), layout="dcp"))
+    assert [c.step for c in found] == [20, 10] and all(c.complete for c in found)
+    newest = found[0]
+    assert data_of(newest).suffix == ".distcp" and metadata_of(newest, "dcp").name == ".metadata"
+    os.unlink(newest.marker)  # a save cut short before .metadata: not complete
+    assert scan(CheckpointSpec(dir=str(tmp_path), layout="dcp"))[0].complete is False
+
+
+def test_megatron_deepspeed_orbax_layouts(tmp_path):
+    meg = tmp_path / "meg"
+    for it in (100, 200):
+        touch(meg / f"iter_{it:07d}" / "mp_rank_00" / "model_optim_rng.pt")
+    (meg / "latest_checkpointed_iteration.txt").write_text("100")  # 200 was never finalised
+    found = scan(CheckpointSpec(dir=str(meg), layout="megatron"))
+    assert [c.step for c in found] == [200, 100] and found[0].complete is False
+    assert data_of(found[0]).name == "model_optim_rng.pt"
+    ds = tmp_path / "ds"
+    touch(ds / "global_step5" / "mp_rank_00_model_states.pt")
+    touch(ds / "global_step5" / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    (ds / "latest").write_text("global_step5")
+    (c,) = scan(CheckpointSpec(dir=str(ds), layout="deepspeed"))
+    assert c.step == 5 and c.complete and data_of(c).name == "mp_rank_00_model_states.pt"
+    ob = tmp_path / "ob"
+    touch(ob / "3" / "default" / "array.zarr")
+    touch(ob / "3" / "_CHECKPOINT_METADATA", b"{}")
+    touch(ob / "7" / "default" / "array.zarr")  # no metadata yet: still being written
+    found = scan(CheckpointSpec(dir=str(ob), layout="orbax"))
+    assert [(c.step, c.complete) for c in found] == [(7, False), (3, True)]
+
+
+def test_lightning_orders_by_time_and_glob_by_step(tmp_path):
+    for i, name in enumerate(["epoch=0-step=5.ckpt", "epoch=0-step=10.ckpt", "last.ckpt"]):
+        p = touch(tmp_path / name)
+        os.utime(p, (time.time() + i, time.time() + i))
+    found = scan(CheckpointSpec(dir=str(tmp_path), layout="lightning"))
+    assert [c.name for c in found] == ["last.ckpt", "epoch=0-step=10.ckpt", "epoch=0-step=5.ckpt"]
+    assert found[0].step is None and data_of(found[0]) == found[0].path  # a file checkpoint is its own data
+    with pytest.raises(FaultError, match="no completion marker"):
+        marker_of(found[0], "lightning")
+    plain = tmp_path / "plain"
+    for n in (3, 12, 7):
+        touch(plain / f"ckpt_{n}.pt")
+    spec = CheckpointSpec(dir=str(plain), layout="glob", glob="ckpt_*.pt", step_regex=r"ckpt_(\d+)")
+    assert [c.step for c in scan(spec)] == [12, 7, 3]
+    assert pick(spec, 1, "corrupt-checkpoint").name == "ckpt_7.pt"
+    with pytest.raises(FaultError, match="only 3 checkpoint"):
+        pick(spec, 3, "corrupt-checkpoint")
+
+
+def test_custom_layout_and_bad_specs(tmp_path):
+    touch(tmp_path / "save-000040" / "weights.bin")
+    touch(tmp_path / "save-000040" / "DONE")
+    touch(tmp_path / "save-000040" / "info.json", b"{}")
+    spec = CheckpointSpec(dir=str(tmp_path), layout="custom", glob="save-*", step_regex=r"save-(\d+)",
+                          marker="DONE", metadata="info.json", data="*.bin")
+    (c,) = scan(spec)
+    assert (c.step, c.complete, data_of(c).name, metadata_of(c, "custom").name) == (40, True, "weights.bin", "info.json")
+    with pytest.raises(ValueError, match="needs glob and step_regex"):
+        CheckpointSpec(dir="x", layout="custom")
+    with pytest.raises(ValueError, match="group for the step"):
+        CheckpointSpec(dir="x", layout="glob", glob="*", step_regex=r"step_\d+")
+    with pytest.raises(ValueError, match="are for layout glob or custom"):
+        CheckpointSpec(dir="x", layout="hf", glob="*")
+
+
+def test_megatron_preset_reads_lines_made_with_megatrons_format_strings():
+    # the format strings of megatron/training/training.py and checkpointing.py
+    stamp = datetime(2026, 11, 30, 1, 25, 12)
+    lines = [f" [{stamp.strftime('%Y-%m-%d %H:%M:%S')}]" + " iteration {:8d}/{:8d} |".format(10, 100000)
+             + " consumed samples: {:12d} |".format(1280) + " elapsed time per iteration (ms): {:.1f} |".format(228.3),
+             "saving checkpoint at iteration {:7d} to {} in {} format".format(10, "/runs/x/ckpt", "torch_dist"),
+             "  successfully saved checkpoint from iteration {:7d} to {}".format(10, "/runs/x/ckpt"),
+             f"  successfully loaded checkpoint from /runs/x/ckpt [ t 1/1, p 1/1 ] at iteration {10}"]
+    m = matcher(load("megatron").signals)
+    hits = [m.match(line) for line in lines]
+    kind, t, data = hits[0][0]
+    assert (kind, data["n"], data["total"]) == ("step", 10, 100000) and t == stamp.timestamp()
+    assert [(k, d["step"]) for k, _, d in (h[0] for h in hits[1:])] == [("ckpt.save.begin", 10), ("ckpt.save", 10),
+                                                                         ("restore", 10)]
+
+
+def test_a_progress_bar_redrawn_with_carriage_returns_is_one_line_per_redraw(tmp_path):
+    log = tmp_path / "out.log"
+    log.write_bytes(b"  8%|# | 1/12 [00:00<00:02]\r 17%|## | 2/12 [00:00<00:02]\r")
+    follower = FileFollower(log)
+    assert follower.read_lines() == ["  8%|# | 1/12 [00:00<00:02]", " 17%|## | 2/12 [00:00<00:02]"]
+    with open(log, "ab") as fh:
+        fh.write(b"\ndone\r\n")
+    assert follower.read_lines() == ["done"]  # the \n after a \r, and the \r\n, make no empty lines
+
+
+def test_a_restore_that_names_no_step_counts_from_the_first_step_after_it():
+    from drillbit.checks.recovery import measure
+    from drillbit.history import History
+
+    rows = [(100.0 + i, "step", {"n": i}) for i in range(1, 13)]
+    rows += [(112.5, "fault.confirmed", {}), (113.0, "restart", {"attempt": 1}),
+             (115.0, "restore", {"path": "out/checkpoints/last.ckpt"})]
+    rows += [(115.5 + i, "step", {"n": 10 + i}) for i in range(1, 6)]
+    m = measure(History.build([(100.0, "steady", {"step": 3})] + rows))
+    assert m.restored_step == 10 and m.lost_steps == 2 and m.restarts == 1
