@@ -95,6 +95,7 @@ class Nodes:
         self.records: list[Record] = []  # what the agents' dead-man's switches did, collected on close
         self.allowed_hosts: list[str] | None = None  # host patterns drills may touch (the cluster's config)
         self.problem: str | None = None  # set when the drill must stop (the lease was lost)
+        self.hosts: dict[str, str] = {}  # node -> the host its agent reported
 
     # --- life cycle ----------------------------------------------------------------------
     def connect(self) -> dict[str, AgentClient]:
@@ -114,6 +115,7 @@ class Nodes:
                     fnmatch.fnmatch(name, pattern) for pattern in self.allowed_hosts for name in (info.host, client.node)):
                 raise ConfigError(f"node {client.node} is on host {info.host!r}, which is not in the cluster's "
                                   f"allowed_hosts {self.allowed_hosts}; nothing was started")
+            self.hosts[client.node] = info.host
             self.notes.append(("agent.ready", {"node": client.node, "pid": info.pid, "host": info.host,
                                                "version": info.version}))
             offset, rtt = client.measure_offset()
@@ -209,6 +211,20 @@ class Nodes:
 
     def log_paths(self, profile: JobProfile) -> list[Path]:
         return [Path(self.expand(p)) for p in profile.logs]
+
+    def logs_by_node(self, profile: JobProfile) -> dict[str, list[str]]:
+        """The log files each agent follows: the profile's paths filled in for its node, each
+        (host, path) given to one agent only (simulated nodes share a host)."""
+        taken: set[tuple[str, str]] = set()
+        out: dict[str, list[str]] = {}
+        for node, values in self.node_values().items():
+            host = self.hosts.get(node, node)
+            for path in profile.logs:
+                key = (host, expand(path, values))
+                if key not in taken:
+                    taken.add(key)
+                    out.setdefault(node, []).append(key[1])
+        return out
 
     # --- faults --------------------------------------------------------------------------
     def _on_all(self, fn: Callable[[AgentClient], Any]) -> dict[str, Any]:

@@ -102,3 +102,31 @@ def test_a_dropped_ssh_channel_heals_at_once(tmp_path, sshd, ranks):
         time.sleep(0.1)
     kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
     assert kinds == ["agent.lost", "fault.heal", "orphan.done"]
+
+
+@pytest.mark.slow
+def test_logs_read_on_their_node_with_no_folder_the_controller_can_read(tmp_path, sshd):
+    """Each host keeps the job's log in a folder of its own (``{node}`` in the path, which only
+    the agent on that host fills in): the controller never reads a log; the agents follow
+    theirs, put each line on the controller's clock, and ship the matched events."""
+    config = ssh_config(tmp_path, sshd)
+    data = json.loads(config.read_text())
+    hosts = tmp_path / "hosts"
+    log = str(hosts / "{node}" / "events.log")
+    loop = Path(__file__).parent / "jobs" / "own_loop.py"
+    data["jobs"] = {"mine": {
+        "presets": ["drillbit", "torchrun"],
+        "launch": {"command": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
+                               "--max-restarts", "3", "--monitor-interval", "0.5", str(loop),
+                               "--ckpt", str(hosts / "{node}" / "ckpt")],
+                   "env": {"DRILLBIT_EVENTS": log, "LOGLEVEL": "INFO"}},
+        "ranks": {"cmdline": "own_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
+        "logs": [log]}}
+    config.write_text(json.dumps(data))
+    payload, run_dir = run("kill-rank-own-loop", tmp_path, config, job="mine")
+    assert payload["verdict"] == "pass", payload["reasons"]
+    events = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    steps = [e for e in events if e["kind"] == "step"]
+    assert steps and {e["source"] for e in steps} == {"probe:host-0"}  # shipped by host-0's agent
+    assert (hosts / "host-0" / "events.log").exists() and not (hosts / "{node}").exists()
+    assert not any(e["kind"] in ("probe.gap", "probe.error") for e in events)

@@ -131,3 +131,19 @@ def test_a_restore_that_names_no_step_counts_from_the_first_step_after_it():
     rows += [(115.5 + i, "step", {"n": 10 + i}) for i in range(1, 6)]
     m = measure(History.build([(100.0, "steady", {"step": 3})] + rows))
     assert m.restored_step == 10 and m.lost_steps == 2 and m.restarts == 1
+
+
+def test_torchtitan_preset_reads_lines_made_with_torchtitans_format_strings():
+    red, green, reset = "\x1b[31m", "\x1b[32m", "\x1b[39m"
+    stamp = "2026-11-30 01:25:12,222"
+    prefix = f"[rank0]:[titan] {stamp} - root - INFO - "
+    lines = [prefix + f"{red}step: {7:2}  {green}loss: {5.1234:7.4f}  {reset}",
+             prefix + "Saving the checkpoint (or staging if async is enabled).",
+             prefix + "Finished saving the checkpoint (or staging if async is enabled)" + f"in {0.42:.2f} seconds.",
+             prefix + f"Loading the checkpoint at step {10}."]
+    m = matcher(load("torchtitan").signals)
+    (kind, t, data), = m.match(lines[0])
+    assert (kind, data["n"]) == ("step", 7)
+    assert t == datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    assert [h[0][0] for h in map(m.match, lines[1:])] == ["ckpt.save.begin", "ckpt.save", "restore"]
+    assert m.match(lines[2])[0][2]["seconds"] == 0.42 and m.match(lines[3])[0][2]["step"] == 10

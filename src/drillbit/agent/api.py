@@ -17,10 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.proc import ProcRef
 from drillbit.spec.config import RankDiscovery
+from drillbit.spec.signals import Signal
 
 # Bumped when a method, a request or a reply changes shape. The drillbit version is
 # compared too: controller and agent must run the same code (Ray pickles by reference).
-PROTOCOL = 2
+PROTOCOL = 3
 
 
 class Message(BaseModel):
@@ -143,6 +144,31 @@ class Records(Message):
     records: list[Record]
 
 
+class TailStart(Message):
+    paths: list[str]  # already expanded for this node
+    signals: list[Signal]
+    max_buffer: int = Field(20_000, ge=1, description="events held before the agent stops reading (back-pressure)")
+
+
+class TailFetch(Message):
+    max_events: int = Field(5_000, ge=1)
+
+
+class TailEvent(Message):
+    kind: str
+    t: float
+    rank: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class TailBatch(Message):
+    events: list[TailEvent]
+    more: bool  # more are waiting: fetch again now
+    lines: int  # lines read so far
+    unmatched: list[str]  # the first lines no signal matched
+    paused: int  # polls skipped because the buffer was full
+
+
 class Method(BaseModel):
     request: type[Message]
     reply: type[Message]
@@ -168,6 +194,9 @@ METHODS: dict[str, Method] = {
     "free_port": Method(request=Empty, reply=Port, doc="a free TCP port on this node"),
     "lease_acquire": Method(request=LeaseAcquire, reply=Empty, doc="hold the cluster's lease on this host"),
     "lease_release": Method(request=Empty, reply=Empty, doc="let it go"),
+    "tail_start": Method(request=TailStart, reply=Empty, doc="follow the job's logs on this node, matching signals"),
+    "tail_fetch": Method(request=TailFetch, reply=TailBatch, doc="the matched events waiting, oldest first"),
+    "tail_stop": Method(request=Empty, reply=TailBatch, doc="stop following; the last events"),
 }
 
 

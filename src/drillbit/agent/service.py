@@ -25,6 +25,7 @@ import psutil
 import drillbit
 from drillbit.agent import api
 from drillbit.agent.deadman import DeadmanLog, orphan, read_records
+from drillbit.agent.logtail import LogTail
 from drillbit.agent.jobproc import LaunchedJob, free_port, start_job
 from drillbit.agent.node import NodeAgent
 from drillbit.faults import registry as fault_registry
@@ -44,6 +45,7 @@ class AgentService:
         self._job: LaunchedJob | None = None
         self._found: set[tuple[int, float]] = set()  # (pid, start time) of every rank discovered this drill
         self._lease: Any = None
+        self._tail: LogTail | None = None
         self._beat = time.time()
         self._armed: api.Arm | None = None
         self._stop = threading.Event()
@@ -103,6 +105,9 @@ class AgentService:
         """The controller is done with this agent: a job it launched does not outlive it."""
         self._armed = None
         self._stop.set()
+        if self._tail is not None:
+            self._tail.stop()
+            self._tail = None
         if self._job is not None and self._job.exit_code() is None:
             self._stop_job(api.StopJob(timeout=20.0))
         self.agent.disarm()
@@ -167,6 +172,32 @@ class AgentService:
             self._lease.release()
             self._lease = None
         return api.Empty()
+
+    # --- the job's logs, read here ------------------------------------------------------
+    def _tail_start(self, req: api.TailStart) -> api.Empty:
+        if self._tail is not None:
+            self._tail.stop()
+        self._tail = LogTail(req.paths, req.signals, clock=self.clock, max_buffer=req.max_buffer)
+        return api.Empty()
+
+    def _tail_batch(self, max_events: int) -> api.TailBatch:
+        tail = self._tail
+        if tail is None:
+            return api.TailBatch(events=[], more=False, lines=0, unmatched=[], paused=0)
+        events, more = tail.fetch(max_events)
+        return api.TailBatch(events=[api.TailEvent(**e) for e in events], more=more, lines=tail.lines,
+                             unmatched=tail.unmatched, paused=tail.paused)
+
+    def _tail_fetch(self, req: api.TailFetch) -> api.TailBatch:
+        return self._tail_batch(req.max_events)
+
+    def _tail_stop(self, req: api.Empty) -> api.TailBatch:
+        if self._tail is None:
+            return self._tail_batch(1)
+        self._tail.stop()
+        batch = self._tail_batch(10**9)
+        self._tail = None
+        return batch
 
     def _free_port(self, req: api.Empty) -> api.Port:
         return api.Port(port=free_port())

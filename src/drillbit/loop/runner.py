@@ -30,6 +30,7 @@ from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
 from drillbit.fleet.simulate import Scenario
 from drillbit.checkpoints import CheckpointSpec
+from drillbit.probes.preset import signals_of
 from drillbit.history import Event, History
 from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
 from drillbit.loop.schedule import JobExited, attach_root, choose_targets, describe_trigger, wait_trigger
@@ -268,9 +269,19 @@ class DrillRunner:
         else:
             self.ui.phase("launch", f"attaching to pid {self.job.attach_pid}")
             self.record("job.attach", pid=self.job.attach_pid)
-        self.probes = self.make_probes(self.history, self.job, self.nodes.log_paths(self.job), self.nodes.values)
+        if self.cluster.logs_on_agents and self.make_probes is log_probes and self._reads_steps():
+            from drillbit.probes.agentlogs import AgentLogProbe
+
+            self.probes = [AgentLogProbe(self.history, self.nodes, self.job)]
+        else:
+            self.probes = self.make_probes(self.history, self.job, self.nodes.log_paths(self.job), self.nodes.values)
         for probe in self.probes:
             probe.start()
+
+    def _reads_steps(self) -> bool:
+        """Steps come from log lines (the agents can read them where they are written); a job
+        that shows progress only through its heartbeat file is read by the controller."""
+        return any(s.kind == "step" for s in signals_of(self.job.presets, self.job.signals))
 
     def steady(self) -> None:
         want = self.spec.steady.warmup_steps

@@ -21,8 +21,12 @@ class FileFollower:
         self._inode: int | None = None
         self._partial = b""
         self._from_start = from_start
+        self._size = 0  # the file's size when last seen
+        self.lost = 0  # bytes never read: the file was replaced or truncated before we got to them
 
-    def read_lines(self) -> list[str]:
+    def read_lines(self, max_bytes: int | None = None) -> list[str]:
+        """The complete lines added since the last call (at most ``max_bytes`` of the file
+        read this time: a reader that is behind catches up over several calls)."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -30,13 +34,15 @@ class FileFollower:
         if self._inode is None and not self._from_start:
             self._pos = st.st_size
         if self._inode is not None and (st.st_ino != self._inode or st.st_size < self._pos):
+            self.lost += max(0, self._size - self._pos)  # what the old file still held for us
             self._pos, self._partial = 0, b""  # replaced or truncated
         self._inode = st.st_ino
+        self._size = st.st_size
         if st.st_size == self._pos:
             return []
         with open(self.path, "rb") as fh:
             fh.seek(self._pos)
-            data = fh.read()
+            data = fh.read(max_bytes if max_bytes is not None else -1)
         self._pos += len(data)
         data = self._partial + data
         *lines, self._partial = _BREAK.split(data)

@@ -47,6 +47,10 @@ class ClusterSpec(Strict):
     hosts: list[SshHost] = Field(default_factory=list)
     known_hosts: str | None = Field(None, description="known_hosts file; unknown or changed host keys are refused "
                                                       "(default: ~/.ssh/known_hosts)")
+    logs: Literal["auto", "controller", "agents"] = Field(
+        "auto", description="where the job's logs are read: by each node's agent, which ships the matched events "
+                            "(no shared filesystem needed), or by the controller from its own filesystem; auto: "
+                            "agents for ssh and for a running Ray cluster, the controller for local ones")
     # dead-man's switch
     deadman: Duration = Field(5.0, description="an agent that hears no heartbeat this long heals on its own")
     job_grace: Span = Field(30.0, description="after healing on its own, how long an agent lets the job "
@@ -59,6 +63,12 @@ class ClusterSpec(Strict):
                           "before anything starts")
     simulate_agent_version: str | None = Field(
         None, description="test aid: the agents report this drillbit version, to check the version handshake")
+
+    @property
+    def logs_on_agents(self) -> bool:
+        if self.logs != "auto":
+            return self.logs == "agents"
+        return self.engine == "ssh" or (self.engine == "ray" and self.address is not None)
 
     @model_validator(mode="after")
     def _engine_fields(self) -> "ClusterSpec":

@@ -136,6 +136,16 @@ class AgentClient:
         """What this agent's dead-man's switch did (already on the controller's clock)."""
         return self.request("records", timeout=15.0).records
 
+    def tail_start(self, paths: list[str], signals: list, max_buffer: int = 20_000) -> None:
+        self.request("tail_start", api.TailStart(paths=paths, signals=signals, max_buffer=max_buffer), 30.0)
+
+    def tail_fetch(self, max_events: int = 5_000, *, stop: bool = False) -> api.TailBatch:
+        """The events the agent matched, their times moved onto the controller's clock."""
+        batch = (self.request("tail_stop", None, 30.0) if stop
+                 else self.request("tail_fetch", api.TailFetch(max_events=max_events), 30.0))
+        return batch.model_copy(update={"events": [e.model_copy(update={"t": self.local_time(e.t)})
+                                                   for e in batch.events]})
+
     def free_port(self) -> int:
         return self.request("free_port").port
 

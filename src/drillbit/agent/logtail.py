@@ -1,0 +1,88 @@
+"""The job's logs, read on the node that writes them.
+
+A cluster without a shared filesystem has its logs on the nodes. The agent follows the
+files named for its node, matches the profile's signals there, and keeps the events until
+the controller fetches them (``tail_fetch``), with times on the agent's clock (the client
+moves them onto the controller's). Back-pressure, not loss: when ``max_buffer`` events are
+waiting, the agent stops reading, and the lines stay in the file until the controller
+catches up. What can still be lost — a file replaced or truncated before its last bytes
+were read — is counted and reported as a gap, never dropped silently.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from drillbit.probes.preset import Matcher
+from drillbit.probes.tail import FileFollower
+from drillbit.spec.signals import Signal
+
+CHUNK = 1 << 20  # bytes read per file per poll
+
+
+class LogTail:
+    def __init__(self, paths: list[str], signals: list[Signal], *, clock, max_buffer: int = 20_000,
+                 poll: float = 0.1) -> None:
+        self._followers = [FileFollower(p) for p in paths]
+        self._match = Matcher(signals)
+        self._clock = clock
+        self.max_buffer = max_buffer
+        self._poll = poll
+        self._events: deque[dict] = deque()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.lines = 0
+        self.unmatched: list[str] = []
+        self.paused = 0  # polls skipped because the buffer was full
+        self._reported_lost = 0
+        self._last_step: int | None = None
+        self._thread = threading.Thread(target=self._run, name="logtail", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self._poll)
+
+    def poll_once(self) -> None:
+        with self._lock:
+            if len(self._events) >= self.max_buffer:
+                self.paused += 1
+                return
+        for follower in self._followers:
+            lines = follower.read_lines(CHUNK)
+            now = self._clock()
+            out = []
+            for line in lines:
+                self.lines += 1
+                hits = self._match.match(line)
+                if not hits and len(self.unmatched) < 5 and line.strip():
+                    self.unmatched.append(line[:200])
+                for kind, t, data in hits:
+                    if kind == "step":
+                        if data.get("n") == self._last_step:
+                            continue  # a progress bar redrawn: one step, one event
+                        self._last_step = data.get("n")
+                    rank = data.pop("rank", None)
+                    out.append({"kind": kind, "t": t if t is not None else now, "rank": rank, "data": data})
+            lost = sum(f.lost for f in self._followers) - self._reported_lost
+            if lost > 0:
+                self._reported_lost += lost
+                out.append({"kind": "probe.gap", "t": now, "rank": None,
+                            "data": {"lost_bytes": lost, "why": "a log file was replaced or truncated before "
+                                                              "its last lines were read"}})
+            if out:
+                with self._lock:
+                    self._events.extend(out)
+
+    def fetch(self, max_events: int) -> tuple[list[dict], bool]:
+        with self._lock:
+            n = min(max_events, len(self._events))
+            batch = [self._events.popleft() for _ in range(n)]
+            return batch, bool(self._events)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.poll_once()
+

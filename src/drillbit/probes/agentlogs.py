@@ -1,0 +1,74 @@
+"""The job's logs read by the node agents (``drillbit.agent.logtail``): the controller asks
+each agent to follow its node's files, then fetches the matched events in batches and
+records them, their times already on the controller's clock. A gap the agent reports (a
+file replaced before its last lines were read) becomes a ``probe.gap`` event."""
+from __future__ import annotations
+
+import threading
+
+from drillbit.history import History
+from drillbit.nodes import Nodes
+from drillbit.probes.preset import signals_of
+from drillbit.spec.config import JobProfile
+
+
+class AgentLogProbe:
+    def __init__(self, history: History, nodes: Nodes, job: JobProfile, poll: float = 0.2) -> None:
+        self._history = history
+        self._nodes = nodes
+        self._signals = signals_of(job.presets, job.signals)
+        self._assigned = nodes.logs_by_node(job)
+        self._poll = poll
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.lines: dict[str, int] = {}
+        self.unmatched: list[str] = []
+        self.paused: dict[str, int] = {}
+
+    def start(self) -> None:
+        for node, paths in self._assigned.items():
+            self._nodes.clients[node].tail_start(paths, self._signals)
+        self._thread = threading.Thread(target=self._run, name="probe:agents", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception as exc:  # an agent that cannot answer now: the drill's own checks see it
+                self._history.record("probe:agents", "probe.error", detail=f"{exc.__class__.__name__}: {exc}")
+            self._stop.wait(self._poll)
+
+    def poll_once(self, *, final: bool = False) -> None:
+        with self._lock:
+            for node in self._assigned:
+                client = self._nodes.clients[node]
+                while True:
+                    batch = client.tail_fetch(stop=final)
+                    for e in batch.events:
+                        fields = dict(e.data)
+                        where = fields.pop("node", node)  # a straggler line names its own node
+                        self._history.record(f"probe:{node}", e.kind, t=e.t, rank=e.rank, node=where, **fields)
+                    self.lines[node] = batch.lines
+                    self.paused[node] = batch.paused
+                    self.unmatched = self.unmatched or batch.unmatched
+                    if not batch.more or final:
+                        break
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            self.poll_once(final=True)
+        except Exception as exc:
+            self._history.record("probe:agents", "probe.error", detail=f"{exc.__class__.__name__}: {exc}")
+
+    def explain(self) -> str:
+        steps = [s.pattern for s in self._signals if s.kind == "step"]
+        read = ", ".join(f"{node}: {n} line(s) of {', '.join(self._assigned[node])}" for node, n in self.lines.items())
+        text = f"step signals: {steps or 'none'}; read on the nodes: {read or 'nothing yet'}"
+        if self.unmatched:
+            text += "; first lines no signal matched: " + " | ".join(repr(u) for u in self.unmatched[:3])
+        return text
