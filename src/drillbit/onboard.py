@@ -76,19 +76,26 @@ class Watcher:
                         continue
                     matched = True
                     data = {k: v for k, v in m.groupdict().items() if v is not None}
+                    for k in (*sig.ints, *sig.floats):
+                        if k in data:
+                            try:
+                                data[k] = (int if k in sig.ints else float)(data[k])
+                            except ValueError:
+                                pass
                     t = now
-                    if "t" in data:
+                    if "t" in data:  # shown parsed: a wrong time_format is seen here, not in a verdict
                         try:
-                            t = sig.parse_time(data["t"])
+                            t = sig.parse_time(str(data["t"]))
+                            data["t"] = f"{data['t']} -> {t:.3f} (epoch s)"
                         except ValueError:
-                            pass
+                            data["t"] = f"{data['t']} -> unreadable with time_format {sig.time_format!r}"
                     tally.count += 1
                     tally.first_t = tally.first_t or t
                     tally.last_t = t
                     if tally.sample is None:
                         tally.sample, tally.fields = line.strip()[:300], data
-                    if tally.kind == "step" and "n" in data:
-                        n = int(data["n"])
+                    if tally.kind == "step" and isinstance(data.get("n"), int):
+                        n = data["n"]
                         if not self.steps or self.steps[-1][1] != n:
                             self.steps.append((t, n))
                 if not matched and len(self.unmatched) < 5 and line.strip():

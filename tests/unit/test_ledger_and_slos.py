@@ -139,3 +139,48 @@ def test_store_records_and_finds_last_passing_baseline(tmp_path):
         assert run_id == second and m.time_to_first_step == 6.5
         assert store.baseline("kill-rank", "local", "other") is None
         assert [r["verdict"] for r in store.runs("kill-rank")] == ["fail", "pass", "pass"]
+
+
+def test_ledger_partitions_the_window_when_steps_run_faster_than_the_baseline():
+    """The case that printed `other -0.09 s` (#13): more distinct steps in the window than
+    baseline step times fit in it."""
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 0.5, "detect"), (T_FAULT + 1.0, "restart")]
+    rows += steps(26, 60, T_FAULT + 2.0, dt=0.1)  # 0.1 s steps against a 0.25 s baseline
+    rows += [(T_FAULT + 6.0, "ckpt.save", {"step": 50, "seconds": 0.3}), (T_FAULT + 6.0, "observe.end")]
+    history = History.build(rows)
+    led = ledger(history, measure(history))
+    cats = led.categories()
+    assert min(cats.values()) >= 0 and sum(cats.values()) == pytest.approx(led.wall_s, abs=1e-9), cats
+
+
+try:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover - hypothesis is in the test extra
+    given = None
+
+if given is not None:
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.floats(0.02, 1.0), min_size=8, max_size=60), st.floats(0.0, 5.0), st.floats(0.0, 3.0),
+           st.integers(0, 30), st.booleans())
+    def test_no_ledger_category_is_negative_and_they_sum_to_the_window(dts, detect_after, save_s, rewind, slow):
+        rows, t, n = [], BASE, 0
+        for dt in dts[:6]:
+            t, n = t + dt, n + 1
+            rows.append((t, "step", {"n": n, "dt": dt}))
+        rows.insert(4, (rows[3][0] + 0.001, "steady", {"baseline_step_s": 0.25, "step": 4}))
+        t_fault = t + 0.01
+        rows += [(t_fault, "fault.confirmed", {"expects": "slow" if slow else "crash"}),
+                 (t_fault + detect_after, "detect")]
+        n = max(0, n - rewind)
+        for dt in dts[6:]:
+            t, n = t + dt, n + 1
+            rows.append((t + detect_after, "step", {"n": n, "dt": dt}))
+        rows += [(t + detect_after, "ckpt.save", {"step": n, "seconds": save_s}), (t + detect_after + 0.5, "observe.end")]
+        history = History.build(sorted(rows, key=lambda r: r[0]))
+        led = ledger(history, measure(history))
+        if led is None:
+            return
+        cats = led.categories()
+        assert min(cats.values()) >= 0, cats
+        assert sum(cats.values()) == pytest.approx(led.wall_s, abs=1e-9), cats

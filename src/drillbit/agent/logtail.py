@@ -30,6 +30,7 @@ class LogTail:
         self._poll = poll
         self._events: deque[dict] = deque()
         self._lock = threading.Lock()
+        self._reading = threading.Lock()
         self._stop = threading.Event()
         self.lines = 0
         self.unmatched: list[str] = []
@@ -45,10 +46,18 @@ class LogTail:
             self._stop.wait(self._poll)
 
     def poll_once(self) -> None:
+        with self._reading:  # one reader at a time: the thread, or a final poll at stop
+            self._poll_locked()
+
+    def _poll_locked(self) -> None:
         with self._lock:
-            if len(self._events) >= self.max_buffer:
-                self.paused += 1
-                return
+            full = len(self._events) >= self.max_buffer
+        if full:
+            self.paused += 1
+            for follower in self._followers:
+                follower.observe()  # a rotation while we wait still counts what it took with it
+            self._report_lost([])
+            return
         for follower in self._followers:
             lines = follower.read_lines(CHUNK)
             now = self._clock()
@@ -65,15 +74,18 @@ class LogTail:
                         self._last_step = data.get("n")
                     rank = data.pop("rank", None)
                     out.append({"kind": kind, "t": t if t is not None else now, "rank": rank, "data": data})
-            lost = sum(f.lost for f in self._followers) - self._reported_lost
-            if lost > 0:
-                self._reported_lost += lost
-                out.append({"kind": "probe.gap", "t": now, "rank": None,
-                            "data": {"lost_bytes": lost, "why": "a log file was replaced or truncated before "
-                                                              "its last lines were read"}})
-            if out:
-                with self._lock:
-                    self._events.extend(out)
+            self._report_lost(out)
+
+    def _report_lost(self, out: list[dict]) -> None:
+        lost = sum(f.lost for f in self._followers) - self._reported_lost
+        if lost > 0:
+            self._reported_lost += lost
+            out.append({"kind": "probe.gap", "t": self._clock(), "rank": None,
+                        "data": {"lost_bytes": lost, "why": "a log file was replaced or truncated before "
+                                                          "its last lines were read"}})
+        if out:
+            with self._lock:
+                self._events.extend(out)
 
     def fetch(self, max_events: int) -> tuple[list[dict], bool]:
         with self._lock:

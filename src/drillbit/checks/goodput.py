@@ -10,8 +10,12 @@ in exactly one category, so the categories add up to the wall time:
   wasted_progress          steps computed twice (replayed after a restore) x baseline
   checkpoint_save          ckpt.save seconds outside the disruption
   slowdown                 step time above baseline while a fail-slow fault is active
-  other                    the rest of training time: jitter, a restarted group's first
-                           step; negative when steps ran faster than the baseline
+  other                    the rest of training time: jitter, a restarted group's first step
+
+The disruption's three categories are intervals of the window; the training time left is
+shared out in the order above, each capped by what remains, so no category is negative
+and the categories sum to the window exactly (steps faster than the baseline make
+``productive`` all of the training time, not more).
 
 ``goodput = productive / wall``. Names map onto Google's ml-goodput-measurement badput
 buckets where they mean the same (``BUCKETS``).
@@ -100,13 +104,21 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
         if d0 is not None:
             inside -= _overlap(t0, t1, max(d0, start), min(d1, end))
         led.checkpoint_save_s += max(0.0, inside)
-    training = led.wall_s - led.detection_s - led.infrastructure_recovery_s - led.checkpoint_restore_s
-    excess = training - led.productive_s - led.wasted_progress_s - led.checkpoint_save_s
+    slowdown = 0.0
     if slow_fault and m.t_fault is not None:
         heal = history.first("fault.heal", after=m.t_fault)
         active_end = min(heal.t if heal else end, end)
         active = [e for e in steps if m.t_fault < e.t <= active_end]
-        led.slowdown_s = sum(max(0.0, float(e.data.get("dt", base)) - base) for e in active)
-    led.other_s = excess - led.slowdown_s
+        slowdown = sum(max(0.0, float(e.data.get("dt", base)) - base) for e in active)
+    # the training time is shared out in this order, each category capped by what is left,
+    # so no category is negative and together they are the window exactly (steps faster than
+    # the baseline make productive all of the time they took, not more)
+    left = max(0.0, led.wall_s - led.detection_s - led.infrastructure_recovery_s - led.checkpoint_restore_s)
+    for name, want in (("productive_s", led.productive_s), ("wasted_progress_s", led.wasted_progress_s),
+                       ("checkpoint_save_s", led.checkpoint_save_s), ("slowdown_s", slowdown)):
+        take = min(max(0.0, want), left)
+        setattr(led, name, take)
+        left -= take
+    led.other_s = left
     return led
 

@@ -24,6 +24,22 @@ class FileFollower:
         self._size = 0  # the file's size when last seen
         self.lost = 0  # bytes never read: the file was replaced or truncated before we got to them
 
+    def observe(self) -> None:
+        """Look at the file without reading it: note its size, and count what a replacement
+        or truncation took with it (a reader that waits still knows what it missed)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        if self._inode is None:
+            return
+        if st.st_ino != self._inode or st.st_size < self._pos:
+            self.lost += max(0, self._size - self._pos)
+            self._pos, self._partial, self._inode = 0, b"", st.st_ino
+            self._size = st.st_size
+        else:
+            self._size = st.st_size
+
     def read_lines(self, max_bytes: int | None = None) -> list[str]:
         """The complete lines added since the last call (at most ``max_bytes`` of the file
         read this time: a reader that is behind catches up over several calls)."""

@@ -9,6 +9,7 @@ interpreter running drillbit), and per node ``{node}``, ``{node_rank}``, ``{nnod
 """
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
@@ -19,6 +20,14 @@ from drillbit.spec.signals import Signal
 
 
 HEARTBEAT_S = 1.0  # the controller heartbeats every agent this often (drillbit.nodes)
+
+
+def _regex(name: str, value: str | None) -> None:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{name}: bad regex: {exc}") from None
 
 
 class SshHost(Strict):
@@ -110,6 +119,8 @@ class RankDiscovery(Strict):
     def _one_way(self) -> "RankDiscovery":
         if self.cmdline is None and self.pidfiles is None:
             raise ValueError("give cmdline, pidfiles, or both")
+        for name in ("cmdline", "exclude_cmdline"):
+            _regex(name, getattr(self, name))
         return self
 
 
@@ -132,6 +143,12 @@ class ReplacementHook(Strict):
 
 class JobProfile(Strict):
     description: str = ""
+
+    @model_validator(mode="after")
+    def _launcher_regex(self) -> "JobProfile":
+        _regex("launcher", self.launcher)
+        return self
+
     presets: list[str] = Field(default_factory=lambda: ["reference"],
                                description="built-in signal presets by name, or preset files by path")
     signals: list[Signal] = Field(default_factory=list, description="the job's own signals, after its presets'")
