@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drillbit.checks.baseline import Baseline
 from drillbit.atomic import write_atomic
 from drillbit.checks import CheckResult
 from drillbit.errors import ConfigError, DrillError, Problem, SpecError
@@ -155,14 +156,14 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
     with Store(store_path(r.config, reports_dir, db)) as store:
         found = store.baseline(r.spec.name, r.cluster, r.job)
         if found:
-            (run_dir / "baseline.json").write_text(json.dumps({"run": found[0], "measurements": found[1].model_dump()}))
+            (run_dir / "baseline.json").write_text(json.dumps(found.to_json()))
         cluster = r.config.clusters[r.cluster]
         runner = DrillRunner(r.spec, r.cluster, cluster, r.job, r.config.jobs[r.job], run_dir, ui,
-                             nodes=connect(r.cluster, cluster, run_dir), baseline=found[1] if found else None,
+                             nodes=connect(r.cluster, cluster, run_dir), baseline=found,
                              scenarios=scenarios_for(r.spec))
         outcome = runner.run()
         payload = publish(run_dir, r.spec, r.cluster, r.job, runner.params.model_dump(), outcome.history,
-                          outcome.result, outcome.error, found[0] if found else None, outcome.error_kind)
+                          outcome.result, outcome.error, found.runs[0] if found else None, outcome.error_kind)
         store.record(payload, str(run_dir))
     return payload, outcome
 
@@ -170,7 +171,6 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
 def rerender(run_dir: Path) -> dict[str, Any]:
     """Re-judge and re-render a run folder from its history (``drill report``)."""
     from drillbit.checks import check
-    from drillbit.checks.recovery import Measurements
 
     run_dir = Path(run_dir)
     try:
@@ -181,15 +181,14 @@ def rerender(run_dir: Path) -> dict[str, Any]:
     merge_deadman_records(run_dir, history)
     baseline = None
     if (run_dir / "baseline.json").exists():
-        saved = json.loads((run_dir / "baseline.json").read_text())
-        baseline = (saved["run"], Measurements.model_validate(saved["measurements"]))
-    result = check(spec, history, baseline=baseline[1] if baseline else None, scenarios=scenarios_for(spec))
+        baseline = Baseline.from_json(json.loads((run_dir / "baseline.json").read_text()))
+    result = check(spec, history, baseline=baseline, scenarios=scenarios_for(spec))
     start = history.first("drill.start")
     end = history.last("drill.end")
     inject = history.first("fault.inject")  # the params the drill really used (paths filled in)
     params = inject.data.get("params", spec.fault.params) if inject else spec.fault.params
     return publish(run_dir, spec, start.data["cluster"], start.data["job"], params, history, result,
-                   end.data.get("error") if end else None, baseline[0] if baseline else None,
+                   end.data.get("error") if end else None, baseline.runs[0] if baseline else None,
                    end.data.get("error_kind") if end else None)
 
 

@@ -1,6 +1,6 @@
 """Suites: run an ordered list of drills on one cluster, and the pre-deploy gate over them.
 
-The gate runs the suite, judges each drill against its baseline (the last passing run of
+The gate runs the suite, judges each drill against its baseline (the last passing runs of
 the same drill on the same cluster and job, from the results store), and writes
 junit.xml and a Markdown summary for a CI job summary or a PR comment. Its exit code is
 the worst verdict's (DESIGN.md).

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from drillbit.checks import check
+from drillbit.checks.baseline import Baseline
 from drillbit.checks.goodput import BUCKETS, ledger
 from drillbit.checks.recovery import Measurements, measure
 from drillbit.history import History
@@ -72,15 +73,30 @@ def test_slowdown_tax_while_a_slow_fault_is_active():
 
 
 def test_regression_against_baseline():
-    history = kill_pass_history()  # first step at +6.0 s
-    base = Measurements(time_to_first_step=4.0, goodput=0.5)
+    history = kill_pass_history()  # first step at +6.0 s, 0.25 s steps
+    base = Baseline(runs=[1], samples=[Measurements(time_to_first_step=4.0, goodput=0.5, baseline_step_s=0.25)])
     slow = check(spec(regression={"time_to_first_step": 0.2}), history, baseline=base)
     assert slow.verdict == "fail"
-    assert any("regressed 50%" in r for r in slow.reasons)
+    assert any("time_to_first_step regressed: 6.0 against a baseline median of 4 (+50%)" in r for r in slow.reasons)
     ok = check(spec(regression={"time_to_first_step": 0.6}), history, baseline=base)
     assert ok.verdict == "pass"
     first = check(spec(regression={"time_to_first_step": 0.2}), history, baseline=None)
     assert first.verdict == "pass" and first.slos[0].detail == "no passing baseline run yet"
+
+
+def test_sub_second_noise_is_not_a_regression_but_a_real_shift_is():
+    """#13: time_to_detect 0.53 s against one baseline run of 0.18 s failed the gate while
+    every SLO held. Against the rule (median, spread, floor of three step times) it passes;
+    a shift well beyond the baseline's spread still fails."""
+    one = Baseline(runs=[1], samples=[Measurements(time_to_detect=0.18, baseline_step_s=0.25)])
+    assert one.judge("time_to_detect", 0.53, 0.5).regressed is False  # the floor: 3 x 0.25 s
+    noisy = Baseline(runs=list(range(10)), samples=[Measurements(time_to_detect=v, baseline_step_s=0.25)
+                                                    for v in (0.2, 0.5, 1.1, 0.3, 1.6, 0.4, 0.9, 0.25, 1.3, 0.6)])
+    verdict = noisy.judge("time_to_detect", 1.8, 0.5)
+    assert not verdict.regressed and verdict.spread_margin > verdict.floor  # its own spread sets the margin
+    assert noisy.judge("time_to_detect", 5.0, 0.5).regressed  # a watchdog deadline doubled is not noise
+    better = Baseline(runs=[1, 2], samples=[Measurements(goodput=0.97), Measurements(goodput=0.96)])
+    assert better.judge("goodput", 0.80, 0.05).regressed and not better.judge("goodput", 0.95, 0.05).regressed
 
 
 def test_absolute_limits_on_any_measurement():
@@ -127,18 +143,20 @@ def test_cadence_slo_from_save_events():
     assert next(s for s in loose.slos if s.name == "cadence").status == "pass"
 
 
-def test_store_records_and_finds_last_passing_baseline(tmp_path):
+def test_store_records_and_finds_the_last_passing_runs_as_baseline(tmp_path):
     with Store(tmp_path / "drills.db") as store:
         def payload(verdict, ttfs):
             return {"drill": "kill-rank", "cluster": "local", "job": "reference", "verdict": verdict,
                     "measurements": {"time_to_first_step": ttfs, "time_to_detect": 0.2}}
-        store.record(payload("pass", 6.0), "r1")
+        first = store.record(payload("pass", 6.0), "r1")
         second = store.record(payload("pass", 6.5), "r2")
         store.record(payload("fail", None), "r3")
-        run_id, m = store.baseline("kill-rank", "local", "reference")
-        assert run_id == second and m.time_to_first_step == 6.5
+        base = store.baseline("kill-rank", "local", "reference")
+        assert base.runs == [second, first] and base.values("time_to_first_step") == [6.5, 6.0]
+        assert store.baseline("kill-rank", "local", "reference", runs=1).runs == [second]
         assert store.baseline("kill-rank", "local", "other") is None
         assert [r["verdict"] for r in store.runs("kill-rank")] == ["fail", "pass", "pass"]
+        assert Baseline.from_json(base.to_json()).values("time_to_detect") == [0.2, 0.2]
 
 
 def test_ledger_partitions_the_window_when_steps_run_faster_than_the_baseline():

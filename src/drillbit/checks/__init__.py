@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from drillbit.checks.goodput import Ledger, ledger
 from drillbit.checks.projection import Projection, check_cadence, project
+from drillbit.checks.baseline import Baseline
 from drillbit.checks.recovery import Measurements, measure
 from drillbit.checks.slo import SLOResult, evaluate
 from drillbit.checks.verdict import Verdict, combine
@@ -28,10 +29,10 @@ class CheckResult(BaseModel):
     cadence: Cadence | None = None
 
 
-def check(spec: DrillSpec, history: History, *, baseline: Measurements | None = None,
+def check(spec: DrillSpec, history: History, *, baseline: Baseline | None = None,
           scenarios: dict[str, Scenario] | None = None) -> CheckResult:
-    """Judge one run. ``baseline``: the last passing run's measurements (for regression
-    SLOs); ``scenarios``: the fleet scenarios the spec names, already loaded."""
+    """Judge one run. ``baseline``: the last passing runs' measurements (for regression
+    SLOs, checks/baseline.py); ``scenarios``: the fleet scenarios the spec names, already loaded."""
     try:
         scenarios = scenarios or {}
         m = measure(history)

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from drillbit.checks.baseline import Baseline
 from drillbit.checks.recovery import Measurements
 from drillbit.history import History
 from drillbit.spec.models import HIGHER_IS_BETTER, SLO
@@ -36,7 +37,7 @@ class SLOResult(BaseModel):
 
 
 def evaluate(slo: SLO, m: Measurements, history: History,
-             baseline: Measurements | None = None) -> tuple[list[SLOResult], list[str]]:
+             baseline: Baseline | None = None) -> tuple[list[SLOResult], list[str]]:
     results: list[SLOResult] = []
     reasons: list[str] = []
     if m.t_fault is None:
@@ -154,26 +155,24 @@ def evaluate(slo: SLO, m: Measurements, history: History,
                 reasons.append(f"{name} was {_round(value)}; the SLO says {words} {bound:g}")
     for name, allowed in slo.regression.items():
         value = getattr(m, name)
-        before = getattr(baseline, name) if baseline is not None else None
         key = f"regression.{name}"
-        if baseline is None:
+        if baseline is None or not baseline.samples:
             # The first passing run becomes the baseline; there is nothing to regress from.
             results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None, status="pass",
                                      detail="no passing baseline run yet"))
             continue
-        if before is None or value is None or before == 0:
+        verdict = baseline.judge(name, float(value), allowed) if value is not None else None
+        if verdict is None:
             results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None, status="unknown",
                                      detail="not measured in this run or the baseline"))
             continue
-        change = (value - before) / abs(before)
-        worse = -change if name in HIGHER_IS_BETTER else change
-        ok = worse <= allowed
-        results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=round(worse, 4),
-                                 status="pass" if ok else "fail",
-                                 detail=f"{_round(value)} now vs {_round(before)} in the baseline"))
-        if not ok:
-            reasons.append(f"{name} regressed {worse:.0%} against the last passing run "
-                           f"({_round(value)} vs {_round(before)}); the SLO allows {allowed:.0%}")
+        results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=round(verdict.worse, 4),
+                                 status="fail" if verdict.regressed else "pass",
+                                 detail=f"{_round(value)} now; {verdict.why()}"))
+        if verdict.regressed:
+            reasons.append(f"{name} regressed: {_round(value)} against a baseline median of {verdict.median:.3g} "
+                           f"({verdict.worse:+.0%}), beyond {verdict.threshold:.3g} — outside the SLO's "
+                           f"{allowed:.0%} and the last {verdict.runs} passing run(s)' own spread")
     return results, reasons
 
 

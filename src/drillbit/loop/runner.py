@@ -24,6 +24,7 @@ from typing import Literal, Protocol
 import psutil
 
 from drillbit.checks import CheckResult, check
+from drillbit.checks.baseline import Baseline
 from drillbit.checks.recovery import Measurements, awaiting, recovered
 from drillbit.errors import ConfigError, DrillError
 from drillbit.faults import get as get_fault
@@ -110,7 +111,7 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
 class DrillRunner:
     def __init__(self, spec: DrillSpec, cluster_name: str, cluster: ClusterSpec, job_name: str,
                  job: JobProfile, run_dir: Path, ui: UI | None = None, *, nodes: Nodes,
-                 probes: ProbeFactory = log_probes, baseline: Measurements | None = None,
+                 probes: ProbeFactory = log_probes, baseline: Baseline | None = None,
                  scenarios: dict[str, Scenario] | None = None, heal_timeout: float = 60.0) -> None:
         self.spec = spec
         self.cluster_name = cluster_name

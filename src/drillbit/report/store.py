@@ -1,7 +1,7 @@
 """The results store: every drill run recorded in SQLite (reports/drills.db by default).
 
 ``drill history`` reads the trend from it, and the regression SLOs (and the gate) take
-their baseline from it: the last passing run of the same drill on the same cluster and job.
+their baseline from it: the last passing runs of the same drill on the same cluster and job.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from drillbit.checks.baseline import RUNS, Baseline
 from drillbit.checks.recovery import Measurements
 from drillbit.spec.config import DrillConfig
 
@@ -70,16 +71,19 @@ class Store:
                  m.get("lost_steps"), m.get("goodput"), json.dumps(payload)))
         return int(cur.lastrowid)
 
-    def baseline(self, drill: str, cluster: str, job: str) -> tuple[int, Measurements] | None:
-        """The last passing run of this drill on this cluster and job."""
-        row = self._db.execute(
+    def baseline(self, drill: str, cluster: str, job: str, runs: int = RUNS) -> Baseline | None:
+        """The last ``runs`` passing runs of this drill on this cluster and job, newest first."""
+        rows = self._db.execute(
             "SELECT id, result FROM runs WHERE drill=? AND cluster=? AND job=? AND verdict='pass' "
-            "ORDER BY id DESC LIMIT 1", (drill, cluster, job)).fetchone()
-        if row is None:
+            "ORDER BY id DESC LIMIT ?", (drill, cluster, job, runs)).fetchall()
+        if not rows:
             return None
-        fields = json.loads(row[1])["measurements"]
-        known = {k: v for k, v in fields.items() if k in Measurements.model_fields}
-        return int(row[0]), Measurements.model_validate(known)
+        samples = []
+        for _, result in rows:
+            fields = json.loads(result)["measurements"]
+            samples.append(Measurements.model_validate({k: v for k, v in fields.items()
+                                                        if k in Measurements.model_fields}))
+        return Baseline(runs=[int(r[0]) for r in rows], samples=samples)
 
     def last_result(self, drill: str) -> dict[str, Any] | None:
         """result.json of the latest run of a drill, whatever its verdict."""

@@ -149,7 +149,7 @@ class SLO(Strict):
     limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")
     regression: dict[str, float] = Field(
         default_factory=dict,
-        description="measurement -> allowed relative worsening against the last passing run (0.2 = 20%)")
+        description="measurement -> allowed relative worsening against the median of the last passing runs, beyond their own spread (0.2 = 20%; checks/baseline.py)")
     project: ProjectSLO | None = None
     cadence: CadenceSLO | None = None
 
