@@ -17,6 +17,7 @@ from drillbit.checks.verdict import worst
 from drillbit.report import junit
 from drillbit.exitcodes import suite_exit_code
 from drillbit.loop import UI
+from drillbit.repeat import run_repeated
 from drillbit.session import Resolved, execute, resolve
 from drillbit.spec.models import SLO, SuiteSpec
 
@@ -66,23 +67,40 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
     cluster = cluster or os.environ.get("DRILLBIT_CLUSTER") or suite.cluster
     allowed = max_regression if max_regression is not None else suite.max_regression
     run: SuiteRun | None = None
+    entries = suite.entries()
     resolved_all = [resolve(e.drill, cluster=cluster, job=job or e.job or suite.job, config_path=config_path)
-                    for e in suite.entries()]  # every input error before anything runs
-    for resolved in resolved_all:
+                    for e in entries]  # every input error before anything runs
+    for entry, resolved in zip(entries, resolved_all):
         if run is None:
             run = SuiteRun(suite=suite, cluster=resolved.cluster)
         if before is not None and not before(resolved):
             run.skipped.append(resolved.spec.name)
             continue
-        payload, outcome = execute(with_regression(resolved, allowed), reports_dir=reports_dir, db=db, ui=ui)
-        run.results.append(payload)
-        run.run_dirs.append(outcome.run_dir)
+        if entry.repeat > 1 or entry.min_pass_rate is not None:
+            agg, folder = run_repeated(with_regression(resolved, allowed), entry.repeat,
+                                       min_pass_rate=entry.min_pass_rate, reports_dir=reports_dir, db=db, ui=ui)
+            payload = repeated_payload(agg)
+            run.results.append(payload)
+            run.run_dirs.append(folder)
+        else:
+            payload, outcome = execute(with_regression(resolved, allowed), reports_dir=reports_dir, db=db, ui=ui)
+            run.results.append(payload)
+            run.run_dirs.append(outcome.run_dir)
         if after is not None:
             after(resolved, payload)
         if suite.stop_on_failure and payload["verdict"] != "pass":
             break
     assert run is not None
     return run
+
+
+def repeated_payload(agg: dict[str, Any]) -> dict[str, Any]:
+    """A repeated drill as one row of a suite: the median of each measurement, the verdict
+    and reasons of the whole."""
+    return {"drill": f"{agg['drill']} x{agg['repeat']}", "cluster": agg["cluster"], "job": agg["job"],
+            "verdict": agg["verdict"], "exit_code": agg["exit_code"], "reasons": agg["reasons"],
+            "error": None, "error_kind": None,
+            "measurements": {k: s["median"] for k, s in agg["stats"].items()}, "slos": [], "repeat": agg}
 
 
 def summary_markdown(run: SuiteRun, title: str) -> str:

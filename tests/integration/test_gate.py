@@ -105,3 +105,16 @@ def test_run_json_output_and_dry_run(tmp_path):
     assert not list(tmp_path.iterdir())
     proc = drill_cli("run", "nope")
     assert proc.returncode == 2 and "no such drill" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_repeated_drill_reports_its_spread_and_keeps_every_run(tmp_path):
+    proc = drill_cli("run", str(HERE / "kill-rank-fast.yaml"), "--cluster", "local-process", "--repeat", "2",
+                     "--reports", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    agg = json.loads(proc.stdout)
+    assert agg["passes"] == 2 and agg["stats"]["time_to_first_step"]["n"] == 2
+    s = agg["stats"]["time_to_first_step"]
+    assert s["min"] <= s["median"] <= s["max"] and (Path(agg["folder"]) / "summary.md").exists()
+    with Store(tmp_path / "drills.db") as store:
+        assert [r["verdict"] for r in store.runs("kill-rank-fast")] == ["pass", "pass"]

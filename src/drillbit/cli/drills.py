@@ -23,9 +23,12 @@ from drillbit.spec.config import DrillConfig
 @click.option("--drills", "drills_dir", help="extra directory of drill specs")
 @click.option("--reports", "reports_dir", help="where run folders go (default: reports/)")
 @click.option("--dry-run", is_flag=True, help="print the plan (the exact targets where they can be found) and stop")
+@click.option("--repeat", type=click.IntRange(1, 1000), default=1, help="run the drill N times, a fresh job each "
+              "time; it passes only if every run does (or --min-pass-rate)")
+@click.option("--min-pass-rate", type=click.FloatRange(0, 1), help="with --repeat: the share of runs that must pass")
 @json_option
 def run(drill: str, cluster: str | None, job: str | None, config_path: str | None, drills_dir: str | None,
-        reports_dir: str | None, dry_run: bool, as_json: bool) -> int:
+        reports_dir: str | None, dry_run: bool, repeat: int, min_pass_rate: float | None, as_json: bool) -> int:
     """Run one drill (a name from the catalogue, or a spec file)."""
     from drillbit.session import execute, plan_text, resolve
 
@@ -34,6 +37,20 @@ def run(drill: str, cluster: str | None, job: str | None, config_path: str | Non
         out.print(plan_text(resolved), markup=False, highlight=False)
         out.print("dry run: nothing was launched or touched")
         return exitcodes.PASS
+    if repeat > 1 or min_pass_rate is not None:
+        from drillbit.repeat import run_repeated, summary_markdown
+
+        ui = ConsoleUI(err)
+        try:
+            agg, folder = run_repeated(resolved, repeat, min_pass_rate=min_pass_rate, reports_dir=reports_dir, ui=ui)
+        finally:
+            ui.close()
+        if as_json:
+            emit_json({**agg, "folder": str(folder)})
+        else:
+            out.print(summary_markdown(agg), markup=False, highlight=False)
+            out.print(f"runs and summary: {folder}", markup=False)
+        return agg["exit_code"]
     ui = ConsoleUI(err)
     try:
         payload, outcome = execute(resolved, reports_dir=reports_dir, ui=ui)

@@ -195,6 +195,9 @@ class DrillSpec(Strict):
 class SuiteEntry(Strict):
     drill: str
     job: str | None = None
+    repeat: int = Field(1, ge=1, le=1000, description="run the drill this many times, a fresh job each time")
+    min_pass_rate: float | None = Field(None, ge=0, le=1, description="with repeat: the share of runs that must "
+                                                                      "pass (default: all)")
 
 
 class SuiteSpec(Strict):

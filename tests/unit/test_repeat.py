@@ -1,0 +1,42 @@
+"""Repeats judged as a whole: statistics per measurement, every run must pass (or
+min_pass_rate), each failing run named with its reason; an error still wins the code."""
+from __future__ import annotations
+
+from drillbit.repeat import aggregate, p90, summary_markdown
+from drillbit.report import junit
+from drillbit.suite import repeated_payload
+
+
+def run(verdict: str, detect: float, reasons=(), error_kind=None) -> dict:
+    return {"drill": "kill-rank", "cluster": "local", "job": "reference", "verdict": verdict,
+            "reasons": list(reasons), "error": "boom" if error_kind else None, "error_kind": error_kind,
+            "measurements": {"time_to_detect": detect, "lost_steps": 5, "goodput": None}}
+
+
+def test_statistics_and_a_failing_run_named():
+    runs = [run("pass", d) for d in (0.2, 0.5, 0.3, 0.9)] + [run("fail", 2.0, ["detected after 2.0 s; the SLO says 1 s"])]
+    agg = aggregate("kill-rank", runs, [f"r{i}" for i in range(5)])
+    s = agg["stats"]["time_to_detect"]
+    assert (s["median"], s["p90"], s["min"], s["max"], s["n"]) == (0.5, 2.0, 0.2, 2.0, 5)
+    assert "goodput" not in agg["stats"]  # never measured
+    assert agg["verdict"] == "fail" and agg["exit_code"] == 1 and agg["passes"] == 4
+    assert agg["reasons"][0] == "4 of 5 runs passed; the drill needs every run to pass"
+    assert agg["reasons"][1] == "run 5: fail: detected after 2.0 s; the SLO says 1 s"
+    assert agg["failing"][0]["run_dir"] == "r4"
+    assert "| time_to_detect | 0.5 | 2 | 0.2 | 2 | 5 |" in summary_markdown(agg)
+
+
+def test_min_pass_rate_tolerates_some_failures_but_not_errors():
+    runs = [run("pass", 0.2)] * 4 + [run("fail", 2.0, ["slow"])]
+    assert aggregate("kill-rank", runs, ["r"] * 5, min_pass_rate=0.8)["verdict"] == "pass"
+    assert aggregate("kill-rank", runs, ["r"] * 5, min_pass_rate=0.9)["verdict"] == "fail"
+    broken = runs[:4] + [run("aborted", 0.2, error_kind="config")]
+    assert aggregate("kill-rank", broken, ["r"] * 5, min_pass_rate=0.5)["exit_code"] == 2
+    assert p90([1.0]) == 1.0 and p90(list(range(1, 11))) == 9
+
+
+def test_a_repeated_drill_is_one_row_of_a_suite_and_of_junit():
+    agg = aggregate("kill-rank", [run("pass", 0.2), run("pass", 0.4)], ["a", "b"])
+    row = repeated_payload(agg)
+    assert row["drill"] == "kill-rank x2" and abs(row["measurements"]["time_to_detect"] - 0.3) < 1e-9
+    assert 'name="kill-rank x2"' in junit.to_xml("drillbit.s", [row])
