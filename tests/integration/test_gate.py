@@ -1,6 +1,7 @@
 """The gate, the pytest plugin and the game-day prompts, on the real reference job."""
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
