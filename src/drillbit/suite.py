@@ -60,7 +60,7 @@ def with_regression(resolved: Resolved, allowed: float | None) -> Resolved:
 
 def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None = None, config_path: str | None = None,
               reports_dir: str | None = None, db: str | None = None, ui: UI | None = None,
-              max_regression: float | None = None,
+              max_regression: float | None = None, confirm: int | None = None,
               before: Callable[[Resolved], bool] | None = None,
               after: Callable[[Resolved, dict[str, Any]], None] | None = None) -> SuiteRun:
     """Run each drill in order. ``before`` may veto a drill (a game-day confirmation)."""
@@ -84,6 +84,10 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
             run.run_dirs.append(folder)
         else:
             payload, outcome = execute(with_regression(resolved, allowed), reports_dir=reports_dir, db=db, ui=ui)
+            tries = confirm if confirm is not None else suite.confirm
+            if tries and suspected(payload):
+                payload = confirm_regression(payload, tries, lambda: execute(
+                    with_regression(resolved, allowed), reports_dir=reports_dir, db=db, ui=ui)[0])
             run.results.append(payload)
             run.run_dirs.append(outcome.run_dir)
         if after is not None:
@@ -92,6 +96,30 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
             break
     assert run is not None
     return run
+
+
+def suspected(payload: dict[str, Any]) -> bool:
+    """Failed on regression SLOs and nothing else: a suspicion a re-run can confirm or clear."""
+    failed = [s for s in payload.get("slos", []) if s["status"] == "fail"]
+    return (payload["verdict"] == "fail" and not payload.get("error") and bool(failed)
+            and all(s["name"].startswith("regression.") for s in failed)
+            and all(r.startswith(tuple(s["measurement"] + " regressed" for s in failed)) for r in payload["reasons"]))
+
+
+def confirm_regression(payload: dict[str, Any], tries: int, rerun: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Re-run a suspected regression up to ``tries`` times: confirmed when every re-run
+    regresses too; cleared by a re-run that passes; a re-run that fails otherwise speaks for
+    itself. Every run stays in the results store."""
+    for i in range(1, tries + 1):
+        again = rerun()
+        if again["verdict"] == "pass":
+            note = (f"suspected regression, not confirmed after {i} re-run(s) (run {i} of the re-runs passed): "
+                    + "; ".join(payload["reasons"]))
+            return {**again, "regression_check": note, "reasons": [note]}
+        if not suspected(again):
+            return {**again, "regression_check": f"re-run {i} failed otherwise"}
+    note = f"confirmed: regressed in the first run and in all {tries} re-run(s)"
+    return {**payload, "regression_check": note, "reasons": [f"{note}: " + "; ".join(payload["reasons"])]}
 
 
 def repeated_payload(agg: dict[str, Any]) -> dict[str, Any]:

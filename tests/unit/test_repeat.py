@@ -40,3 +40,27 @@ def test_a_repeated_drill_is_one_row_of_a_suite_and_of_junit():
     row = repeated_payload(agg)
     assert row["drill"] == "kill-rank x2" and abs(row["measurements"]["time_to_detect"] - 0.3) < 1e-9
     assert 'name="kill-rank x2"' in junit.to_xml("drillbit.s", [row])
+
+
+def regressed(verdict="fail"):
+    return {"drill": "kill-rank", "verdict": verdict, "error": None,
+            "reasons": ["time_to_detect regressed: 5 against a baseline median of 0.2 (+2400%), beyond 0.95 — …"]
+            if verdict == "fail" else [],
+            "slos": [{"name": "regression.time_to_detect", "measurement": "time_to_detect",
+                      "status": "fail" if verdict == "fail" else "pass"}]}
+
+
+def test_a_suspected_regression_is_confirmed_or_cleared_by_re_runs():
+    from drillbit.suite import confirm_regression, suspected
+
+    assert suspected(regressed()) and not suspected(regressed("pass"))
+    other = {**regressed(), "slos": [*regressed()["slos"], {"name": "detect_within", "measurement": "time_to_detect",
+                                                            "status": "fail"}]}
+    assert not suspected(other)  # an SLO failed too: that is no suspicion, it is a failure
+    runs = iter([regressed(), regressed("pass")])
+    cleared = confirm_regression(regressed(), 2, lambda: next(runs))
+    assert cleared["verdict"] == "pass"
+    assert cleared["regression_check"].startswith("suspected regression, not confirmed after 2 re-run(s)")
+    confirmed = confirm_regression(regressed(), 2, lambda: regressed())
+    assert confirmed["verdict"] == "fail"
+    assert confirmed["reasons"][0].startswith("confirmed: regressed in the first run and in all 2 re-run(s)")

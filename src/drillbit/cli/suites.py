@@ -16,7 +16,7 @@ from drillbit.spec.load import find_config, load_config
 
 def _suite_run(name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
                db: str | None, max_regression: float | None, before: Callable | None = None,
-               after: Callable | None = None):
+               after: Callable | None = None, confirm: int | None = None):
     from drillbit.spec.load import load_suite
     from drillbit.suite import run_suite
 
@@ -26,7 +26,7 @@ def _suite_run(name: str, cluster: str | None, job: str | None, config_path: str
     try:
         return run_suite(spec, cluster=cluster, job=job, config_path=config_path,
                          reports_dir=reports_dir or config.reports_dir, db=db, ui=ui,
-                         max_regression=max_regression, before=before, after=after), config
+                         max_regression=max_regression, confirm=confirm, before=before, after=after), config
     finally:
         ui.close()
 
@@ -77,16 +77,18 @@ def suite_run(name: str, cluster: str | None, job: str | None, config_path: str 
 @click.option("--suite", "suite_name", default="pre-deploy", show_default=True)
 @suite_options
 @click.option("--max-regression", type=float, help="allowed worsening of detect / first-step vs the baseline (0.2 = 20%)")
+@click.option("--confirm", type=click.IntRange(0, 10), help="re-run a drill that fails on regression alone up to N "
+              "times; it fails the gate only if every re-run regresses (default: the suite's confirm)")
 @click.option("--junit", "junit_path", help="also write junit.xml here")
 @click.option("--summary", "summary_path", help="append the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
 def gate(suite_name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
-         db: str | None, as_json: bool, max_regression: float | None, junit_path: str | None,
+         db: str | None, as_json: bool, max_regression: float | None, confirm: int | None, junit_path: str | None,
          summary_path: str | None) -> int:
     """The pre-deploy gate: run a suite, compare with the baselines, write junit + summary."""
     from drillbit.report import junit
     from drillbit.suite import summary_markdown, write_gate_outputs
 
-    run, config = _suite_run(suite_name, cluster, job, config_path, reports_dir, db, max_regression)
+    run, config = _suite_run(suite_name, cluster, job, config_path, reports_dir, db, max_regression, confirm=confirm)
     folder = write_gate_outputs(run, reports_dir or config.reports_dir)
     text = summary_markdown(run, "Recovery gate")
     if junit_path:

@@ -210,6 +210,8 @@ class SuiteSpec(Strict):
     stop_on_failure: bool = False
     max_regression: float | None = Field(
         None, ge=0, description="gate: allowed worsening of detect / first-step times vs the baseline")
+    confirm: int = Field(0, ge=0, le=10, description="a drill that fails on regression SLOs alone is re-run up to "
+                                                     "this many times; it fails only if every re-run regresses too")
     drills: list[str | SuiteEntry] = Field(min_length=1)
 
     def entries(self) -> list[SuiteEntry]:
