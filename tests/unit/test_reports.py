@@ -164,3 +164,37 @@ def test_timeline_labels_of_close_marks_do_not_overlap():
     for i, (a0, a1, ay) in enumerate(boxes):
         for b0, b1, by in boxes[i + 1:]:
             assert ay != by or a1 < b0 or b1 < a0, (boxes, labels)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Debian chromium not installed (.ci/run installs it)")
+def test_trends_page_renders_runs_and_the_baseline_in_headless_chromium(tmp_path):
+    from PIL import Image
+
+    from drillbit.report.store import Store
+    from drillbit.report.trends import BAND, COLORS, page, rows_with_measurements
+
+    with Store(tmp_path / "drills.db") as store:
+        for i, (verdict, detect) in enumerate([("pass", 0.2), ("pass", 0.3), ("pass", 0.25), ("fail", 2.5),
+                                                ("pass", 0.22), ("pass", 0.28)]):
+            store.record({"drill": "kill-rank", "cluster": "local", "job": "reference", "verdict": verdict,
+                          "measurements": {"time_to_detect": detect, "time_to_first_step": 6 + i % 2,
+                                           "baseline_step_s": 0.25, "goodput": 0.9}}, f"r{i}")
+        text = page(rows_with_measurements(store, 100))
+    assert text.count("<svg") == 3 and "5 of 6 runs passed" in text and "<script" not in text
+    (tmp_path / "trends.html").write_text(text)
+    shot = tmp_path / "shot.png"
+    subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1300,700",
+                    f"--screenshot={shot}", (tmp_path / "trends.html").as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    raw = Image.open(shot).convert("RGB").tobytes()
+    pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
+
+    def near(hex_color: str, tol: int) -> int:
+        rgb = tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+        return sum(1 for p in pixels if all(abs(a - b) < tol for a, b in zip(p, rgb)))
+
+    assert near(COLORS["pass"], 30) > 200, "the passing runs' dots are not drawn"
+    assert near(COLORS["fail"], 30) > 40, "the failing run's dot is not drawn"
+    assert near(BAND, 6) > 500, "the baseline band is not shaded"

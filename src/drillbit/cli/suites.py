@@ -135,8 +135,10 @@ def gameday_run(name: str, cluster: str | None, job: str | None, config_path: st
 @click.argument("drill", required=False)
 @click.option("--db", help="results store (default: reports/drills.db)")
 @click.option("--limit", type=int, default=30, show_default=True)
+@click.option("--html", "html_path", help="write a self-contained trends page here: one plot per drill and "
+              "measurement, pass/fail marked, the baseline shaded")
 @json_option
-def results(drill: str | None, db: str | None, limit: int, as_json: bool) -> int:
+def results(drill: str | None, db: str | None, limit: int, html_path: str | None, as_json: bool) -> int:
     """Past runs from the results store: verdicts, detect / recover times, lost steps, goodput.
     (One run's own record of events is its history.jsonl; this is the trend across runs.)"""
     from drillbit.errors import ConfigError
@@ -147,6 +149,14 @@ def results(drill: str | None, db: str | None, limit: int, as_json: bool) -> int
         raise ConfigError(f"no results store at {path} yet; run a drill first")
     with Store(path) as store:
         rows = store.runs(drill, limit)
+        if html_path:
+            from drillbit.atomic import write_atomic
+            from drillbit.report.trends import page, rows_with_measurements
+
+            full = [r for r in rows_with_measurements(store, max(limit, 500)) if drill is None or r["drill"] == drill]
+            write_atomic(Path(html_path), page(full))
+            if not as_json:
+                out.print(f"trends: {html_path} ({len(full)} run(s))", markup=False)
     if as_json:
         emit_json([dict(r) for r in rows])
         return exitcodes.PASS

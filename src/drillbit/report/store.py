@@ -90,6 +90,10 @@ class Store:
         row = self._db.execute("SELECT result FROM runs WHERE drill=? ORDER BY id DESC LIMIT 1", (drill,)).fetchone()
         return json.loads(row[0]) if row else None
 
+    def result(self, run_id: int) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT result FROM runs WHERE id=?", (run_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
     def runs(self, drill: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         query = ("SELECT id, drill, cluster, job, verdict, started_at, time_to_detect, time_to_first_step, "
                  "lost_steps, goodput, run_dir FROM runs")
