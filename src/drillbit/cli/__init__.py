@@ -31,9 +31,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from drillbit.cli import drills, fleet, probe, suites
+    from drillbit.cli import campaign, drills, fleet, probe, suites
 
-    for module in (drills, fleet, probe, suites):
+    for module in (drills, fleet, probe, suites, campaign):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -1,0 +1,379 @@
+"""Campaigns: one long job, many faults.
+
+A drill breaks a job once; a real run meets a stream of faults. A campaign launches the job
+once and injects faults one after another — any catalogue fault, drawn by weight — as an
+arrival process: a fixed interval, or exponential inter-arrival times with a mean time
+between interruptions. ``sequential`` (the default) waits for the job to recover before the
+next gap begins; ``overlapping`` keeps the process's own clock and cuts an observation short
+when the next fault is due. Heal and safety rules are a drill's: each fault is healed
+before the next one, and everything at the end, whatever happens.
+
+Each fault is a segment of the campaign's one history, from the end of the previous
+segment to the end of its own observation, and is measured and judged as a drill is (the
+campaign's SLOs on each). The segments partition the campaign's window, so their goodput
+ledgers add up to one ledger of the whole run. The fleet simulator, fed the campaign's own
+fault rate, mix and measured recovery times, predicts its goodput: measured against
+simulated, with the error (:func:`predicted`).
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from drillbit.checks import CheckResult, check
+from drillbit.checks.goodput import BUCKETS, Ledger
+from drillbit.checks.recovery import recovered
+from drillbit.checks.verdict import worst
+from drillbit.faults import get as get_fault
+from drillbit.history import Event, History
+from drillbit.loop.nemesis import Nemesis
+from drillbit.loop.runner import DrillRunner, job_params
+from drillbit.loop.schedule import choose_targets
+from drillbit.spec.models import (SLO, Abort, BlastRadius, Duration, DrillSpec, FaultSpec, Observe, Span, Steady,
+                                  Strict, Targets, Trigger)
+
+
+class CampaignFault(Strict):
+    type: str
+    weight: float = Field(1.0, gt=0)
+    targets: Targets = Field(default_factory=Targets)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Arrival(Strict):
+    process: Literal["fixed", "exponential"] = "exponential"
+    interval: Span | None = Field(None, description="fixed: seconds between faults")
+    mtbi: Span | None = Field(None, description="exponential: the mean time between interruptions")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _one(self) -> "Arrival":
+        if self.process == "fixed" and not self.interval:
+            raise ValueError("a fixed arrival process needs interval")
+        if self.process == "exponential" and not self.mtbi:
+            raise ValueError("an exponential arrival process needs mtbi")
+        return self
+
+    def gap(self, rng: random.Random) -> float:
+        return float(self.interval) if self.process == "fixed" else rng.expovariate(1.0 / float(self.mtbi or 1.0))
+
+
+class CampaignSpec(Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    summary: str = ""
+    job: str | None = None
+    faults: list[CampaignFault] = Field(min_length=1)
+    arrival: Arrival
+    duration: Duration = Field(description="faults arrive until then; the last one is still observed")
+    mode: Literal["sequential", "overlapping"] = "sequential"
+    steady: Steady = Field(default_factory=Steady)
+    recovery: Observe = Field(default_factory=lambda: Observe(until_steps_after_recovery=5, window=120.0))
+    slo: SLO = Field(default_factory=SLO)
+    abort: Abort = Field(default_factory=lambda: Abort(max_duration=3600.0))
+    blast_radius: BlastRadius = Field(default_factory=BlastRadius)
+
+
+def drill_spec_for(c: CampaignSpec, f: CampaignFault) -> DrillSpec:
+    """One fault of the campaign, as the drill it is measured as."""
+    return DrillSpec.model_validate({
+        "name": c.name, "class": get_fault(f.type).fault_class, "summary": c.summary or f"campaign {c.name}",
+        "job": c.job, "fault": FaultSpec(type=f.type, targets=f.targets, params=f.params,
+                                         trigger=Trigger(at_step=1)).model_dump(),
+        "steady": c.steady.model_dump(), "observe": c.recovery.model_dump(), "slo": c.slo.model_dump(),
+        "abort": c.abort.model_dump(), "blast_radius": c.blast_radius.model_dump()})
+
+
+def segment(history: History, start: float, end: float, baseline_step_s: float | None) -> History:
+    """One fault's part of the campaign history, shaped as a drill's: the steps before it
+    (for the step at the fault and the high-water mark), a steady mark at its start, its own
+    events, and the end of its observation."""
+    events: list[Event] = [e for e in history if e.kind == "step" and e.t <= start]
+    events.append(Event(seq=0, t=start, source="campaign", kind="steady",
+                        data={"baseline_step_s": baseline_step_s, "step": events[-1].data["n"] if events else 0}))
+    events += [e for e in history if start < e.t <= end and e.kind not in ("steady", "observe.end")]
+    events.append(Event(seq=0, t=end, source="campaign", kind="observe.end", data={"reason": "segment end"}))
+    return History(events=[e.model_copy(update={"seq": i}) for i, e in enumerate(events)])
+
+
+class CampaignRunner(DrillRunner):
+    """A drill runner whose inject phase is the whole campaign: one launch, one steady
+    state, many faults, each healed before the next."""
+
+    def __init__(self, campaign: CampaignSpec, *args: Any, **kwargs: Any) -> None:
+        self.campaign = campaign
+        super().__init__(drill_spec_for(campaign, campaign.faults[0]), *args, **kwargs)
+        self.segments: list[dict[str, Any]] = []
+        self.all_handles: list = []
+
+    def _use(self, f: CampaignFault) -> None:
+        self.spec = drill_spec_for(self.campaign, f)
+        self.fault = get_fault(f.type)
+        self.params = job_params(self.spec, self.job, self.run_dir)
+        self.nemesis = Nemesis(self.nodes, f.type, self.fault, self.params, self.history, self.nemesis.heal_timeout)
+
+    def inject(self) -> None:
+        c = self.campaign
+        rng = random.Random(c.arrival.seed)
+        start = time.time()
+        end = start + float(c.duration)
+        due = start + c.arrival.gap(rng)
+        self.ui.phase("campaign", f"{len(c.faults)} fault kind(s), {c.arrival.process} arrivals, until "
+                                  f"{float(c.duration):g} s")
+        index = 0
+        while due < end:
+            while time.time() < due:
+                if self._job_exited() is not None:
+                    self.record("job.exit", code=self._job_exited())
+                    return
+                self.ui.status(f"fault {index + 1} in {due - time.time():4.1f} s")
+                self._tick(0.1)
+            f = rng.choices(c.faults, weights=[x.weight for x in c.faults])[0]
+            self._use(f)
+            t_start = time.time()
+            self.record("campaign.fault", index=index, fault=f.type)
+            self.targets = choose_targets(self.nodes, self.job, self.spec, self.attached, self.fault.max_targets)
+            self.ui.phase("inject", f"#{index + 1}: {f.type} on rank(s) {', '.join(str(t.rank) for t in self.targets)}")
+            self.nemesis.inject(self.targets)
+            confirmed = self.nemesis.confirm(self.progress)
+            nxt = due + c.arrival.gap(rng)
+            if confirmed:
+                self._observe_segment(index, t_start, nxt if c.mode == "overlapping" else None)
+            self.nemesis.heal()
+            self.all_handles += self.nemesis.handles
+            self.segments.append({"index": index, "fault": f.type, "t_start": t_start, "t_end": time.time(),
+                                  "confirmed": confirmed, "targets": [t.rank for t in self.targets]})
+            self.record("campaign.segment.end", index=index, fault=f.type)
+            index += 1
+            due = nxt if c.mode == "overlapping" else time.time() + c.arrival.gap(rng)
+        self.record("campaign.end", faults=index)
+
+    def _observe_segment(self, index: int, t_start: float, cut: float | None) -> None:
+        obs = self.campaign.recovery
+        confirmed = self.history.last("fault.confirmed")
+        t0 = confirmed.t if confirmed else t_start
+        steady = self.history.first("steady")
+        base = steady.data.get("baseline_step_s") if steady else None
+        begin = self.segments[-1]["t_end"] if self.segments else (steady.t if steady else t_start)
+        seen = -1
+        while True:
+            now = time.time()
+            if len(self.history) != seen:
+                seen = len(self.history)
+                if recovered(segment(self.history, begin, now, base), obs.until_steps_after_recovery):
+                    return
+            if self._job_exited() is not None or now - t0 >= obs.window or (cut is not None and now >= cut):
+                return
+            self.ui.status(f"fault {index + 1}: +{now - t0:5.1f} s")
+            self._tick(0.2)
+
+    def observe(self) -> None:
+        pass  # each fault was observed in inject
+
+
+def judge(campaign: CampaignSpec, history: History, segments: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each fault measured and judged as a drill; one ledger for the whole campaign."""
+    steady = history.first("steady")
+    base = steady.data.get("baseline_step_s") if steady else None
+    rows, total = [], Ledger(wall_s=0.0)
+    verdicts = []
+    prev_end = steady.t if steady else None
+    for seg in segments:
+        begin = prev_end if prev_end is not None else seg["t_start"]
+        sub = segment(history, begin, seg["t_end"], base)
+        spec = drill_spec_for(campaign, CampaignFault(type=seg["fault"]))
+        result: CheckResult = check(spec, sub)
+        verdicts.append(result.verdict)
+        m = result.measurements
+        rows.append({"index": seg["index"] + 1, "fault": seg["fault"], "targets": seg["targets"],
+                     "t": round(seg["t_start"] - (steady.t if steady else 0), 1), "verdict": result.verdict,
+                     "reasons": result.reasons, "time_to_detect": m.time_to_detect,
+                     "time_to_first_step": m.time_to_first_step, "lost_steps": m.lost_steps,
+                     "restarts": m.restarts})
+        if result.ledger is not None:
+            total.wall_s += result.ledger.wall_s
+            for name in BUCKETS:
+                setattr(total, f"{name}_s", getattr(total, f"{name}_s") + getattr(result.ledger, f"{name}_s"))
+        prev_end = seg["t_end"]
+    ttr = [r["time_to_first_step"] for r in rows if r["time_to_first_step"] is not None]
+    return {
+        "campaign": campaign.name, "faults": len(rows), "kinds": sorted({r["fault"] for r in rows}),
+        "verdict": worst(*verdicts) if verdicts else "inconclusive", "per_fault": rows,
+        "time_to_recover": ({"n": len(ttr), "median": statistics.median(ttr), "p90": sorted(ttr)[max(0, -(-9 * len(ttr) // 10) - 1)],
+                             "min": min(ttr), "max": max(ttr)} if ttr else None),
+        "ledger": total.model_dump() | {"goodput": total.goodput} if total.wall_s else None,
+        "baseline_step_s": base,
+    }
+
+
+def predicted(report: dict[str, Any], history: History, trials: int = 2000) -> dict[str, Any] | None:
+    """The fleet simulator fed this campaign: its fault rate and mix, its median measured
+    detection and recovery times, its checkpoint cadence; measured goodput against the
+    simulated median, and the error. The job is one unit of the simulated fleet (goodput does
+    not depend on how the fault rate is split over GPUs)."""
+    ranks = 1
+    from drillbit.checks.projection import save_stats
+    from drillbit.fleet.simulate import Cause, Scenario, SimParams, simulate
+
+    rows, led = report["per_fault"], report["ledger"]
+    detect = [r["time_to_detect"] for r in rows if r["time_to_detect"] is not None]
+    ttr = [r["time_to_first_step"] for r in rows if r["time_to_first_step"] is not None]
+    if not rows or not led or not ttr:
+        return None
+    save_s, interval_s = save_stats(history) or (0.0, 0.0)
+    wall = led["wall_s"]
+    days = wall / 86400.0
+    counts: dict[str, float] = {}
+    for r in rows:
+        counts[r["fault"]] = counts.get(r["fault"], 0.0) + 1.0
+    scenario = Scenario(name=f"campaign-{report['campaign']}", gpus=ranks, gpus_per_host=ranks, days=days,
+                        causes={k: Cause(count=v) for k, v in counts.items()})
+    d = statistics.median(detect) if detect else 0.0
+    params = SimParams(gpus=ranks, days=days, rate_per_gpu_day=len(rows) / (ranks * days), save_s=save_s or 0.0,
+                       interval_s=interval_s or wall, detect_s=d, restart_s=max(0.0, statistics.median(ttr) - d),
+                       gpus_per_host=ranks)
+    sim = simulate(scenario, params, trials=trials, seed=0)
+    measured = led["goodput"]
+    return {"measured_goodput": measured, "simulated_goodput_p50": sim.goodput_p50,
+            "simulated_goodput_p5": sim.goodput_p5, "error": measured - sim.goodput_p50,
+            "inputs": {"faults": len(rows), "wall_s": wall, "detect_s": d, "restart_s": params.restart_s,
+                       "save_s": params.save_s, "interval_s": params.interval_s}}
+
+
+def markdown(report: dict[str, Any], predicted_: dict[str, Any] | None) -> str:
+    fmt = lambda v: "—" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))  # noqa: E731
+    lines = [f"## Campaign {report['campaign']}: {report['verdict'].upper()}", "",
+             f"{report['faults']} fault(s) of {len(report['kinds'])} kind(s) ({', '.join(report['kinds'])}).", "",
+             "| # | t (s) | fault | rank(s) | verdict | detect s | first step s | lost steps | restarts |",
+             "|---:|---:|---|---|---|---:|---:|---:|---:|"]
+    for r in report["per_fault"]:
+        lines.append(f"| {r['index']} | {r['t']} | {r['fault']} | {r['targets']} | {r['verdict']} | "
+                     f"{fmt(r['time_to_detect'])} | {fmt(r['time_to_first_step'])} | {fmt(r['lost_steps'])} | "
+                     f"{fmt(r['restarts'])} |")
+    ttr = report["time_to_recover"]
+    if ttr:
+        lines += ["", f"Time to recover (first step after the fault): median {ttr['median']:.2f} s, p90 "
+                      f"{ttr['p90']:.2f} s, min {ttr['min']:.2f} s, max {ttr['max']:.2f} s over {ttr['n']} fault(s)."]
+    led = report["ledger"]
+    if led:
+        parts = ", ".join(f"{k} {led[f'{k}_s']:.1f} s" for k in BUCKETS)
+        lines += ["", f"Goodput over the campaign: **{led['goodput']:.1%}** of {led['wall_s']:.0f} s ({parts})."]
+    if predicted_:
+        lines += ["", f"Measured against simulated: measured {predicted_['measured_goodput']:.1%}, the fleet "
+                      f"simulator fed this campaign's fault process and recovery times predicts "
+                      f"{predicted_['simulated_goodput_p50']:.1%} (p5 {predicted_['simulated_goodput_p5']:.1%}); "
+                      f"error {predicted_['error'] * 100:+.1f} points."]
+    failing = [r for r in report["per_fault"] if r["verdict"] != "pass"]
+    if failing:
+        lines += ["", *[f"- fault {r['index']} ({r['fault']}): {'; '.join(r['reasons'][:2])}" for r in failing]]
+    return "\n".join(lines) + "\n"
+
+
+def timeline_svg(history: History, segments: list[dict[str, Any]], width: int = 900, height: int = 220) -> str:
+    """Steps against time with every fault marked (a red line at each injection)."""
+    steps = [(e.t, e.data["n"]) for e in history.of("step")]
+    if not steps:
+        return ""
+    t0, t1 = steps[0][0], max(steps[-1][0], max((s["t_end"] for s in segments), default=steps[-1][0]))
+    n1 = max(n for _, n in steps) or 1
+    x = lambda t: 40 + (width - 60) * (t - t0) / max(t1 - t0, 1e-9)  # noqa: E731
+    y = lambda n: height - 30 - (height - 50) * n / n1  # noqa: E731
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
+             f'<rect width="{width}" height="{height}" fill="#fff"/>']
+    for s in segments:
+        parts.append(f'<rect x="{x(s["t_start"]):.1f}" y="10" width="{max(x(s["t_end"]) - x(s["t_start"]), 1):.1f}" '
+                     f'height="{height - 40}" fill="#fee2e2"/>')
+        parts.append(f'<line x1="{x(s["t_start"]):.1f}" y1="10" x2="{x(s["t_start"]):.1f}" y2="{height - 30}" '
+                     f'stroke="#dc2626"><title>{s["fault"]}</title></line>')
+        parts.append(f'<text x="{x(s["t_start"]) + 2:.1f}" y="22" font-size="10" fill="#991b1b">'
+                     f'{s["index"] + 1}</text>')
+    pts = " ".join(f"{x(t):.1f},{y(n):.1f}" for t, n in steps)
+    parts.append(f'<polyline points="{pts}" fill="none" stroke="#2563eb" stroke-width="1.5"/>')
+    parts.append(f'<text x="4" y="{height - 8}" font-size="11">0 s</text><text x="{width - 60}" y="{height - 8}" '
+                 f'font-size="11">{t1 - t0:.0f} s</text><text x="4" y="20" font-size="11">step {n1}</text></svg>')
+    return "".join(parts)
+
+
+def write(run_dir: Path, report: dict[str, Any], predicted_: dict[str, Any] | None, history: History,
+          segments: list[dict[str, Any]]) -> None:
+    import json
+
+    from drillbit.atomic import write_atomic
+
+    write_atomic(run_dir / "campaign.json", json.dumps({**report, "predicted": predicted_}, indent=2, default=str))
+    md = markdown(report, predicted_)
+    write_atomic(run_dir / "campaign.md", md)
+    import html as _html
+
+    write_atomic(run_dir / "campaign.html", "<!doctype html><meta charset=utf-8><title>campaign</title>"
+                 "<body style='font:14px system-ui;margin:24px'>" + timeline_svg(history, segments)
+                 + "<pre>" + _html.escape(md) + "</pre></body>\n")
+
+
+def load_campaign(path: str | Path, config=None) -> CampaignSpec:
+    """A campaign spec with every problem at once, by file and line: its fields, each fault's
+    type and params, its job."""
+    from drillbit.errors import Problem, SpecError
+    from drillbit.faults import registry
+    from drillbit.spec.load import _line, _suggest, read_yaml, validate
+
+    path = Path(path)
+    data, lines = read_yaml(path)
+    if not isinstance(data, dict):
+        raise SpecError([Problem(str(path), 1, "", "a campaign spec is a mapping (name:, faults:, arrival:, ...)")])
+    spec, problems = validate(CampaignSpec, data, path, lines)
+    known = registry()
+    for i, f in enumerate(data.get("faults") or []):
+        if not isinstance(f, dict) or not isinstance(f.get("type"), str):
+            continue
+        cls = known.get(f["type"])
+        if cls is None:
+            problems.append(Problem(str(path), _line(lines, ("faults", i, "type")), f"faults.{i}.type",
+                                    f"unknown fault {f['type']!r}" + _suggest(f["type"], list(known))))
+        else:
+            problems += validate(cls.Params, f.get("params") or {}, path, lines, ("faults", i, "params"))[1]
+    if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
+        problems.append(Problem(str(path), _line(lines, ("job",)), "job",
+                                f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs))))
+    if problems:
+        raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.path)))
+    return spec
+
+
+def execute(campaign: CampaignSpec, *, cluster: str | None = None, job: str | None = None,
+            config_path: str | None = None, reports_dir: str | None = None, ui=None) -> tuple[dict[str, Any], Path]:
+    """Run a campaign on a cluster: one launch, many faults; write campaign.json, .md, .html
+    beside the run's history and reports."""
+    import os
+
+    from drillbit.errors import Problem, SpecError
+    from drillbit.session import new_run_dir
+    from drillbit.spec.load import find_config, load_config
+    from drillbit.transport import connect
+
+    config = load_config(find_config(config_path))
+    cluster_name = cluster or os.environ.get("DRILLBIT_CLUSTER") or config.default_cluster
+    job_name = job or campaign.job or config.default_job
+    problems = []
+    if cluster_name not in config.clusters:
+        problems.append(Problem("--cluster", None, "", f"unknown cluster {cluster_name!r}"))
+    if job_name not in config.jobs:
+        problems.append(Problem("--job", None, "", f"unknown job profile {job_name!r}"))
+    if problems:
+        raise SpecError(problems)
+    run_dir = new_run_dir(Path(reports_dir or config.reports_dir), f"campaign-{campaign.name}")
+    spec = config.clusters[cluster_name]
+    runner = CampaignRunner(campaign, cluster_name, spec, job_name, config.jobs[job_name], run_dir, ui,
+                            nodes=connect(cluster_name, spec, run_dir))
+    outcome = runner.run()
+    history = History.load(run_dir / "history.jsonl")
+    report = judge(campaign, history, runner.segments)
+    pred = predicted(report, history)
+    report |= {"cluster": cluster_name, "job": job_name, "run_dir": str(run_dir), "error": outcome.error,
+               "error_kind": outcome.error_kind}
+    write(run_dir, report, pred, history, runner.segments)
+    return {**report, "predicted": pred}, run_dir

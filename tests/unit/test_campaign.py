@@ -1,0 +1,61 @@
+"""Campaigns against the fake transport and job: one launch, faults arriving one after
+another, each healed before the next and measured as a drill; the segments' ledgers add up
+to the campaign's window; the simulator's prediction sits beside the measured goodput.
+Bad campaign specs are refused with every problem at once. (The real reference job runs a
+campaign in tests/integration/test_campaign.py.)"""
+from __future__ import annotations
+
+import pytest
+
+from drillbit.campaign import CampaignRunner, CampaignSpec, judge, load_campaign, markdown, predicted
+from drillbit.checks.goodput import BUCKETS
+from drillbit.errors import SpecError
+from tests.fakes.fake_cluster import CLUSTER, JOB, FakeAgent, FakeJob, FakeNodes, fake_probes
+
+
+def campaign(**over) -> CampaignSpec:
+    data = {"name": "fake-campaign", "faults": [{"type": "kill-rank", "targets": {"ranks": [1]}}],
+            "arrival": {"process": "fixed", "interval": "0.4s"}, "duration": "2.5s",
+            "steady": {"warmup_steps": 3, "timeout": "5s"},
+            "recovery": {"until_steps_after_recovery": 3, "window": "2s"},
+            "slo": {"detect_within": "1s", "first_step_within": "1.5s"}, "abort": {"max_duration": "20s"}}
+    data.update(over)
+    return CampaignSpec.model_validate(data)
+
+
+def test_a_campaign_injects_heals_and_measures_each_fault(tmp_path):
+    job = FakeJob()
+    agent = FakeAgent("n0", job)
+    runner = CampaignRunner(campaign(), "fake", CLUSTER, "fake-job", JOB, tmp_path, nodes=FakeNodes(tmp_path, agent),
+                            probes=fake_probes(job), heal_timeout=0.3)
+    outcome = runner.run()
+    agent.release.set()
+    assert outcome.error is None and agent.active == {} and agent.stopped
+    segs = runner.segments
+    assert len(segs) >= 3 and all(s["confirmed"] for s in segs)
+    assert all(a["t_end"] <= b["t_start"] for a, b in zip(segs, segs[1:]))  # sequential: one fault at a time
+    report = judge(runner.campaign, outcome.history, segs)
+    assert report["faults"] == len(segs) and report["verdict"] == "pass", report["per_fault"]
+    assert all(r["lost_steps"] is not None and r["lost_steps"] < 5 for r in report["per_fault"])
+    led = report["ledger"]
+    parts = [led[f"{k}_s"] for k in BUCKETS]
+    assert min(parts) >= 0 and sum(parts) == pytest.approx(led["wall_s"], abs=1e-6)
+    assert report["time_to_recover"]["n"] == len(segs)
+    pred = predicted(report, outcome.history)
+    assert pred is not None and 0 <= pred["simulated_goodput_p50"] <= 1
+    assert pred["error"] == pytest.approx(pred["measured_goodput"] - pred["simulated_goodput_p50"])
+    text = markdown(report, pred)
+    assert "Measured against simulated" in text and f"| {len(segs)} |" in text
+
+
+def test_bad_campaign_specs_are_refused_with_every_problem(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("name: c\nfaults:\n  - {type: kil-rank}\n  - {type: kill-rank, params: {signal: SIGFOO}}\n"
+                   "arrival: {process: fixed}\nduration: 1m\n")
+    with pytest.raises(SpecError) as info:
+        load_campaign(bad)
+    text = str(info.value)
+    assert "c.yaml:3: faults.0.type: unknown fault 'kil-rank' (did you mean 'kill-rank'?)" in text
+    assert "c.yaml:4: faults.1.params.signal" in text
+    assert "c.yaml:5: arrival" in text and "needs interval" in text
+    assert load_campaign("campaigns/mixed-faults.yaml").duration == 600
