@@ -82,10 +82,14 @@ def measure(history: History) -> Measurements:
     def first(kind: str) -> Event | None:
         return next((e for e in events if e.kind == kind and e.t >= t0), None)
 
-    detect, restart, restore = first("detect"), first("restart"), first("restore")
-    # one restart per attempt number: every node's launcher (and the job itself) may announce the same one
-    m.restarts = len({e.data.get("attempt", f"event-{i}") for i, e in enumerate(events)
-                      if e.kind == "restart" and e.t >= t0})
+    detect, restore = first("detect"), first("restore")
+    # Restarts as the job announces them; a launcher's lines (torchrun's restart_count, with
+    # `by`) count only for a job that announces none itself — on several nodes each launcher
+    # numbers its own attempts — and one attempt number is one restart.
+    restarts = [e for e in events if e.kind == "restart" and e.t >= t0]
+    restarts = [e for e in restarts if e.data.get("by") is None] or restarts
+    restart = restarts[0] if restarts else None
+    m.restarts = len({e.data.get("attempt", f"event-{e.seq}") for e in restarts})
     if detect:
         m.time_to_detect = detect.t - t0
     if restart:
