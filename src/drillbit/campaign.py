@@ -225,6 +225,13 @@ def predicted(report: dict[str, Any], history: History, trials: int = 2000) -> d
     if not rows or not led or not ttr:
         return None
     save_s, interval_s = save_stats(history) or (0.0, 0.0)
+    # the simulator's interval is training time between checkpoints (the work a fault loses is
+    # uniform over it): steps between saves x the step time, not the wall time, which holds
+    # the campaign's own disruptions
+    saves = [int(e.data["step"]) for e in history.of("ckpt.save") if isinstance(e.data.get("step"), int)]
+    gaps = [b - a for a, b in zip(saves, saves[1:]) if b > a]
+    if gaps and report.get("baseline_step_s"):
+        interval_s = statistics.median(gaps) * float(report["baseline_step_s"])
     wall = led["wall_s"]
     days = wall / 86400.0
     counts: dict[str, float] = {}

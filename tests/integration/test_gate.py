@@ -35,12 +35,13 @@ def test_gate_pre_deploy_passes_on_the_reference_job(tmp_path):
 
 @pytest.mark.slow
 def test_gate_fails_against_a_broken_profile(tmp_path):
-    proc = drill_cli("gate", "--suite", str(GATE_FAST), "--job", "reference-nostorefix", "--reports", str(tmp_path))
+    proc = drill_cli("gate", "--suite", str(HERE / "suites" / "gate-fast-broken.yaml"), "--job", "reference-nostorefix",
+                     "--reports", str(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     [gate_dir] = tmp_path.glob("gate-*")
     [case] = junit_cases(gate_dir / "junit.xml")
     failure = case.find("failure")
-    assert case.get("name") == "kill-rank-fast" and failure is not None
+    assert case.get("name") == "kill-rank-fast-short" and failure is not None
     message = failure.get("message")
     assert "no restart ever produced a step" in message or "restarts to recover from one fault" in message
 

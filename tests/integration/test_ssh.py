@@ -121,7 +121,7 @@ def test_logs_read_on_their_node_with_no_folder_the_controller_can_read(tmp_path
                                "--ckpt", str(hosts / "{node}" / "ckpt")],
                    "env": {"DRILLBIT_EVENTS": log, "LOGLEVEL": "INFO"}},
         "ranks": {"cmdline": "own_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
-        "logs": [log]}}
+        "logs": [log, "{run_dir}/job.out"]}}  # job.out: torchrun's lines, written where the job runs
     config.write_text(json.dumps(data))
     payload, run_dir = run("kill-rank-own-loop", tmp_path, config, job="mine")
     assert payload["verdict"] == "pass", payload["reasons"]
