@@ -129,6 +129,7 @@ class CampaignRunner(DrillRunner):
             while time.time() < due:
                 if self._job_exited() is not None:
                     self.record("job.exit", code=self._job_exited())
+                    self.record("campaign.end", faults=index)
                     return
                 self.ui.status(f"fault {index + 1} in {due - time.time():4.1f} s")
                 self._tick(0.1)
@@ -149,6 +150,8 @@ class CampaignRunner(DrillRunner):
                                   "confirmed": confirmed, "targets": [t.rank for t in self.targets]})
             self.record("campaign.segment.end", index=index, fault=f.type)
             index += 1
+            if self.history.first("job.exit") is not None:
+                break  # no job left to break
             due = nxt if c.mode == "overlapping" else time.time() + c.arrival.gap(rng)
         self.record("campaign.end", faults=index)
 
@@ -166,7 +169,13 @@ class CampaignRunner(DrillRunner):
                 seen = len(self.history)
                 if recovered(segment(self.history, begin, now, base), obs.until_steps_after_recovery):
                     return
-            if self._job_exited() is not None or now - t0 >= obs.window or (cut is not None and now >= cut):
+            code = self._job_exited()
+            if code is not None:  # the job gave up (a restart budget spent): this fault's recovery failed
+                for probe in self.probes:
+                    probe.poll_once()
+                self.record("job.exit", code=code)
+                return
+            if now - t0 >= obs.window or (cut is not None and now >= cut):
                 return
             self.ui.status(f"fault {index + 1}: +{now - t0:5.1f} s")
             self._tick(0.2)

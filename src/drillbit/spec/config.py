@@ -225,6 +225,8 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
                                          "whatever node comes back", "--replace-policy", "naive"),
     "reference-rigid": _reference("reference job that needs every node (--nnodes N:N): it waits in rendezvous "
                                   "for a lost node instead of going on without it", "--min-nodes", "{nnodes}"),
+    "reference-longrun": _reference("reference job with a restart budget for a long run (torchrun --max-restarts "
+                                    "100): what a campaign of many faults needs", "--max-restarts", "100"),
     "reference-nvrx": _reference("reference job whose straggler detector uses NVRx's rule "
                                  "(speed / fastest < 0.75)", "--straggler", "nvrx"),
 }
