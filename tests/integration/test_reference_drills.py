@@ -42,11 +42,11 @@ def test_kill_rank_passes_on_the_reference_stack(tmp_path):
 
 
 def test_kill_rank_fails_without_the_store_fix(tmp_path):
-    result = run("kill-rank-fast", "reference-nostorefix", tmp_path)
+    result = run("kill-rank-fast", "reference-nostorefix", tmp_path, window=30)
     assert result["verdict"] == "fail"
     assert result["exit_code"] == 1
-    # Usually no restart ever rendezvouses; now and then the last attempt wins the race for
-    # the store and the job limps back after burning its restart budget. Both must fail.
+    # No restart rendezvouses (the fixture loses the stale-store race every time); should one
+    # limp back after burning its restart budget, that must fail too.
     restarts = next(s for s in result["slos"] if s["name"] == "limits.restarts.max")
     if result["measurements"]["time_to_first_step"] is None:
         assert "no restart ever produced a step" in result["reasons"][0]
