@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from drillbit.checks.baseline import Baseline
 from drillbit.checks.recovery import Measurements
 from drillbit.history import History
-from drillbit.spec.models import HIGHER_IS_BETTER, SLO
+from drillbit.spec.models import SLO
 
 Status = Literal["pass", "fail", "unknown"]
 

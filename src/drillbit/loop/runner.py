@@ -25,7 +25,7 @@ import psutil
 
 from drillbit.checks import CheckResult, check
 from drillbit.checks.baseline import Baseline
-from drillbit.checks.recovery import Measurements, awaiting, recovered
+from drillbit.checks.recovery import awaiting, recovered
 from drillbit.errors import ConfigError, DrillError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
