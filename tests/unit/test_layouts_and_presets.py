@@ -147,3 +147,15 @@ def test_torchtitan_preset_reads_lines_made_with_torchtitans_format_strings():
     assert t == datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
     assert [h[0][0] for h in map(m.match, lines[1:])] == ["ckpt.save.begin", "ckpt.save", "restore"]
     assert m.match(lines[2])[0][2]["seconds"] == 0.42 and m.match(lines[3])[0][2]["step"] == 10
+
+
+def test_torchrun_detects_a_failure_when_it_starts_stopping_the_other_workers():
+    """Lines torch 2.13's agent printed in the CI run: the SIGTERM to the surviving workers came
+    0.07 s after the kill, 'failed (exitcode: -9)' 30 s later (a Lightning rank handled SIGTERM)."""
+    m = matcher(load("torchrun").signals)
+    first = ("W1130 07:05:13.368000 18501 .venv/lib/python3.11/site-packages/torch/distributed/elastic/"
+             "multiprocessing/api.py:1028] Sending process 18508 closing signal SIGTERM")
+    late = ("E1130 07:05:43.434000 18501 .venv/lib/python3.11/site-packages/torch/distributed/elastic/"
+            "multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 2 (pid: 18510) of binary: python3")
+    assert [(k, d["pid"]) for k, _, d in m.match(first)] == [("detect", 18508)]
+    assert [(k, d["exitcode"]) for k, _, d in m.match(late)] == [("detect", -9)]
