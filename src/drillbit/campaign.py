@@ -336,24 +336,16 @@ def load_campaign(path: str | Path, config=None) -> CampaignSpec:
     """A campaign spec with every problem at once, by file and line: its fields, each fault's
     type and params, its job."""
     from drillbit.errors import Problem, SpecError
-    from drillbit.faults import registry
-    from drillbit.spec.load import _line, _suggest, read_yaml, validate
+    from drillbit.spec.load import _line, _suggest, fault_problems, read_yaml, validate
 
     path = Path(path)
     data, lines = read_yaml(path)
     if not isinstance(data, dict):
         raise SpecError([Problem(str(path), 1, "", "a campaign spec is a mapping (name:, faults:, arrival:, ...)")])
     spec, problems = validate(CampaignSpec, data, path, lines)
-    known = registry()
     for i, f in enumerate(data.get("faults") or []):
-        if not isinstance(f, dict) or not isinstance(f.get("type"), str):
-            continue
-        cls = known.get(f["type"])
-        if cls is None:
-            problems.append(Problem(str(path), _line(lines, ("faults", i, "type")), f"faults.{i}.type",
-                                    f"unknown fault {f['type']!r}" + _suggest(f["type"], list(known))))
-        else:
-            problems += validate(cls.Params, f.get("params") or {}, path, lines, ("faults", i, "params"))[1]
+        if isinstance(f, dict):
+            problems += fault_problems(f, path, lines, ("faults", i))
     if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
         problems.append(Problem(str(path), _line(lines, ("job",)), "job",
                                 f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs))))

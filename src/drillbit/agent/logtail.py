@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+from drillbit.probes.logs import LineReader
 from drillbit.probes.preset import Matcher
 from drillbit.probes.tail import FileFollower
 from drillbit.spec.signals import Signal
@@ -24,7 +25,7 @@ class LogTail:
     def __init__(self, paths: list[str], signals: list[Signal], *, clock, max_buffer: int = 20_000,
                  poll: float = 0.1) -> None:
         self._followers = [FileFollower(p) for p in paths]
-        self._match = Matcher(signals)
+        self.reader = LineReader(Matcher(signals))
         self._clock = clock
         self.max_buffer = max_buffer
         self._poll = poll
@@ -32,11 +33,8 @@ class LogTail:
         self._lock = threading.Lock()
         self._reading = threading.Lock()
         self._stop = threading.Event()
-        self.lines = 0
-        self.unmatched: list[str] = []
         self.paused = 0  # polls skipped because the buffer was full
         self._reported_lost = 0
-        self._last_step: int | None = None
         self._thread = threading.Thread(target=self._run, name="logtail", daemon=True)
         self._thread.start()
 
@@ -61,19 +59,8 @@ class LogTail:
         for follower in self._followers:
             lines = follower.read_lines(CHUNK)
             now = self._clock()
-            out = []
-            for line in lines:
-                self.lines += 1
-                hits = self._match.match(line)
-                if not hits and len(self.unmatched) < 5 and line.strip():
-                    self.unmatched.append(line[:200])
-                for kind, t, data in hits:
-                    if kind == "step":
-                        if data.get("n") == self._last_step:
-                            continue  # a progress bar redrawn: one step, one event
-                        self._last_step = data.get("n")
-                    rank = data.pop("rank", None)
-                    out.append({"kind": kind, "t": t if t is not None else now, "rank": rank, "data": data})
+            out = [{"kind": kind, "t": t if t is not None else now, "rank": rank, "data": data}
+                   for line in lines for kind, t, rank, data in self.reader.hits(line)]
             self._report_lost(out)
 
     def _report_lost(self, out: list[dict]) -> None:

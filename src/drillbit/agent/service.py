@@ -185,8 +185,8 @@ class AgentService:
         if tail is None:
             return api.TailBatch(events=[], more=False, lines=0, unmatched=[], paused=0)
         events, more = tail.fetch(max_events)
-        return api.TailBatch(events=[api.TailEvent(**e) for e in events], more=more, lines=tail.lines,
-                             unmatched=tail.unmatched, paused=tail.paused)
+        return api.TailBatch(events=[api.TailEvent(**e) for e in events], more=more,
+                             lines=tail.reader.lines, unmatched=tail.reader.unmatched, paused=tail.paused)
 
     def _tail_fetch(self, req: api.TailFetch) -> api.TailBatch:
         return self._tail_batch(req.max_events)

@@ -18,19 +18,43 @@ from drillbit.spec.signals import Signal
 from drillbit.probes.tail import FileFollower
 
 
+class LineReader:
+    """What reading a job's log does to each line, on the controller (LogProbe) or on a node
+    (agent/logtail.py): count it, keep the first lines no signal matched, and take a step
+    number seen twice in a row (a progress bar redrawn) as one step."""
+
+    def __init__(self, match: Matcher) -> None:
+        self._match = match
+        self.lines = 0  # lines read, for "no steady state" to say what the logs held
+        self.unmatched: list[str] = []  # the first few lines no signal matched
+        self._last_step: int | None = None
+
+    def hits(self, line: str) -> list[tuple[str, float | None, int | None, dict]]:
+        """(kind, time from the line or None, rank, data) for each signal the line fires."""
+        self.lines += 1
+        hits = self._match.match(line)
+        if not hits and len(self.unmatched) < 5 and line.strip():
+            self.unmatched.append(line[:200])
+        out = []
+        for kind, t, data in hits:
+            if kind == "step":
+                if data.get("n") == self._last_step:
+                    continue  # the same step again: one step, one event
+                self._last_step = data.get("n")
+            out.append((kind, t, data.pop("rank", None), data))
+        return out
+
+
 class LogProbe:
     source = "probe:logs"
 
     def __init__(self, history: History, paths: list[Path], match: Matcher, poll: float = 0.1) -> None:
         self._history = history
         self._followers = [FileFollower(p) for p in paths]
-        self._match = match
+        self.reader = LineReader(match)
         self._poll = poll
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.lines = 0  # lines read, for "no steady state" to say what the logs held
-        self.unmatched: list[str] = []  # the first few lines no signal of this probe matched
-        self._last_step: int | None = None
 
     def start(self, record: Callable | None = None) -> None:
         self._thread = threading.Thread(target=self._run, name=self.source, daemon=True)
@@ -39,16 +63,7 @@ class LogProbe:
     def poll_once(self) -> None:
         for follower in self._followers:
             for line in follower.read_lines():
-                self.lines += 1
-                hits = self._match.match(line)
-                if not hits and len(self.unmatched) < 5 and line.strip():
-                    self.unmatched.append(line[:200])
-                for kind, t, data in hits:
-                    if kind == "step":
-                        if data.get("n") == self._last_step:
-                            continue  # the same step again (a progress bar redrawn): one step, one event
-                        self._last_step = data.get("n")
-                    rank = data.pop("rank", None)
+                for kind, t, rank, data in self.reader.hits(line):
                     self._history.record(self.source, kind, t=t, rank=rank, **data)
 
     def _run(self) -> None:
@@ -75,10 +90,11 @@ class ProgressProbe(LogProbe):
         """Why no step was seen, in terms a person can fix."""
         missing = [str(p) for p in self.paths if not p.exists()]
         parts = [f"step signals: {self.step_patterns or 'none'}",
-                 f"the logs held {self.lines} line(s)"
+                 f"the logs held {self.reader.lines} line(s)"
                  + (f"; not found: {', '.join(missing)}" if missing else f" ({', '.join(map(str, self.paths))})")]
-        if self.unmatched:
-            parts.append("first lines no step signal matched: " + " | ".join(repr(u) for u in self.unmatched[:3]))
+        if self.reader.unmatched:
+            parts.append("first lines no step signal matched: "
+                         + " | ".join(repr(u) for u in self.reader.unmatched[:3]))
         return "; ".join(parts)
 
 

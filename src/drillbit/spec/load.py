@@ -154,10 +154,23 @@ def _suggest(word: str, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(choices))})"
 
 
-def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
-    """Load and fully validate a drill spec, fault params and job reference included."""
+def fault_problems(fault: dict, path: Path, lines: dict[Loc, int], loc: Loc) -> list[Problem]:
+    """A fault entry's type (known to the registry) and params (valid for that fault), as
+    problems at ``loc`` (``fault`` in a drill spec, ``faults.N`` in a campaign)."""
     from drillbit.faults import registry
 
+    if not isinstance(fault.get("type"), str):
+        return []
+    faults = registry()
+    cls = faults.get(fault["type"])
+    if cls is None:
+        return [Problem(str(path), _line(lines, loc + ("type",)), _loc_text(loc + ("type",)),
+                        f"unknown fault {fault['type']!r}" + _suggest(fault["type"], list(faults)))]
+    return validate(cls.Params, fault.get("params") or {}, path, lines, loc + ("params",))[1]
+
+
+def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
+    """Load and fully validate a drill spec, fault params and job reference included."""
     path = Path(path)
     data, lines = read_yaml(path)
     problems: list[Problem] = []
@@ -165,15 +178,8 @@ def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
         raise SpecError([Problem(str(path), 1, "", "a drill spec is a mapping (name:, fault:, ...)")])
     spec, problems = validate(DrillSpec, data, path, lines)
     fault = data.get("fault") if isinstance(data.get("fault"), dict) else None
-    if fault is not None and isinstance(fault.get("type"), str):
-        faults = registry()
-        cls = faults.get(fault["type"])
-        if cls is None:
-            problems.append(Problem(str(path), _line(lines, ("fault", "type")), "fault.type",
-                                    f"unknown fault {fault['type']!r}" + _suggest(fault["type"], list(faults))))
-        else:
-            _, more = validate(cls.Params, fault.get("params") or {}, path, lines, ("fault", "params"))
-            problems += more
+    if fault is not None:
+        problems += fault_problems(fault, path, lines, ("fault",))
     slo = data.get("slo") if isinstance(data.get("slo"), dict) else {}
     for key in ("project", "cadence"):
         block = slo.get(key) if isinstance(slo.get(key), dict) else {}
