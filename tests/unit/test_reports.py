@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -64,21 +65,25 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.skipif(_chromium() is None, reason="Debian chromium not installed (.ci/run installs it)")
-def test_html_report_renders_timeline_in_headless_chromium(tmp_path):
+def _screenshot(page: Path, size: str) -> list[tuple[int, ...]]:
+    """``page`` rendered by headless Chromium, as RGB pixels."""
     from PIL import Image
 
-    history = kill_pass_history()
-    render.write_all(tmp_path, payload_for(history), history)
-    shot = tmp_path / "shot.png"
+    shot = page.with_name("shot.png")
     subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,700",
-                    f"--screenshot={shot}", (tmp_path / "report.html").as_uri()],
+                    f"--user-data-dir={page.parent / 'profile'}", f"--window-size={size}",
+                    f"--screenshot={shot}", page.as_uri()],
                    check=True, capture_output=True, timeout=120)
-    image = Image.open(shot).convert("RGB")
-    raw = image.tobytes()
-    pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
+    raw = Image.open(shot).convert("RGB").tobytes()
+    return [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Debian chromium not installed (.ci/run installs it)")
+def test_html_report_renders_timeline_in_headless_chromium(tmp_path):
+    history = kill_pass_history()
+    render.write_all(tmp_path, payload_for(history), history)
+    pixels = _screenshot(tmp_path / "report.html", "1000,700")
     blue = sum(1 for p in pixels if all(abs(a - b) < 40 for a, b in zip(p, STEP_BLUE)))
     shaded = sum(1 for p in pixels if all(abs(a - b) < 12 for a, b in zip(p, (0xFE, 0xCA, 0xCA))))
     distinct = len(set(pixels[:: 7]))
@@ -168,8 +173,6 @@ def test_timeline_labels_of_close_marks_do_not_overlap():
 
 @pytest.mark.skipif(_chromium() is None, reason="Debian chromium not installed (.ci/run installs it)")
 def test_trends_page_renders_runs_and_the_baseline_in_headless_chromium(tmp_path):
-    from PIL import Image
-
     from drillbit.report.store import Store
     from drillbit.report.trends import BAND, COLORS, page, rows_with_measurements
 
@@ -182,14 +185,7 @@ def test_trends_page_renders_runs_and_the_baseline_in_headless_chromium(tmp_path
         text = page(rows_with_measurements(store, 100))
     assert text.count("<svg") == 3 and "5 of 6 runs passed" in text and "<script" not in text
     (tmp_path / "trends.html").write_text(text)
-    shot = tmp_path / "shot.png"
-    subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1300,700",
-                    f"--screenshot={shot}", (tmp_path / "trends.html").as_uri()],
-                   check=True, capture_output=True, timeout=120)
-    raw = Image.open(shot).convert("RGB").tobytes()
-    pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
+    pixels = _screenshot(tmp_path / "trends.html", "1300,700")
 
     def near(hex_color: str, tol: int) -> int:
         rgb = tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
