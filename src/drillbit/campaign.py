@@ -63,11 +63,55 @@ class Arrival(Strict):
         return float(self.interval) if self.process == "fixed" else rng.expovariate(1.0 / float(self.mtbi or 1.0))
 
 
+class CauseMix(Strict):
+    """The fault mix of a fleet scenario (faults/scenarios): each cause of interruption is
+    drilled as one of the campaign's faults, weighted by how often the fleet met it."""
+
+    scenario: str = Field(description="a fleet scenario, e.g. llama3-405b")
+    map: dict[str, str] = Field(default_factory=dict, description="cause -> fault type (one of faults:); "
+                                "unmapped causes follow DEFAULT_CAUSE_FAULTS")
+
+
+# How a cause of interruption is drilled, unless the spec says otherwise: a hang is a hung
+# collective, silent data corruption a damaged checkpoint, a slow or hot GPU a slow rank,
+# and everything that takes a GPU, host, link or process down is a lost rank.
+DEFAULT_CAUSE_FAULTS = (("nccl", "hang-collective"), ("hang", "hang-collective"), ("silent-data", "corrupt-checkpoint"),
+                        ("thermal", "slow-rank"), ("", "kill-rank"))
+
+
+def cause_weights(c: "CampaignSpec") -> tuple[list[float], dict[str, Any]]:
+    """The weight of each of the campaign's faults, and how the scenario's causes fell."""
+    if c.mix is None:
+        return [f.weight for f in c.faults], {}
+    from drillbit.fleet.simulate import load_scenario
+
+    scenario = load_scenario(c.mix.scenario)
+    listed = {f.type for f in c.faults}
+    by_fault: dict[str, int] = {}
+    undrilled: dict[str, int] = {}
+    for cause, info in scenario.causes.items():
+        fault = c.mix.map.get(cause) or next(t for key, t in DEFAULT_CAUSE_FAULTS if key in cause)
+        if fault in listed:
+            by_fault[fault] = by_fault.get(fault, 0) + info.count
+        else:
+            undrilled[cause] = info.count
+    total = sum(i.count for i in scenario.causes.values())
+    weights = [float(by_fault.get(f.type, 0)) / max(1, sum(1 for g in c.faults if g.type == f.type))
+               for f in c.faults]
+    rate_h = scenario.rate() / 24.0  # interruptions per GPU-hour
+    return weights, {"scenario": scenario.name, "interruptions": total,
+                     "share": {t: round(n / total, 4) for t, n in sorted(by_fault.items())},
+                     "not_drilled": {k: v for k, v in sorted(undrilled.items())}, "causes": sorted(scenario.causes),
+                     "fleet_mtbi_per_gpu_h": round(1.0 / rate_h, 1) if rate_h else None}
+
+
 class CampaignSpec(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     summary: str = ""
     job: str | None = None
     faults: list[CampaignFault] = Field(min_length=1)
+    mix: CauseMix | None = Field(None, description="weight the faults by a fleet scenario's causes instead of "
+                                                    "their own weights")
     arrival: Arrival
     duration: Duration = Field(description="faults arrive until then; the last one is still observed")
     mode: Literal["sequential", "overlapping"] = "sequential"
@@ -118,6 +162,9 @@ class CampaignRunner(DrillRunner):
 
     def inject(self) -> None:
         c = self.campaign
+        weights, mix = cause_weights(c)
+        if mix:
+            self.record("campaign.mix", **mix)
         rng = random.Random(c.arrival.seed)
         start = time.time()
         end = start + float(c.duration)
@@ -133,7 +180,7 @@ class CampaignRunner(DrillRunner):
                     return
                 self.ui.status(f"fault {index + 1} in {due - time.time():4.1f} s")
                 self._tick(0.1)
-            f = rng.choices(c.faults, weights=[x.weight for x in c.faults])[0]
+            f = rng.choices(c.faults, weights=weights)[0]
             self._use(f)
             t_start = time.time()
             self.record("campaign.fault", index=index, fault=f.type)
@@ -216,6 +263,7 @@ def judge(campaign: CampaignSpec, history: History, segments: list[dict[str, Any
                              "min": min(ttr), "max": max(ttr)} if ttr else None),
         "ledger": total.model_dump() | {"goodput": total.goodput} if total.wall_s else None,
         "baseline_step_s": base,
+        "mix": mix.data if (mix := history.first("campaign.mix")) is not None else None,
     }
 
 
@@ -272,6 +320,13 @@ def markdown(report: dict[str, Any], predicted_: dict[str, Any] | None) -> str:
         lines.append(f"| {r['index']} | {r['t']} | {r['fault']} | {r['targets']} | {r['verdict']} | "
                      f"{fmt(r['time_to_detect'])} | {fmt(r['time_to_first_step'])} | {fmt(r['lost_steps'])} | "
                      f"{fmt(r['restarts'])} |")
+    mix = report.get("mix")
+    if mix:
+        share = ", ".join(f"{t} {v:.1%}" for t, v in mix["share"].items())
+        skipped = ", ".join(f"{k} ({v:g})" for k, v in mix["not_drilled"].items()) or "none"
+        lines += ["", f"Fault mix from scenario {mix['scenario']} ({mix['interruptions']:g} interruptions): {share}; "
+                      f"causes not drilled: {skipped}. At that fleet's rate one GPU meets an interruption every "
+                      f"{mix['fleet_mtbi_per_gpu_h']:g} GPU-hours; the campaign compresses it to its arrival process."]
     ttr = report["time_to_recover"]
     if ttr:
         lines += ["", f"Time to recover (first step after the fault): median {ttr['median']:.2f} s, p90 "
@@ -349,9 +404,34 @@ def load_campaign(path: str | Path, config=None) -> CampaignSpec:
     if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
         problems.append(Problem(str(path), _line(lines, ("job",)), "job",
                                 f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs))))
+    if spec is not None and spec.mix is not None:
+        problems += _mix_problems(spec, path, lines)
     if problems:
         raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.path)))
     return spec
+
+
+def _mix_problems(spec: CampaignSpec, path: Path, lines) -> list:
+    from drillbit.errors import Problem, SpecError
+    from drillbit.spec.load import _line
+
+    assert spec.mix is not None
+    where = _line(lines, ("mix",))
+    listed = {f.type for f in spec.faults}
+    out = [Problem(str(path), _line(lines, ("mix", "map", cause)), f"mix.map.{cause}",
+                   f"{fault!r} is not one of the campaign's faults ({', '.join(sorted(listed))})")
+           for cause, fault in spec.mix.map.items() if fault not in listed]
+    try:
+        weights, mix = cause_weights(spec)
+    except SpecError as exc:
+        return out + [Problem(str(path), where, "mix.scenario", p.message) for p in exc.problems]
+    unknown = sorted(set(spec.mix.map) - set(mix["causes"]))
+    if unknown:
+        out.append(Problem(str(path), where, "mix.map", f"cause(s) {unknown} are not in scenario {spec.mix.scenario}"))
+    if not out and not any(weights):
+        out.append(Problem(str(path), where, "mix", f"none of scenario {spec.mix.scenario}'s causes maps to the "
+                                                   "campaign's faults"))
+    return out
 
 
 def execute(campaign: CampaignSpec, *, cluster: str | None = None, job: str | None = None,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbit import exitcodes
-from drillbit.checks.verdict import worst
+from drillbit.checks.verdict import interrupted, worst
 
 # measurements summarised (numbers only)
 STATS = ("time_to_detect", "time_to_restart", "time_to_restore", "time_to_first_step", "lost_steps", "restarts",
@@ -73,6 +73,8 @@ def run_repeated(resolved, n: int, *, min_pass_rate: float | None = None, report
         payload, outcome = execute(resolved, reports_dir=reports_dir, db=db, ui=ui)
         payloads.append(payload)
         dirs.append(str(outcome.run_dir))
+        if interrupted(payload):
+            break
     agg = aggregate(resolved.spec.name, payloads, dirs, min_pass_rate)
     out = Path(reports_dir or resolved.config.reports_dir) / f"repeat-{time.strftime('%Y%m%d-%H%M%S')}-{resolved.spec.name}"
     i = 1

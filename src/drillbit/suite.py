@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from drillbit.checks.verdict import worst
+from drillbit.checks.verdict import interrupted, worst
 from drillbit.report import junit
 from drillbit.exitcodes import suite_exit_code
 from drillbit.loop import UI
@@ -92,7 +92,7 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
             run.run_dirs.append(outcome.run_dir)
         if after is not None:
             after(resolved, payload)
-        if suite.stop_on_failure and payload["verdict"] != "pass":
+        if (suite.stop_on_failure and payload["verdict"] != "pass") or interrupted(payload):
             break
     assert run is not None
     return run

@@ -27,7 +27,7 @@ def test_dataloader_hang_caught_by_the_watchdog(tmp_path):
 
 
 def test_dataloader_hang_missed_without_the_watchdog(tmp_path):
-    result = run("dataloader-hang-fast", "reference-nowatchdog", tmp_path, window=20)
+    result = run("dataloader-hang-fast", "reference-nowatchdog", tmp_path, window=15)
     assert result["verdict"] == "fail"
     assert "the stall was never detected" in result["reasons"][0]
 
@@ -42,7 +42,7 @@ def test_restore_hang_quarantined_and_fallen_back(tmp_path):
 
 
 def test_restore_hang_waits_forever_without_the_watchdog(tmp_path):
-    result = run("restore-hang-fast", "reference-nowatchdog", tmp_path, window=30)
+    result = run("restore-hang-fast", "reference-nowatchdog", tmp_path, window=20)
     assert result["verdict"] == "fail"
     first = next(s for s in result["slos"] if s["name"] == "first_step_within")
     assert first["status"] == "fail"

@@ -92,6 +92,6 @@ def test_naive_policy_just_waits_and_fails(tmp_path):
 
     # it waits on the hung call forever: a short window shows that as well as a long one
     payload, _ = execute(short_window(resolve(str(HERE / "fail-node-replacement-fast.yaml"),
-                                              job="reference-naivereplace"), 35), reports_dir=str(tmp_path))
+                                              job="reference-naivereplace"), 25), reports_dir=str(tmp_path))
     assert payload["verdict"] == "fail"
     assert any("just waited" in r or "only after" in r for r in payload["reasons"]), payload["reasons"]

@@ -76,7 +76,7 @@ def test_kill_node_recovers_on_the_nodes_left(tmp_path):
 
 
 def test_kill_node_fails_a_job_that_needs_every_node(tmp_path):
-    result = run("kill-node-fast", tmp_path, job="reference-rigid", window=25)
+    result = run("kill-node-fast", tmp_path, job="reference-rigid", window=20)
     assert result["verdict"] == "fail"
     assert any("never made a step again" in r or "no first step" in r for r in result["reasons"]), result["reasons"]
 

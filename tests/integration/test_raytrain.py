@@ -39,6 +39,6 @@ def test_stall_nccl_on_ray_train_caught_by_the_collective_timeout(tmp_path):
 
 
 def test_stall_nccl_missed_by_ray_train_with_the_default_timeout(tmp_path):
-    result = run("stall-nccl-fast", "raytrain-notimeout", tmp_path, window=20)
+    result = run("stall-nccl-fast", "raytrain-notimeout", tmp_path, window=15)
     assert result["verdict"] == "fail"
     assert "the stall was never detected" in result["reasons"][0]

@@ -66,7 +66,7 @@ def test_stall_nccl_passes_with_the_watchdog(tmp_path):
 
 
 def test_stall_nccl_fails_with_the_watchdog_off(tmp_path):
-    result = run("stall-nccl-fast", "reference-nowatchdog", tmp_path, window=20)
+    result = run("stall-nccl-fast", "reference-nowatchdog", tmp_path, window=15)
     assert result["verdict"] == "fail"
     assert "the stall was never detected" in result["reasons"][0]
     detect = next(s for s in result["slos"] if s["name"] == "detect_within")

@@ -12,6 +12,12 @@ pytestmark = pytest.mark.slow
 SPEC = Path(__file__).parent / "drills" / "slow-rank-fast.yaml"
 
 
+@pytest.fixture(autouse=True)
+def catalogue_step_time(monkeypatch):
+    """A 3% slowdown of a 250 ms step, as the catalogue drills it (conftest shortens steps)."""
+    monkeypatch.setenv("DRILLBIT_REFERENCE_STEP_MS", "250")
+
+
 def run(job: str, tmp_path: Path, window: float | None = None) -> dict:
     resolved = resolve(str(SPEC), job=job)
     payload, _ = execute(short_window(resolved, window) if window else resolved, reports_dir=str(tmp_path))
@@ -30,11 +36,11 @@ def test_three_percent_slow_rank_is_named(tmp_path):
 
 
 def test_nvrx_rule_never_names_it(tmp_path):
-    result = run("reference-nvrx", tmp_path, window=20)
+    result = run("reference-nvrx", tmp_path, window=15)
     assert result["verdict"] == "fail"
     assert "was never named" in result["reasons"][0]
 
 
 def test_without_a_detector_it_fails(tmp_path):
-    result = run("reference-nostraggler", tmp_path, window=20)
+    result = run("reference-nostraggler", tmp_path, window=15)
     assert result["verdict"] == "fail"

@@ -59,3 +59,39 @@ def test_bad_campaign_specs_are_refused_with_every_problem(tmp_path):
     assert "c.yaml:4: faults.1.params.signal" in text
     assert "c.yaml:5: arrival" in text and "needs interval" in text
     assert load_campaign("campaigns/mixed-faults.yaml").duration == 600
+
+
+def test_a_fleet_scenarios_causes_weight_the_faults():
+    from drillbit.campaign import cause_weights
+
+    c = campaign(faults=[{"type": "kill-rank"}, {"type": "hang-collective"}, {"type": "corrupt-checkpoint"}],
+                 mix={"scenario": "llama3-405b"})
+    weights, mix = cause_weights(c)
+    # Llama 3 405B's 419 unexpected interruptions: 7 NCCL watchdog timeouts, 6 silent data
+    # corruptions, 6 thermal (not drilled: no slow-rank listed), the other 400 lose a rank
+    assert weights == [400.0, 7.0, 6.0]
+    assert mix["not_drilled"] == {"gpu-thermal": 6.0} and mix["share"]["kill-rank"] == pytest.approx(400 / 419, 1e-3)
+    mapped = campaign(faults=[{"type": "kill-rank"}, {"type": "slow-rank"}],
+                      mix={"scenario": "llama3-405b", "map": {"faulty-gpu": "slow-rank"}})
+    weights, _ = cause_weights(mapped)
+    assert weights == [400.0 - 148.0, 148.0 + 6.0]
+    report = {"campaign": "x", "verdict": "pass", "faults": 0, "kinds": [], "per_fault": [], "time_to_recover": None,
+              "ledger": None, "mix": mix}
+    assert "Fault mix from scenario llama3-405b (419 interruptions): corrupt-checkpoint 1.4%, hang-collective 1.7%, " \
+           "kill-rank 95.5%; causes not drilled: gpu-thermal (6)" in markdown(report, None)
+
+
+def test_a_bad_cause_mix_is_refused_with_every_problem(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: bad-mix\nfaults:\n  - {type: kill-rank}\n"
+                    "mix: {scenario: llama3-405b, map: {faulty-gpu: slow-rank, no-such-cause: kill-rank}}\n"
+                    "arrival: {process: exponential, mtbi: 30s}\nduration: 2m\n")
+    with pytest.raises(SpecError) as info:
+        load_campaign(path)
+    text = str(info.value)
+    assert "c.yaml:4: mix.map: cause(s) ['no-such-cause'] are not in scenario llama3-405b" in text
+    assert "mix.map.faulty-gpu: 'slow-rank' is not one of the campaign's faults (kill-rank)" in text
+    path.write_text(path.read_text().replace("llama3-405b, map: {faulty-gpu: slow-rank, no-such-cause: kill-rank}",
+                                             "no-such-fleet"))
+    with pytest.raises(SpecError, match="no such scenario"):
+        load_campaign(path)

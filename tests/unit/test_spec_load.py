@@ -87,7 +87,7 @@ def test_missing_fields_and_trigger_rule(tmp_path):
     paths = {p.path: p for p in info.value.problems}
     assert "class" in paths and "summary" in paths
     assert paths["fault.trigger"].line == 4
-    assert "exactly one of at_step or after" in paths["fault.trigger"].message
+    assert "exactly one of at_step, after or during_save" in paths["fault.trigger"].message
 
 
 def test_yaml_syntax_error_has_line(tmp_path):

@@ -50,6 +50,17 @@ class Measurements(BaseModel):
     corrupted_checkpoint: str | None = None
     restored_path: str | None = None
     rejected_corrupted: bool | None = None
+    # kill-during-save: where the crash landed and what the restart made of it
+    crash_point: str | None = None
+    crash_lag_s: float | None = None          # the crash point's file event -> the kill
+    crashed_checkpoint: str | None = None     # what the cut-short save left visible (None: nothing)
+    crashed_step: int | None = None
+    crashed_complete: bool | None = None
+    crashed_why: str | None = None
+    best_complete_step: int | None = None     # the newest complete checkpoint when the job died
+    best_complete: str | None = None
+    restored_incomplete: bool | None = None
+    fell_back_further_than_needed: bool | None = None
 
 
 def _window(history: History) -> tuple[list[Event], float | None]:
@@ -107,6 +118,13 @@ def measure(history: History) -> Measurements:
     for evidence in confirmed.data.get("evidence", []):
         if evidence.get("data", {}).get("checkpoint"):
             m.corrupted_checkpoint = os.path.basename(str(evidence["data"]["checkpoint"]).rstrip("/"))
+    for evidence in confirmed.data.get("evidence", []):
+        d = evidence.get("data", {})
+        if d.get("point"):
+            m.crash_point, m.crash_lag_s = d["point"], d.get("lag_s")
+            m.crashed_checkpoint, m.crashed_step = d.get("crashed"), d.get("crashed_step")
+            m.crashed_complete, m.crashed_why = d.get("crashed_complete"), d.get("crashed_why") or None
+            m.best_complete_step, m.best_complete = d.get("best_complete_step"), d.get("best_complete")
     if m.corrupted_checkpoint is not None:
         m.rejected_corrupted = any(os.path.basename(str(e.data.get("path", "")).rstrip("/")) == m.corrupted_checkpoint
                                    for e in events if e.kind == "ckpt.reject" and e.t >= t0)
@@ -142,6 +160,8 @@ def measure(history: History) -> Measurements:
         m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
         if m.restored_step is None and (restart or restore):
             m.restored_step = m.first_step - 1
+    if m.crash_point is not None:
+        _judge_crash_restore(m, restore is not None or restart is not None)
     if m.step_at_fault is not None and m.restored_step is not None:
         m.lost_steps = max(0, m.step_at_fault - m.restored_step)
     elif m.step_at_fault is not None and m.time_to_first_step is not None:
@@ -149,6 +169,37 @@ def measure(history: History) -> Measurements:
     if after:
         m.last_step_s = after[-1].t - t0
     return m
+
+
+def _judge_crash_restore(m: Measurements, restarted: bool) -> None:
+    """kill-during-save: did the restart load what the crash left incomplete, and did it
+    fall back further than the newest complete checkpoint?"""
+    if not restarted and m.time_to_first_step is None:
+        return  # never came back: nothing was restored, rightly or wrongly
+    name = os.path.basename(m.restored_path.rstrip("/")) if m.restored_path else None
+    if m.crashed_checkpoint is not None and m.crashed_complete is False:
+        same = name == m.crashed_checkpoint if name else (m.restored_step is not None
+                                                          and m.restored_step == m.crashed_step)
+        m.restored_incomplete = bool(same)
+    elif name is not None or m.restored_step is not None:
+        m.restored_incomplete = False
+    if m.best_complete_step is None:
+        m.fell_back_further_than_needed = False  # nothing complete to fall back to: any restart is as good
+    elif m.restored_step is not None:
+        m.fell_back_further_than_needed = m.restored_step < m.best_complete_step
+
+
+def crash_class(m: Measurements, verdict: str) -> str:
+    """A kill-during-save run in one word, for the sweep's matrix: pass; silent (resumed from
+    a checkpoint the crash left incomplete); hard-fail (never stepped again); lost-work (fell
+    back further than needed); fail (another SLO)."""
+    if m.restored_incomplete and m.time_to_first_step is not None:
+        return "silent"
+    if m.time_to_first_step is None:
+        return "hard-fail"
+    if m.fell_back_further_than_needed:
+        return "lost-work"
+    return "pass" if verdict == "pass" else "fail"
 
 
 def _measure_slow(m: Measurements, events: list[Event], confirmed: Event, t0: float) -> None:

@@ -121,6 +121,8 @@ def evaluate(slo: SLO, m: Measurements, history: History,
         if status == "fail":
             reasons.append(f"the job restored {restored}, the checkpoint the harness had corrupted: nothing "
                            "verified it before loading")
+    if m.crash_point is not None:
+        results += _crash_invariants(m, reasons)
     if slo.max_lost_steps is not None:
         lost = m.lost_steps
         status = "unknown" if lost is None else ("pass" if lost <= slo.max_lost_steps else "fail")
@@ -174,6 +176,32 @@ def evaluate(slo: SLO, m: Measurements, history: History,
                            f"({verdict.worse:+.0%}), beyond {verdict.threshold:.3g} — outside the SLO's "
                            f"{allowed:.0%} and the last {verdict.runs} passing run(s)' own spread")
     return results, reasons
+
+
+def _crash_invariants(m: Measurements, reasons: list[str]) -> list[SLOResult]:
+    """kill-during-save's invariants, judged whenever the crash landed: a restart must not
+    load a checkpoint the crash left incomplete, nor fall back past the newest complete one."""
+    out: list[SLOResult] = []
+    where = f"the crash at '{m.crash_point}'"
+    status: Status = "unknown" if m.restored_incomplete is None else ("fail" if m.restored_incomplete else "pass")
+    out.append(SLOResult(name="restored_incomplete", measurement="restored_incomplete", limit=0,
+                         measured=None if m.restored_incomplete is None else int(m.restored_incomplete),
+                         status=status, detail=f"{where} left {m.crashed_checkpoint or 'nothing visible'}"
+                         + (f" incomplete ({m.crashed_why})" if m.crashed_complete is False else "")))
+    if status == "fail":
+        reasons.append(f"the job resumed from {m.crashed_checkpoint}, which {where} left incomplete "
+                       f"({m.crashed_why}): nothing checked the checkpoint was complete before loading it")
+    fell = m.fell_back_further_than_needed
+    status = "unknown" if fell is None else ("fail" if fell else "pass")
+    out.append(SLOResult(name="fell_back_further_than_needed", measurement="restored_step",
+                         limit=m.best_complete_step if m.best_complete_step is not None else 0,
+                         measured=m.restored_step, status=status,
+                         detail=f"newest complete checkpoint when the job died: {m.best_complete or 'none'}"))
+    if status == "fail":
+        reasons.append(f"the job restored step {m.restored_step}, but {m.best_complete} (step {m.best_complete_step}) "
+                       f"was complete when it crashed: {(m.best_complete_step or 0) - (m.restored_step or 0)} steps of "
+                       "work thrown away")
+    return out
 
 
 def _round(value: float | int) -> float | int:

@@ -44,6 +44,13 @@ def _left_in_place(event) -> str:
     return f"{what} on {where}: {event.data.get('detail', 'heal failed')}"
 
 
+def interrupted(payload: dict) -> bool:
+    """The operator stopped this drill (Ctrl-C, SIGTERM): a suite, repeat or sweep stops
+    too, rather than start the next drill."""
+    return payload.get("verdict") == "aborted" and any(r.startswith("aborted: interrupted by")
+                                                        for r in payload.get("reasons", []))
+
+
 def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reasons: list[str]) -> tuple[Verdict, list[str]]:
     reasons: list[str] = []
     verdict: Verdict = "pass"

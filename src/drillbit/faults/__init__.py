@@ -23,6 +23,7 @@ _BUILTIN = {
     "restore-hang": "drillbit.faults.restore_hang:RestoreHang",
     "throttle-clocks": "drillbit.faults.throttle_clocks:ThrottleClocks",
     "fail-node-replacement": "drillbit.faults.fail_node_replacement:FailNodeReplacement",
+    "kill-during-save": "drillbit.faults.kill_during_save:KillDuringSave",
 }
 
 

@@ -142,6 +142,17 @@ class Fault(Generic[P, S]):
     def heal(self, target: ProcRef, params: P, state: S) -> HealReport:
         raise NotImplementedError
 
+    def confirm_wait(self, params: P) -> float:
+        """How long the controller keeps asking ``confirm`` (each answer bounded by the
+        transport's timeout) before the fault counts as unconfirmed: 0 for a fault whose
+        effect is immediate; an armed fault (kill-during-save waits for a save) says more.
+        Evidence whose data has ``unconfirmed`` is a no, with that reason."""
+        return 0.0
+
+    # A fault that watches the job's saves itself, on the node: a during_save trigger arms
+    # it at once and hands it the save number, file offset and delay (loop/schedule.py).
+    arms_on_save: ClassVar[bool] = False
+
     def confirm_progress(self, progress: "Progress", t_effect: float) -> dict[str, Any] | None:
         """On the controller: does the job's progress show the effect? ``{}`` when nothing
         more is needed; None when it does not (the fault stays unconfirmed)."""

@@ -98,6 +98,14 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
     elif isinstance(getattr(params, "checkpoint", None), CheckpointSpec):
         params = params.model_copy(update={"checkpoint": params.checkpoint.model_copy(
             update={"dir": expand(params.checkpoint.dir, values)})})
+    during = spec.fault.trigger.during_save
+    if during is not None and fault.arms_on_save:  # the fault waits for the save on the node itself
+        update: dict = {"save": during.save, "delay_s": during.delay, "settle_s": during.settle}
+        if during.watch != "signal":
+            update["watch"] = during.watch
+        if during.files and "point" not in spec.fault.params:
+            update["point"] = f"close * #{during.files}"
+        params = params.model_copy(update=update)
     if getattr(params, "launcher", "unset") is None and job.launcher is not None:
         params = params.model_copy(update={"launcher": job.launcher})
     if getattr(params, "hook", "unset") is None and job.replacement is not None:
@@ -307,7 +315,7 @@ class DrillRunner:
         trigger = self.spec.fault.trigger
         self.ui.phase("inject", f"waiting: {describe_trigger(trigger)}")
         try:
-            wait_trigger(trigger, self.progress, self._job_exited)
+            wait_trigger(trigger, self.progress, self._job_exited, self._ckpt_dir_here(), self.fault.arms_on_save)
         except JobExited as exc:
             self.record("job.exit", code=exc.code)
             raise
@@ -316,6 +324,14 @@ class DrillRunner:
         self.nemesis.inject(self.targets)
         self.nemesis.confirm(self.progress)
 
+    def _ckpt_dir_here(self) -> Path | None:
+        """The job's checkpoint folder when this machine sees it (local clusters, a shared
+        filesystem); None where only the nodes do — a during_save trigger then follows the
+        save signal."""
+        if self.job.checkpoint is None or self.cluster.logs_on_agents:
+            return None
+        return Path(expand(self.job.checkpoint.dir, {"run_dir": str(self.run_dir)}))
+
     def observe(self) -> None:
         obs = self.spec.observe
         confirmed = self.history.first("fault.confirmed")
@@ -323,8 +339,14 @@ class DrillRunner:
         t0 = confirmed.t
         self.ui.phase("observe", f"until {obs.until_steps_after_recovery} steps after recovery, at most {obs.window:g} s")
         seen = -1
+        duration = self.spec.fault.duration
         while True:
             now = time.time()
+            if duration is not None and now - t0 >= duration:
+                duration = None
+                self.record("fault.expire", after_s=self.spec.fault.duration)
+                self.ui.phase("observe", f"the fault's {self.spec.fault.duration:g} s are over: healing, still watching")
+                self.nemesis.heal()
             if len(self.history) != seen:  # judge again only when something new was recorded
                 seen = len(self.history)
                 if recovered(self.history, obs.until_steps_after_recovery):

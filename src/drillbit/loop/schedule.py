@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import psutil
@@ -11,7 +12,9 @@ from drillbit.errors import ConfigError, DrillError
 from drillbit.loop.watch import Progress
 from drillbit.proc import ProcRef
 from drillbit.spec.config import JobProfile
-from drillbit.spec.models import BlastRadius, DrillSpec, Targets, Trigger
+from drillbit.dirwatch import DirWatch
+from drillbit.saves import SaveTracker
+from drillbit.spec.models import BlastRadius, DrillSpec, DuringSave, Targets, Trigger
 
 if TYPE_CHECKING:
     from drillbit.nodes import Nodes
@@ -85,12 +88,22 @@ def choose_targets(nodes: "Nodes", job: JobProfile, spec: DrillSpec, attach: Pro
 
 
 def describe_trigger(trigger: Trigger) -> str:
+    if trigger.during_save is not None:
+        ds = trigger.during_save
+        return (f"during save #{ds.save}" + (f", after {ds.files} file(s)" if ds.files else "")
+                + (f", +{ds.delay:g} s" if ds.delay else ""))
     return f"at step {trigger.at_step}" if trigger.at_step is not None else f"{trigger.after:g} s after steady state"
 
 
-def wait_trigger(trigger: Trigger, progress: Progress, job_exited: Callable[[], int | None]) -> None:
+def wait_trigger(trigger: Trigger, progress: Progress, job_exited: Callable[[], int | None],
+                 ckpt_dir: Path | None = None, armed_by_fault: bool = False) -> None:
     """Return when the trigger fires; raise if the job exits first. ``progress.tick``
-    bounds the wait by the drill's max_duration."""
+    bounds the wait by the drill's max_duration. A during_save trigger of a fault that
+    watches the saves itself, on the node (``armed_by_fault``), fires at once."""
+    if trigger.during_save is not None:
+        if not armed_by_fault:
+            wait_during_save(trigger.during_save, progress, job_exited, ckpt_dir)
+        return
     if trigger.at_step is not None:
         while True:
             last = progress.last
@@ -104,6 +117,40 @@ def wait_trigger(trigger: Trigger, progress: Progress, job_exited: Callable[[], 
     until = time.time() + trigger.after
     while time.time() < until:
         progress.tick(0.05)
+
+
+def wait_during_save(ds: DuringSave, progress: Progress, job_exited: Callable[[], int | None],
+                     ckpt_dir: Path | None) -> None:
+    """The ``save``-th save after now: from the checkpoint folder when this machine sees it
+    (its first file event, then ``files`` files written), else from the save signal."""
+    def exited() -> None:
+        code = job_exited()
+        if code is not None:
+            raise JobExited(code, f"the job exited (code {code}) before save #{ds.save}")
+
+    if ds.watch == "signal" or ckpt_dir is None:
+        since, seen = time.time(), 0
+        while seen < ds.save:
+            seen = sum(1 for e in progress.history.of("ckpt.save") if e.t >= since)
+            exited()
+            progress.tick(0.02)
+    else:
+        tracker = SaveTracker(ds.settle)
+        with DirWatch(ckpt_dir, ds.watch, 0.02) as watch:
+            fired = False
+            while not fired:
+                for event in watch.events(0.05):
+                    save = tracker.feed(event)
+                    if save is not None and save.number == ds.save and \
+                            sum(f["closed"] for f in save.files().values()) >= ds.files:
+                        fired = True
+                        break
+                if not fired:
+                    exited()
+                    progress.tick(0.0)
+    until = time.time() + ds.delay
+    while time.time() < until:
+        progress.tick(min(0.05, max(0.0, until - time.time())))
 
 
 class JobExited(DrillError):

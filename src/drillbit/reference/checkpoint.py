@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -53,11 +54,15 @@ def checkpoint_dirs(ckpt_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]), reverse=True)
 
 
-def write_checkpoint(ckpt_dir: Path, step: int, payload: dict[str, bytes], meta: dict) -> Path:
-    """Write files atomically; returns the final directory."""
+def write_checkpoint(ckpt_dir: Path, step: int, payload: dict[str, bytes], meta: dict, *,
+                     atomic: bool = True, pause_s: float = 0.0) -> Path:
+    """Write the files (``pause_s`` after each, as a slow filesystem would take); returns the
+    final directory. ``atomic``: into a temporary sibling, with a manifest and the COMPLETE
+    marker last, then renamed into place. Not atomic: straight into the final folder, no
+    marker — what a job that trusts its saves does (the fixture of reference-nonatomic)."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"{PREFIX}{step:08d}"
-    tmp = ckpt_dir / f".tmp-{final.name}-{os.getpid()}"
+    tmp = ckpt_dir / f".tmp-{final.name}-{os.getpid()}" if atomic else final
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -70,11 +75,16 @@ def write_checkpoint(ckpt_dir: Path, step: int, payload: dict[str, bytes], meta:
             fh.flush()
             os.fsync(fh.fileno())
         hashes[name] = hashlib.sha256(data).hexdigest()
+        time.sleep(pause_s)
     with open(tmp / MANIFEST, "w") as fh:
         json.dump({"step": step, "files": hashes}, fh, sort_keys=True)
         fh.flush()
         os.fsync(fh.fileno())
+    time.sleep(pause_s)
+    if not atomic:
+        return final
     (tmp / COMPLETE).write_text("ok\n")
+    time.sleep(pause_s)
     _fsync_dir(tmp)
     if final.exists():
         shutil.rmtree(final)

@@ -32,12 +32,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-restarts", type=int, default=3)
     p.add_argument("--monitor-interval", type=float, default=0.5)
     p.add_argument("--steps", type=int, default=1_000_000)
-    p.add_argument("--step-ms", type=float, default=250.0)
+    p.add_argument("--step-ms", type=float, default=float(os.environ.get("DRILLBIT_REFERENCE_STEP_MS", "250")))
     p.add_argument("--ckpt-every", type=int, default=10, help="0 switches checkpoints off")
     p.add_argument("--watchdog", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--watchdog-deadline", type=float, default=10.0)
     p.add_argument("--store-fix", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--save-mode", choices=["atomic", "inplace"], default="atomic",
+                   help="atomic: temp folder, COMPLETE marker, rename; inplace: files written straight into the "
+                        "final folder, no marker, and the newest folder restored unchecked")
+    p.add_argument("--save-pause-ms", type=float, default=0.0,
+                   help="pause after each checkpoint file (a slow filesystem: a save that takes time)")
     p.add_argument("--spares", type=int, default=3, help="spare nodes in the node pool")
     p.add_argument("--replace-policy", choices=["fallback", "naive"], default="fallback")
     p.add_argument("--straggler", choices=["fleet-median", "nvrx", "off"], default="fleet-median",
@@ -76,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "--step-ms", str(args.step_ms), "--heartbeat-dir", str(run_dir / "heartbeat"),
         "--store-fix" if args.store_fix else "--no-store-fix",
         "--verify" if args.verify else "--no-verify",
+        "--save-mode", args.save_mode, "--save-pause-ms", str(args.save_pause_ms),
         "--pool", str(run_dir / "pool.json"), "--replace-policy", args.replace_policy,
     ]
     # LOGLEVEL=INFO makes torchrun print "Worker group FAILED. k/M attempts left; will restart

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--collective-timeout", type=float, default=10.0,
                    help="the process group's timeout (s): how a hung all-reduce is caught")
     p.add_argument("--steps", type=int, default=1_000_000)
-    p.add_argument("--step-ms", type=float, default=250.0)
+    p.add_argument("--step-ms", type=float, default=float(os.environ.get("DRILLBIT_REFERENCE_STEP_MS", "250")))
     p.add_argument("--ckpt-every", type=int, default=10)
     args = p.parse_args(argv)
     run_dir = Path(args.run_dir).resolve()

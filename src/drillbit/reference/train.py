@@ -43,6 +43,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--store-fix", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                    help="verify checkpoint sha256 before restoring")
+    p.add_argument("--save-mode", choices=["atomic", "inplace"], default="atomic",
+                   help="atomic: temp folder, manifest, COMPLETE marker, then rename; inplace: the files go "
+                        "straight into step_N/ (no marker) and a restart loads the newest folder unchecked")
+    p.add_argument("--save-pause-ms", type=float, default=0.0, help="pause after each checkpoint file")
     p.add_argument("--heartbeat-dir", default=None, help="per-rank heartbeat files")
     p.add_argument("--pool", default=None, help="node pool file (node replacement on restart)")
     p.add_argument("--replace-policy", choices=["fallback", "naive"], default="fallback",
@@ -182,7 +186,14 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             log.emit("restore.begin", path=path)
 
-    found, rejected = checkpoint.newest_valid(ckpt_dir, checksums=args.verify, on_try=trying)
+    if args.save_mode == "inplace":  # the newest folder, whatever it holds
+        newest = checkpoint.checkpoint_dirs(ckpt_dir)[:1]
+        found = checkpoint.Verified(path=newest[0], step=-1) if newest else None
+        if found is not None:
+            trying(found.path)
+        rejected = []
+    else:
+        found, rejected = checkpoint.newest_valid(ckpt_dir, checksums=args.verify, on_try=trying)
     if rank == 0:
         for path, reason in rejected:
             log.emit("ckpt.reject", path=path, reason=reason)
@@ -191,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         state = torch.load(found.path / "shard_0.pt", map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"])
         optim.load_state_dict(state["optim"])
-        step = found.step
+        step = found.step if found.step >= 0 else int(state["step"])
         if rank == 0:
             log.emit("restore", step=step, path=found.path, seconds=f"{time.time() - t0:.4f}")
     dist.barrier()
@@ -227,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 path = checkpoint.write_checkpoint(
                     ckpt_dir, step, {"shard_0.pt": serialize(model, optim, step)},
                     {"world_size": world, "attempt": attempt},
+                    atomic=args.save_mode == "atomic", pause_s=args.save_pause_ms / 1000.0,
                 )
                 checkpoint.prune(ckpt_dir, args.keep)
                 log.emit("ckpt.save", step=step, seconds=f"{time.time() - t0:.4f}", path=path)

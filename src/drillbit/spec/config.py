@@ -196,6 +196,15 @@ def _reference(description: str, *flags: str) -> JobProfile:
     )
 
 
+def _nonatomic() -> JobProfile:
+    """Writes each save straight into step_N/ (no temporary folder, no marker) and loads the
+    newest folder on restart without checking it: the save path kill-during-save fails."""
+    job = _reference("reference job that saves in place (no temp folder, no COMPLETE marker) and restores the "
+                     "newest folder unchecked; 300 ms per file", "--save-mode", "inplace", "--save-pause-ms", "300")
+    return job.model_copy(update={"checkpoint": CheckpointSpec(
+        dir="{run_dir}/job/ckpt", layout="custom", glob="step_*", step_regex=r"step_(\d+)", metadata="meta.json")})
+
+
 def _raytrain(description: str, *flags: str) -> JobProfile:
     return JobProfile(
         description=description,
@@ -227,6 +236,10 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
                                   "for a lost node instead of going on without it", "--min-nodes", "{nnodes}"),
     "reference-longrun": _reference("reference job with a restart budget for a long run (torchrun --max-restarts "
                                     "100): what a campaign of many faults needs", "--max-restarts", "100"),
+    "reference-slowsave": _reference("reference job whose checkpoint files take 300 ms each to write (atomic "
+                                     "save: temp folder, manifest, COMPLETE, rename), so a crash can land inside "
+                                     "a save", "--save-pause-ms", "300"),
+    "reference-nonatomic": _nonatomic(),
     "reference-nvrx": _reference("reference job whose straggler detector uses NVRx's rule "
                                  "(speed / fastest < 0.75)", "--straggler", "nvrx"),
 }

@@ -56,16 +56,30 @@ class Targets(Strict):
     seed: int | None = None
 
 
+class DuringSave(Strict):
+    """Fire while the job saves a checkpoint: its ``save``-th save after steady state."""
+
+    save: int = Field(1, ge=1, description="which save: 1 = the first that starts after steady state")
+    files: int = Field(0, ge=0, description="fire once this many files of the save were written (0: as it starts)")
+    delay: Span = Field(0.0, description="then wait this long")
+    watch: Literal["auto", "inotify", "poll", "signal"] = Field(
+        "auto", description="how the save is seen: the checkpoint folder (inotify where there is one, else "
+                            "polling), or the job's checkpoint-save signal (most jobs print it as the save ends)")
+    settle: Span = Field(0.5, description="a save is over after this long without a file event")
+
+
 class Trigger(Strict):
-    """When the fault is injected: at a training step, or seconds after steady state."""
+    """When the fault is injected: at a training step, seconds after steady state, or during
+    a checkpoint save."""
 
     at_step: int | None = Field(None, ge=1)
     after: Span | None = None
+    during_save: DuringSave | None = None
 
     @model_validator(mode="after")
     def _one(self) -> "Trigger":
-        if (self.at_step is None) == (self.after is None):
-            raise ValueError("give exactly one of at_step or after")
+        if sum(x is not None for x in (self.at_step, self.after, self.during_save)) != 1:
+            raise ValueError("give exactly one of at_step, after or during_save")
         return self
 
 
@@ -74,6 +88,9 @@ class FaultSpec(Strict):
     targets: Targets = Field(default_factory=Targets)
     params: dict[str, Any] = Field(default_factory=dict)
     trigger: Trigger
+    duration: Duration | None = Field(None, description="heal the fault this long after it took effect, while the "
+                                                    "drill goes on watching (a hang that clears, a slow spell "
+                                                    "that ends); default: it lasts until the drill ends")
 
 
 class Steady(Strict):

@@ -1,0 +1,365 @@
+"""kill-during-save (recovery path): the job dies while it writes a checkpoint.
+
+Real failures do not wait for a save to finish. A node lost during a save leaves a folder
+that looks complete and is not; Hugging Face's auto-resume picks the highest
+``checkpoint-N`` without checking it (transformers issue 35525), and a public study that
+killed an HF Trainer job at every file boundary of one save found 17 of 19 crash points
+left a job that could not resume unaided (FACTS.md, issue 14).
+
+The fault is armed on the target's node: its agent watches the job's checkpoint folder
+(inotify, or polling where there is none — :mod:`drillbit.dirwatch`) and, in the
+``save``-th save that starts after arming, at the crash point (``point``: the create, close
+or publish of a named file, or ``torn``: closed and then cut to half its size), SIGKILLs
+the target rank — or, with ``scope: node``, the whole job on that node (launcher and every
+rank), as a machine dies. With ``record: true`` it kills nothing and reports the save's
+file events: the first pass of a sweep.
+
+The crash is the fault, so heal leaves the job's files as the crash left them. Right after
+the crash the checkpoint folder is copied into the drill's run folder (``keep_copy``) for the
+post-mortem, and judged: which checkpoints were complete when the job died (the newest of
+them is the best a restart could restore) and whether the save that was cut short left a
+visible, incomplete checkpoint. ``restore_after: true`` puts the folder back as it was when
+the fault was armed, after the drill (the job's later files are kept aside, not deleted).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from drillbit.checkpoints import CheckpointSpec, scan
+from drillbit.dirwatch import DirWatch, FileEvent
+from drillbit.errors import FaultError
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep, State
+from drillbit.faults.ckptfile import wait_gone
+from drillbit.faults.kill_node import TORCHRUN, job_tree
+from drillbit.proc import ProcRef
+from drillbit.saves import CrashPoint, Save, SaveTracker
+
+
+class KillDuringSaveParams(Params):
+    point: str = Field("create *", description="where in the save: 'create|close|torn|publish PATTERN [#N]' — "
+                                               "PATTERN an fnmatch of the file's or folder's name")
+    save: int = Field(1, ge=1, description="which save after arming: 1 = the next one to start")
+    delay_s: float = Field(0.0, ge=0, description="wait this long after the crash point's event")
+    scope: Literal["rank", "node"] = Field("rank", description="rank: SIGKILL the target rank; node: the job's "
+                                                               "whole tree on the target's node")
+    launcher: str | None = Field(None, description="scope node: the launcher's command line (regex; default: the "
+                                                   "job profile's, else torchrun)")
+    watch: Literal["auto", "inotify", "poll"] = "auto"
+    poll_interval_s: float = Field(0.05, gt=0)
+    settle_s: float = Field(0.5, gt=0, description="a save is over after this long without a file event")
+    arm_timeout_s: float = Field(300.0, gt=0, description="give up when no save reached the point in this long")
+    record: bool = Field(False, description="watch one save and report its file events; kill nothing")
+    keep_copy: bool = Field(True, description="copy the checkpoint folder into the run folder right after the crash")
+    restore_after: bool = Field(False, description="after the drill, put the checkpoint folder back as it was "
+                                                   "when the fault was armed")
+    checkpoint: CheckpointSpec | None = Field(None, description="default: the job profile's checkpoint")
+
+    @field_validator("point")
+    @classmethod
+    def _point(cls, value: str) -> str:
+        CrashPoint.parse(value)
+        return value
+
+
+class KillDuringSaveState(State):
+    dir: str
+    armed_at: float = 0.0
+    before: str | None = None       # restore_after: the folder as it was when armed
+    keep: str | None = None         # the post-crash copy
+    killed: list[ProcRef] = []
+    fired_at: float | None = None
+    replaced: str | None = None     # restore_after: where the job's later files were put aside
+
+
+class _Outcome:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.data: dict[str, Any] = {}
+        self.error: str | None = None
+
+
+class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
+    name = "kill-during-save"
+    fault_class = "recovery-path"
+    Params = KillDuringSaveParams
+    State = KillDuringSaveState
+    expects = "crash"
+    max_targets = 1  # one watch of one checkpoint folder; scope: node takes the rest of the node
+    arms_on_save = True
+
+    def __init__(self, scratch: Path | None = None) -> None:
+        super().__init__(scratch)
+        self._outcome: _Outcome | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- plan ------------------------------------------------------------------------------
+    def plan(self, targets: list[ProcRef], params: KillDuringSaveParams) -> Plan:
+        who = "the job's whole tree on the target's node" if params.scope == "node" else "the target rank"
+        action = (f"watch save #{params.save} and record its file events (kill nothing)" if params.record else
+                  f"in save #{params.save}, at '{params.point}'"
+                  + (f" + {params.delay_s:g} s" if params.delay_s else "") + f", SIGKILL {who}")
+        heal = ("nothing: the files stay as the crash left them (a copy is kept in the run folder)"
+                if not params.restore_after else "put the checkpoint folder back as it was when armed")
+        return Plan(fault=self.name, targets=targets, action=action, heal=heal)
+
+    def describe(self, target: ProcRef, params: KillDuringSaveParams) -> PlanStep:
+        step = super().describe(target, params)
+        return step.model_copy(update={"files": [self._dir(params)]})
+
+    def confirm_wait(self, params: KillDuringSaveParams) -> float:
+        return params.arm_timeout_s
+
+    # --- inject ------------------------------------------------------------------------------
+    def _dir(self, params: KillDuringSaveParams) -> str:
+        if params.checkpoint is None:
+            raise FaultError(f"{self.name} needs the job's checkpoints: set checkpoint: {{dir, layout}} in the job "
+                             "profile")
+        return str(Path(params.checkpoint.dir).resolve())
+
+    def _scratch(self, ckpt_dir: str) -> Path:
+        base = (self.scratch or Path(ckpt_dir).parent).resolve()
+        folder = base / f"kill-during-save-{os.getpid()}-{time.time_ns()}"
+        folder.mkdir(parents=True)
+        return folder
+
+    def prepare(self, target: ProcRef, params: KillDuringSaveParams) -> KillDuringSaveState:
+        ckpt_dir = self._dir(params)
+        if not target.alive():
+            raise FaultError(f"rank {target.rank} (pid {target.pid}) is gone; nothing to arm")
+        folder = self._scratch(ckpt_dir)
+        before = None
+        if params.restore_after:
+            before = str(folder / "before")
+            if Path(ckpt_dir).is_dir():
+                shutil.copytree(ckpt_dir, before, symlinks=True)
+            else:
+                Path(before).mkdir()
+        return KillDuringSaveState(dir=ckpt_dir, before=before,
+                                   keep=str(folder / "after-crash") if params.keep_copy else None)
+
+    def unprepare(self, target: ProcRef, params: KillDuringSaveParams, intent: KillDuringSaveState) -> None:
+        if intent.before:
+            shutil.rmtree(Path(intent.before).parent, ignore_errors=True)
+
+    def act(self, target: ProcRef, params: KillDuringSaveParams, intent: KillDuringSaveState) -> KillDuringSaveState:
+        state = intent.model_copy(update={"armed_at": time.time()})
+        watch = DirWatch(state.dir, params.watch, params.poll_interval_s)  # from now: no event is missed
+        self._outcome = _Outcome()
+        self._thread = threading.Thread(target=self._run, args=(target, params, state, watch), daemon=True,
+                                        name="kill-during-save")
+        self._thread.start()
+        return state
+
+    def _run(self, target: ProcRef, params: KillDuringSaveParams, state: KillDuringSaveState,
+             watch: DirWatch) -> None:
+        outcome = self._outcome
+        assert outcome is not None
+        point = CrashPoint.parse(params.point)
+        tracker = SaveTracker(params.settle_s)
+        seen: dict[tuple[str, str], int] = {}
+        writers: dict[str, dict[str, Any]] = {}
+        deadline = state.armed_at + params.arm_timeout_s
+        try:
+            with watch:
+                while not self._stop.is_set():
+                    now = time.time()
+                    if now > deadline:
+                        outcome.error = (f"no save reached '{params.point}' within {params.arm_timeout_s:g} s "
+                                         f"({len(tracker.saves)} save(s) seen)")
+                        return
+                    events = watch.events(0.2)
+                    hit: FileEvent | None = None
+                    for event in events:
+                        if params.record and event.kind == "create" and not event.is_dir:
+                            writers[event.path] = writer_of(Path(state.dir) / event.path, target)
+                        save = tracker.feed(event)
+                        if save is None or save.number != params.save or params.record or hit is not None:
+                            continue
+                        if point.matches(event, seen):
+                            hit = event
+                    current = tracker.current
+                    if params.record and current is not None and current.number > params.save:
+                        outcome.data = self._recorded(tracker.saves[params.save - 1], watch.mode, writers)
+                        return
+                    if params.record and current is not None and current.number == params.save \
+                            and tracker.ended(time.time()):
+                        outcome.data = self._recorded(current, watch.mode, writers)
+                        return
+                    if current is not None and current.number > params.save and not params.record:
+                        outcome.error = (f"save #{params.save} ended without reaching '{params.point}' (its "
+                                         f"files: {', '.join(sorted({e.name for e in tracker.saves[params.save - 1].events}))})")
+                        return
+                    if hit is not None:
+                        outcome.data = self._crash(target, params, state, point, hit, tracker.saves[params.save - 1],
+                                                   watch)
+                        return
+        except Exception as exc:  # reported through confirm; the drill records it
+            outcome.error = f"{exc.__class__.__name__}: {exc}"
+        finally:
+            outcome.done.set()
+
+    def _recorded(self, save: Save, mode: str, writers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        return {"recorded": True, "watch": mode, "save": save.number,
+                "events": [{**_rel(e, save.started), **writers.get(e.path, {})} if e.kind == "create" else
+                           _rel(e, save.started) for e in save.events]}
+
+    def _crash(self, target: ProcRef, params: KillDuringSaveParams, state: KillDuringSaveState, point: CrashPoint,
+               hit: FileEvent, save: Save, watch: DirWatch) -> dict[str, Any]:
+        if params.delay_s:
+            time.sleep(params.delay_s)
+        victims = job_tree(target, params.launcher or TORCHRUN) if params.scope == "node" else [target]
+        t_kill = time.time()
+        for v in victims:
+            v.send(signal.SIGKILL)
+        state.killed = victims
+        state.fired_at = t_kill
+        gone = all(wait_gone(v, 10.0) for v in victims)
+        torn = None
+        if point.kind == "torn":
+            path = Path(state.dir) / hit.path
+            try:
+                size = path.stat().st_size
+                with open(path, "r+b") as fh:
+                    fh.truncate(size // 2)
+                torn = {"path": hit.path, "size": size, "cut_to": size // 2}
+            except OSError as exc:
+                torn = {"path": hit.path, "error": str(exc)}
+        events = save.events + watch.events(0.0)  # what the dying writers still finished
+        crashed = Save(save.number, [e for e in events if e.t <= time.time()])
+        judged = judge_crash(state.dir, params.checkpoint, crashed, torn)
+        kept = None
+        if state.keep:
+            try:
+                shutil.copytree(state.dir, state.keep, symlinks=True)
+                kept = state.keep
+            except OSError as exc:
+                kept = f"(copy failed: {exc})"
+        return {"point": point.label(), "save": save.number, "watch": watch.mode, "gone": gone,
+                "killed": [v.pid for v in victims], "scope": params.scope,
+                "t_event": hit.t, "t_kill": t_kill, "lag_s": round(t_kill - hit.t, 6),
+                "since_save_start_s": round(t_kill - save.started, 6), "file": hit.path, "torn": torn,
+                "events": [_rel(e, save.started) for e in crashed.events], "kept": kept, **judged}
+
+    def confirm(self, target: ProcRef, params: KillDuringSaveParams, state: KillDuringSaveState) -> Evidence | None:
+        outcome = self._outcome
+        if outcome is None:
+            return None
+        outcome.done.wait(timeout=5.0)  # the controller asks again until its confirm_wait is spent
+        if not outcome.done.is_set():
+            return None
+        if outcome.error:
+            return Evidence(what="not fired", data={"unconfirmed": outcome.error})
+        data = outcome.data
+        if data.get("recorded"):
+            return Evidence(what=f"recorded save #{data['save']} ({len(data['events'])} file events)", data=data)
+        if not data.get("gone"):
+            return None
+        return Evidence(t=data["t_kill"], what=f"killed at '{data['point']}' of save #{data['save']}",
+                        data=data)
+
+    # --- heal --------------------------------------------------------------------------------
+    def heal(self, target: ProcRef, params: KillDuringSaveParams, state: KillDuringSaveState) -> HealReport:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if not params.restore_after or state.before is None:
+            return HealReport(healed=True, verified=True, detail="disarmed; the files stay as the crash left them"
+                              + (f" (copy in {state.keep})" if state.keep and Path(state.keep).exists() else ""))
+        return restore_folder(Path(state.dir), Path(state.before))
+
+
+def writer_of(path: Path, target: ProcRef) -> dict[str, Any]:
+    """Which of the job's processes on this node holds ``path`` open as it is created: the
+    target, or another child of the target's launcher (best effort: a file written and
+    closed before we look has no writer to find)."""
+    proc = target.process()
+    if proc is None:
+        return {}
+    try:
+        parent = proc.parent()
+        family = [proc] + [p for p in (parent.children() if parent else []) if p.pid != proc.pid]
+    except Exception:
+        family = [proc]
+    wanted = str(path)
+    for p in family:
+        try:
+            if any(f.path == wanted for f in p.open_files()):
+                return {"writer_pid": p.pid, "by_target": p.pid == proc.pid}
+        except Exception:
+            continue
+    return {}
+
+
+def _rel(e: FileEvent, t0: float) -> dict[str, Any]:
+    return {"t": round(e.t - t0, 6), "kind": e.kind, "path": e.path, "is_dir": e.is_dir, "size": e.size}
+
+
+def judge_crash(ckpt_dir: str, spec: CheckpointSpec | None, save: Save, torn: dict | None) -> dict[str, Any]:
+    """Right after the crash: which checkpoints the job could restore, which one the cut-short
+    save left behind, and whether that one is complete.
+
+    The cut-short save is complete only if every file it created was closed, none was torn,
+    the layout's marker (if any) is there, and it holds every file name the newest other
+    complete checkpoint holds."""
+    if spec is None:
+        return {}
+    found = scan(spec.model_copy(update={"dir": ckpt_dir}))
+    tops = {e.top for e in save.events} | {e.path for e in save.events if e.kind == "publish" and e.is_dir}
+    published = {e.path for e in save.events if e.kind == "publish"}
+    crashed = next((c for c in found if c.path.name in tops), None)
+    files = save.files()
+    unclosed = sorted(p for p, f in files.items() if not f["closed"] and (Path(ckpt_dir) / p).exists())
+    others = [c for c in found if c is not crashed and c.complete is not False]
+
+    def names(path: Path) -> set[str]:
+        return {str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()} if path.is_dir() else {path.name}
+
+    reasons: list[str] = []
+    if crashed is not None:
+        if unclosed:
+            reasons.append(f"{', '.join(Path(u).name for u in unclosed)} still being written")
+        if torn and "cut_to" in torn:
+            reasons.append(f"{Path(torn['path']).name} torn to {torn['cut_to']} of {torn['size']} bytes")
+        if crashed.complete is False:
+            reasons.append(f"no {crashed.marker.name if crashed.marker else 'marker'}")
+        if others and crashed.path.is_dir():
+            missing = sorted(names(others[0].path) - names(crashed.path))
+            if missing:
+                reasons.append(f"missing {', '.join(missing)} (in {others[0].name})")
+    complete = [c for c in found if c.step is not None and c.complete is not False
+                and not (c is crashed and reasons)]
+    best = max(complete, key=lambda c: c.step) if complete else None
+    return {"crashed": crashed.name if crashed else None,
+            "crashed_step": crashed.step if crashed else None,
+            "crashed_complete": None if crashed is None else not reasons,
+            "crashed_why": "; ".join(reasons),
+            "published": sorted(published),
+            "best_complete": best.name if best else None,
+            "best_complete_step": best.step if best else None,
+            "checkpoints": [{"name": c.name, "step": c.step, "complete": c.complete if c is not crashed else not reasons}
+                            for c in found]}
+
+
+def restore_folder(folder: Path, before: Path) -> HealReport:
+    """Put ``folder`` back as ``before`` holds it; the job's later files are moved aside, not
+    deleted. Verified file by file (names, sizes, bytes)."""
+    aside = before.parent / "replaced"
+    if folder.exists():
+        shutil.move(str(folder), str(aside))
+    shutil.copytree(before, folder, symlinks=True)
+    mismatch = [str(p.relative_to(before)) for p in before.rglob("*") if p.is_file()
+                and (not (folder / p.relative_to(before)).is_file()
+                     or (folder / p.relative_to(before)).read_bytes() != p.read_bytes())]
+    if mismatch:
+        return HealReport(healed=False, verified=False, detail=f"restored {folder} but {mismatch[:3]} differ")
+    return HealReport(healed=True, verified=True,
+                      detail=f"put {folder} back as it was when armed (the job's later files are in {aside})")

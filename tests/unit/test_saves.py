@@ -1,0 +1,269 @@
+"""Saves seen as file events (inotify and polling, on a real filesystem), the crash points of
+one save, what a crash left (judge_crash), and how a restart is judged against it."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from drillbit.checkpoints import CheckpointSpec
+from drillbit.checks.recovery import Measurements, _judge_crash_restore, crash_class
+from drillbit.checks.slo import _crash_invariants
+from drillbit.dirwatch import DirWatch, FileEvent, inotify_available
+from drillbit.faults.kill_during_save import judge_crash, restore_folder
+from drillbit.saves import CrashPoint, Save, SaveTracker, crash_points, pattern_of, sample
+
+MODES = ["poll"] + (["inotify"] if inotify_available() else [])
+
+
+def atomic_save(root: Path, step: int, pause: float = 0.06) -> None:
+    """The reference job's save, in slow motion: temp folder, files, marker, rename."""
+    tmp = root / f".tmp-step_{step:08d}-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    for name, data in (("shard_0.pt", b"w" * 200), ("meta.json", b'{"step": %d}' % step), ("MANIFEST.json", b"{}"),
+                       ("COMPLETE", b"ok\n")):
+        (tmp / name).write_bytes(data)
+        time.sleep(pause)
+    os.rename(tmp, root / f"step_{step:08d}")
+
+
+def watch_while(root: Path, mode: str, action) -> list[FileEvent]:
+    watch = DirWatch(root, mode, interval=0.01)
+    events: list[FileEvent] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            events.extend(watch.events(0.02))
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        action()
+        time.sleep(0.15)
+    finally:
+        stop.set()
+        reader.join()
+        watch.close()
+    return events
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_save_is_seen_file_by_file_and_its_rename_as_publish(tmp_path, mode):
+    root = tmp_path / "ckpt"
+    events = watch_while(root, mode, lambda: (root.mkdir(), time.sleep(0.05), atomic_save(root, 20)))
+    kinds = [(e.kind, e.path) for e in events]
+    tmp = f".tmp-step_00000020-{os.getpid()}"
+    assert kinds[0] == ("create", tmp)
+    for name in ("shard_0.pt", "meta.json", "MANIFEST.json", "COMPLETE"):
+        assert ("close", f"{tmp}/{name}") in kinds
+    closes = [p for k, p in kinds if k == "close"]
+    assert closes == [f"{tmp}/{n}" for n in ("shard_0.pt", "meta.json", "MANIFEST.json", "COMPLETE")]
+    assert ("publish", "step_00000020") in kinds
+    assert next(e for e in events if e.path.endswith("shard_0.pt") and e.kind == "close").size == 200
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_files_written_after_a_rename_are_reported_under_the_new_name(tmp_path, mode):
+    root = tmp_path / "ckpt"
+    root.mkdir()
+
+    def act() -> None:
+        atomic_save(root, 10, pause=0.03)
+        time.sleep(0.05)
+        (root / "step_00000010" / "late.txt").write_text("x")
+    events = watch_while(root, mode, act)
+    assert ("close", "step_00000010/late.txt") in [(e.kind, e.path) for e in events]
+
+
+def test_the_tracker_cuts_saves_at_quiet_spells_and_deletes_never_start_one():
+    t = 1000.0
+    tracker = SaveTracker(settle_s=0.5)
+    assert tracker.feed(FileEvent(t, "delete", "step_1", True)) is None
+    a = tracker.feed(FileEvent(t + 1, "create", "step_2", True))
+    tracker.feed(FileEvent(t + 1.1, "close", "step_2/x", False, 5))
+    tracker.feed(FileEvent(t + 1.2, "delete", "step_0", True))  # pruning, inside the save
+    assert tracker.ended(t + 1.8) and not tracker.ended(t + 1.3)
+    b = tracker.feed(FileEvent(t + 3, "create", "step_3", True))
+    assert (a.number, b.number) == (1, 2) and len(a.events) == 3
+    assert a.files() == {"step_2/x": {"size": 5, "closed": True}}
+
+
+def test_crash_points_of_a_recorded_save_in_order():
+    t = 0.0
+    save = Save(1, [FileEvent(t, "create", ".tmp-step_20-77", True), FileEvent(t, "create", ".tmp-step_20-77/shard_0.pt"),
+                    FileEvent(t, "close", ".tmp-step_20-77/shard_0.pt", size=9),
+                    FileEvent(t, "create", ".tmp-step_20-77/shard_1.pt"),
+                    FileEvent(t, "close", ".tmp-step_20-77/shard_1.pt", size=9),
+                    FileEvent(t, "delete", ".tmp-step_20-77", True), FileEvent(t, "publish", "step_20", True)])
+    labels = [p.label() for p in crash_points(save)]
+    assert labels == ["create .tmp-step_*-*", "create shard_*.pt", "close shard_*.pt", "torn shard_*.pt",
+                      "create shard_*.pt #2", "close shard_*.pt #2", "torn shard_*.pt #2", "publish step_*"]
+    assert [CrashPoint.parse(label) for label in labels] == crash_points(save)
+    assert pattern_of("checkpoint-120") == "checkpoint-*"
+    assert pattern_of(".tmpuOfxnN") == ".tmp*" and pattern_of(".tmp-step_00000020-77") == ".tmp-step_*-*"
+    assert [p.label() for p in sample(crash_points(save), 3)] == ["create .tmp-step_*-*", "create shard_*.pt #2",
+                                                                  "publish step_*"]
+
+
+def test_a_crash_point_matches_its_nth_occurrence_only():
+    point = CrashPoint.parse("close shard_*.pt #2")
+    seen: dict = {}
+    first = FileEvent(0, "close", "d/shard_0.pt")
+    second = FileEvent(0, "close", "d/shard_1.pt")
+    assert not point.matches(first, seen) and point.matches(second, seen)
+    assert not CrashPoint.parse("torn meta.json").matches(FileEvent(0, "create", "d/meta.json"), {})
+    assert CrashPoint.parse("torn meta.json").matches(FileEvent(0, "close", "d/meta.json"), {})
+    with pytest.raises(ValueError, match="KIND PATTERN"):
+        CrashPoint.parse("explode shard")
+
+
+def _folder(root: Path, name: str, files: dict[str, bytes]) -> None:
+    (root / name).mkdir(parents=True)
+    for f, data in files.items():
+        (root / name / f).write_bytes(data)
+
+
+FULL = {"shard_0.pt": b"w" * 8, "meta.json": b"{}", "MANIFEST.json": b"{}"}
+INPLACE = CheckpointSpec(dir="x", layout="custom", glob="step_*", step_regex=r"step_(\d+)", metadata="meta.json")
+
+
+def test_judge_crash_in_place_save_left_incomplete(tmp_path):
+    _folder(tmp_path, "step_00000010", FULL)
+    _folder(tmp_path, "step_00000020", {"shard_0.pt": b"w" * 8})
+    save = Save(1, [FileEvent(0, "create", "step_00000020", True), FileEvent(0, "create", "step_00000020/shard_0.pt"),
+                    FileEvent(0, "close", "step_00000020/shard_0.pt", size=8)])
+    judged = judge_crash(str(tmp_path), INPLACE, save, None)
+    assert judged["crashed"] == "step_00000020" and judged["crashed_complete"] is False
+    assert "missing MANIFEST.json, meta.json" in judged["crashed_why"]
+    assert judged["best_complete_step"] == 10
+
+
+def test_judge_crash_atomic_save_left_nothing_visible(tmp_path):
+    _folder(tmp_path, "step_00000010", {**FULL, "COMPLETE": b"ok"})
+    _folder(tmp_path, ".tmp-step_00000020-5", {"shard_0.pt": b"w"})
+    save = Save(1, [FileEvent(0, "create", ".tmp-step_00000020-5", True),
+                    FileEvent(0, "create", ".tmp-step_00000020-5/shard_0.pt")])
+    judged = judge_crash(str(tmp_path), CheckpointSpec(dir="x", layout="reference"), save, None)
+    assert judged["crashed"] is None and judged["crashed_complete"] is None
+    assert judged["best_complete"] == "step_00000010"
+
+
+def test_judge_crash_a_torn_or_unclosed_file_is_incomplete(tmp_path):
+    _folder(tmp_path, "step_00000010", FULL)
+    _folder(tmp_path, "step_00000020", FULL)
+    save = Save(1, [FileEvent(0, "create", "step_00000020/shard_0.pt"), FileEvent(0, "close", "step_00000020/shard_0.pt"),
+                    FileEvent(0, "create", "step_00000020/meta.json"), FileEvent(0, "close", "step_00000020/meta.json"),
+                    FileEvent(0, "create", "step_00000020/MANIFEST.json")])
+    judged = judge_crash(str(tmp_path), INPLACE, save, None)
+    assert judged["crashed_complete"] is False and "MANIFEST.json still being written" in judged["crashed_why"]
+    save.events.append(FileEvent(0, "close", "step_00000020/MANIFEST.json"))
+    assert judge_crash(str(tmp_path), INPLACE, save, None)["crashed_complete"] is True
+    torn = {"path": "step_00000020/shard_0.pt", "size": 8, "cut_to": 4}
+    judged = judge_crash(str(tmp_path), INPLACE, save, torn)
+    assert judged["crashed_complete"] is False and "shard_0.pt torn to 4 of 8 bytes" in judged["crashed_why"]
+    assert judged["best_complete_step"] == 10
+
+
+def crash(**kw) -> Measurements:
+    base = dict(crash_point="close shard_*.pt", crashed_checkpoint="step_00000020", crashed_step=20,
+                crashed_complete=False, crashed_why="missing meta.json", best_complete_step=10,
+                best_complete="step_00000010", t_fault=1.0, observed_s=30.0)
+    return Measurements(**{**base, **kw})
+
+
+def test_a_restart_that_loads_the_incomplete_checkpoint_is_silent():
+    m = crash(restored_path="/c/step_00000020", restored_step=20, time_to_first_step=5.0)
+    _judge_crash_restore(m, restarted=True)
+    assert m.restored_incomplete is True and m.fell_back_further_than_needed is False
+    assert crash_class(m, "fail") == "silent"
+    reasons: list[str] = []
+    results = {r.name: r.status for r in _crash_invariants(m, reasons)}
+    assert results == {"restored_incomplete": "fail", "fell_back_further_than_needed": "pass"}
+    assert "resumed from step_00000020, which the crash at 'close shard_*.pt' left incomplete (missing meta.json)" \
+        in reasons[0]
+
+
+def test_a_restart_from_scratch_past_a_complete_checkpoint_lost_work():
+    m = crash(crashed_checkpoint=None, crashed_step=None, crashed_complete=None, restored_step=0,
+              time_to_first_step=5.0)
+    _judge_crash_restore(m, restarted=True)
+    assert m.restored_incomplete is False and m.fell_back_further_than_needed is True
+    assert crash_class(m, "fail") == "lost-work"
+    reasons: list[str] = []
+    _crash_invariants(m, reasons)
+    assert "restored step 0, but step_00000010 (step 10) was complete when it crashed: 10 steps" in reasons[0]
+
+
+def test_never_stepping_again_is_a_hard_fail_and_the_right_restore_passes():
+    m = crash()
+    _judge_crash_restore(m, restarted=False)
+    assert m.restored_incomplete is None and crash_class(m, "fail") == "hard-fail"
+    ok = crash(restored_path="/c/step_00000010", restored_step=10, time_to_first_step=4.0)
+    _judge_crash_restore(ok, restarted=True)
+    assert (ok.restored_incomplete, ok.fell_back_further_than_needed) == (False, False)
+    assert crash_class(ok, "pass") == "pass"
+
+
+def test_restore_after_puts_the_folder_back_and_keeps_the_jobs_later_files(tmp_path):
+    folder = tmp_path / "ckpt"
+    _folder(folder, "step_00000010", FULL)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    import shutil
+    shutil.copytree(folder, scratch / "before")
+    (folder / "step_00000010" / "shard_0.pt").write_bytes(b"half")
+    _folder(folder, "step_00000020", FULL)
+    report = restore_folder(folder, scratch / "before")
+    assert report.healed and report.verified
+    assert sorted(p.name for p in folder.iterdir()) == ["step_00000010"]
+    assert (folder / "step_00000010" / "shard_0.pt").read_bytes() == b"w" * 8
+    assert (scratch / "replaced" / "step_00000020" / "shard_0.pt").exists()
+
+
+def test_a_during_save_trigger_fires_after_the_nth_file_of_the_save(tmp_path):
+    from drillbit.history import History
+    from drillbit.loop.schedule import describe_trigger, wait_during_save
+    from drillbit.loop.watch import Progress
+    from drillbit.spec.models import DuringSave, Trigger
+
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    closed: list[float] = []
+
+    def save() -> None:
+        time.sleep(0.2)
+        tmp = root / "step_1"
+        tmp.mkdir()
+        for name in ("a", "b", "c"):
+            (tmp / name).write_bytes(b"x")
+            closed.append(time.time())
+            time.sleep(0.3)
+    writer = threading.Thread(target=save)
+    writer.start()
+    history = History()
+    progress = Progress(history, lambda d: time.sleep(d))
+    ds = DuringSave(save=1, files=2)
+    wait_during_save(ds, progress, lambda: None, root)
+    fired = time.time()
+    writer.join()
+    assert closed[1] <= fired < closed[2]  # after the second file, before the third
+    assert describe_trigger(Trigger(during_save=ds)) == "during save #1, after 2 file(s)"
+
+
+def test_a_during_save_trigger_follows_the_save_signal_where_the_folder_is_not_seen():
+    from drillbit.history import History
+    from drillbit.loop.schedule import JobExited, wait_during_save
+    from drillbit.loop.watch import Progress
+    from drillbit.spec.models import DuringSave
+
+    history = History()
+    progress = Progress(history, lambda d: time.sleep(d))
+    threading.Timer(0.2, lambda: history.record("job", "ckpt.save", step=10)).start()
+    t0 = time.time()
+    wait_during_save(DuringSave(save=1), progress, lambda: None, None)
+    assert time.time() - t0 >= 0.2
+    with pytest.raises(JobExited, match="before save #1"):
+        wait_during_save(DuringSave(save=1, watch="signal"), progress, lambda: 3, None)
