@@ -58,9 +58,10 @@ def resolve(drill: str, *, cluster: str | None = None, job: str | None = None, c
 
 
 def plan_text(r: Resolved) -> str:
+    from drillbit.loop.schedule import describe_trigger
+
     s = r.spec
-    trig = s.fault.trigger
-    when = f"at step {trig.at_step}" if trig.at_step is not None else f"{trig.after:g} s after steady state"
+    when = describe_trigger(s.fault.trigger)
     tg = s.fault.targets
     who = f"ranks {tg.ranks}" if tg.ranks is not None else f"{tg.count} rank(s), {tg.select}"
     slo = ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={json.dumps(v)}"

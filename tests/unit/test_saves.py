@@ -267,3 +267,28 @@ def test_a_during_save_trigger_follows_the_save_signal_where_the_folder_is_not_s
     assert time.time() - t0 >= 0.2
     with pytest.raises(JobExited, match="before save #1"):
         wait_during_save(DuringSave(save=1, watch="signal"), progress, lambda: 3, None)
+
+
+def test_scope_ranks_takes_every_child_of_the_targets_launcher(tmp_path):
+    import subprocess
+    import sys
+
+    import psutil
+
+    from drillbit.faults.kill_during_save import siblings
+    from drillbit.proc import ProcRef
+
+    launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                                 "ps = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']) "
+                                 "for _ in range(3)]\nprint('up', flush=True)\ntime.sleep(60)"],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert launcher.stdout.readline().strip() == "up"
+        ranks = psutil.Process(launcher.pid).children()
+        target = ProcRef.of(ranks[0], rank=0)
+        assert sorted(r.pid for r in siblings(target)) == sorted(p.pid for p in ranks[1:])
+    finally:
+        for p in psutil.Process(launcher.pid).children():
+            p.kill()
+        launcher.kill()
+        launcher.wait()

@@ -124,3 +124,13 @@ def test_durations(text, seconds):
 def test_bad_durations(bad):
     with pytest.raises(ValueError):
         parse_duration(bad)
+
+
+def test_every_catalogue_drill_has_a_dry_run_plan():
+    """--dry-run prints every catalogue drill's plan (its trigger in words included)."""
+    from drillbit.session import plan_text, resolve
+
+    for name in catalogue():
+        text = plan_text(resolve(name, cluster="local-process"))
+        assert "fault" in text and "observe" in text, name
+    assert "during save #2" in plan_text(resolve("kill-during-save", cluster="local-process"))

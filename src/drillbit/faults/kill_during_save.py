@@ -48,8 +48,10 @@ class KillDuringSaveParams(Params):
                                                "PATTERN an fnmatch of the file's or folder's name")
     save: int = Field(1, ge=1, description="which save after arming: 1 = the next one to start")
     delay_s: float = Field(0.0, ge=0, description="wait this long after the crash point's event")
-    scope: Literal["rank", "node"] = Field("rank", description="rank: SIGKILL the target rank; node: the job's "
-                                                               "whole tree on the target's node")
+    scope: Literal["rank", "ranks", "node"] = Field(
+        "rank", description="rank: SIGKILL the target rank; ranks: every rank its launcher runs on that node (the "
+                            "launcher lives, and restarts them); node: the job's whole tree on the node, launcher "
+                            "included, as a machine dies")
     launcher: str | None = Field(None, description="scope node: the launcher's command line (regex; default: the "
                                                    "job profile's, else torchrun)")
     watch: Literal["auto", "inotify", "poll"] = "auto"
@@ -103,7 +105,8 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
 
     # --- plan ------------------------------------------------------------------------------
     def plan(self, targets: list[ProcRef], params: KillDuringSaveParams) -> Plan:
-        who = "the job's whole tree on the target's node" if params.scope == "node" else "the target rank"
+        who = {"node": "the job's whole tree on the target's node", "ranks": "every rank on the target's node",
+               "rank": "the target rank"}[params.scope]
         action = (f"watch save #{params.save} and record its file events (kill nothing)" if params.record else
                   f"in save #{params.save}, at '{params.point}'"
                   + (f" + {params.delay_s:g} s" if params.delay_s else "") + f", SIGKILL {who}")
@@ -216,7 +219,12 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
                hit: FileEvent, save: Save, watch: DirWatch) -> dict[str, Any]:
         if params.delay_s:
             time.sleep(params.delay_s)
-        victims = job_tree(target, params.launcher or TORCHRUN) if params.scope == "node" else [target]
+        if params.scope == "node":
+            victims = job_tree(target, params.launcher or TORCHRUN)
+        elif params.scope == "ranks":
+            victims = [target] + siblings(target)
+        else:
+            victims = [target]
         t_kill = time.time()
         for v in victims:
             v.send(signal.SIGKILL)
@@ -275,6 +283,16 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
             return HealReport(healed=True, verified=True, detail="disarmed; the files stay as the crash left them"
                               + (f" (copy in {state.keep})" if state.keep and Path(state.keep).exists() else ""))
         return restore_folder(Path(state.dir), Path(state.before))
+
+
+def siblings(target: ProcRef) -> list[ProcRef]:
+    """The other ranks its launcher runs on this node: the target's parent's other children."""
+    proc = target.process()
+    try:
+        parent = proc.parent() if proc is not None else None
+        return [ProcRef.of(p, node=target.node) for p in (parent.children() if parent else []) if p.pid != proc.pid]
+    except Exception:
+        return []
 
 
 def writer_of(path: Path, target: ProcRef) -> dict[str, Any]:

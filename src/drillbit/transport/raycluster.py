@@ -196,6 +196,11 @@ def keep(nodes: int, cpus: int, state_dir: Path, controller: ProcRef, linger: fl
         for i in range(1, nodes):
             cluster.add_node(num_cpus=cpus, resources={f"{NODE_RESOURCE}{i}": 1}, node_ip_address="127.0.0.1")
         cluster.wait_for_nodes()
+        # Ray's head node installs its own SIGTERM handler, which drains for up to 30 s (a
+        # detached actor of a dead lease holder kept it waiting that long); this throwaway
+        # cluster is ours to stop, so SIGTERM means: shut down now.
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
         tmp = state_dir / "ray-address.tmp"
         tmp.write_text(cluster.address)
         os.replace(tmp, state_dir / "ray-address")
