@@ -52,7 +52,7 @@ def one(mode: str, interval: float) -> float:
         try:
             target = ProcRef.of(psutil.Process(proc.pid), rank=0)
             fault = KillDuringSave(scratch=Path(tmp))
-            params = fault.Params(point="create shard_*.pt", watch=mode, poll_interval_s=interval, keep_copy=False,
+            params = fault.Params(point="create shard_*.pt", watch=mode, poll_interval_s=interval, keep_copy="none",
                                   arm_timeout_s=20, checkpoint=CheckpointSpec(dir=str(root), layout="reference"))
             state = fault.act(target, params, fault.prepare(target, params))
             deadline = time.time() + 20

@@ -97,8 +97,8 @@ def drill_with_mode(tmp_path: Path, mode: str, job: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", MODES)
-def test_drill_falls_back_and_heals_in_every_mode(tmp_path, mode):
+@pytest.mark.parametrize("mode", ["flip-bytes", "drop-marker"])  # every mode against the verifier: above
+def test_drill_falls_back_and_heals_end_to_end(tmp_path, mode):
     result = drill_with_mode(tmp_path, mode, "reference")
     assert result["verdict"] == "pass", result["reasons"]
     m = result["measurements"]

@@ -38,8 +38,9 @@ def test_the_atomic_save_survives_a_crash_after_its_first_file(tmp_path):
     assert m["best_complete"] == "step_00000010" and m["restored_step"] == 10
     assert m["restored_incomplete"] is False and m["fell_back_further_than_needed"] is False
     copy = kept_copy(run_dir)
-    assert (copy / "step_00000010" / "COMPLETE").exists()
     assert [p.name for p in copy.glob(".tmp-step_00000020-*/*")] == ["shard_0.pt"]  # what the crash left
+    listing = json.loads((copy / "listing.json").read_text())  # and the whole folder, by name and size
+    assert "step_00000010/COMPLETE" in listing and not (copy / "step_00000010").exists()
 
 
 def test_the_nonatomic_job_resumes_silently_from_the_half_written_save(tmp_path):

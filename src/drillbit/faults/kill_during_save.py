@@ -15,14 +15,15 @@ rank), as a machine dies. With ``record: true`` it kills nothing and reports the
 file events: the first pass of a sweep.
 
 The crash is the fault, so heal leaves the job's files as the crash left them. Right after
-the crash the checkpoint folder is copied into the drill's run folder (``keep_copy``) for the
-post-mortem, and judged: which checkpoints were complete when the job died (the newest of
+the crash what the cut-short save wrote is copied into the drill's run folder, with a listing
+of the whole checkpoint folder (``keep_copy``), for the post-mortem, and the folder is judged: which checkpoints were complete when the job died (the newest of
 them is the best a restart could restore) and whether the save that was cut short left a
 visible, incomplete checkpoint. ``restore_after: true`` puts the folder back as it was when
 the fault was armed, after the drill (the job's later files are kept aside, not deleted).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -59,7 +60,10 @@ class KillDuringSaveParams(Params):
     settle_s: float = Field(0.5, gt=0, description="a save is over after this long without a file event")
     arm_timeout_s: float = Field(300.0, gt=0, description="give up when no save reached the point in this long")
     record: bool = Field(False, description="watch one save and report its file events; kill nothing")
-    keep_copy: bool = Field(True, description="copy the checkpoint folder into the run folder right after the crash")
+    keep_copy: Literal["save", "all", "none"] = Field(
+        "save", description="right after the crash, copy into the run folder what the cut-short save wrote (save), "
+                            "the whole checkpoint folder (all: mind its size), or nothing; a listing of the whole "
+                            "folder (names, sizes) is kept whenever something is")
     restore_after: bool = Field(False, description="after the drill, put the checkpoint folder back as it was "
                                                    "when the fault was armed")
     checkpoint: CheckpointSpec | None = Field(None, description="default: the job profile's checkpoint")
@@ -147,7 +151,7 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
             else:
                 Path(before).mkdir()
         return KillDuringSaveState(dir=ckpt_dir, before=before,
-                                   keep=str(folder / "after-crash") if params.keep_copy else None)
+                                   keep=str(folder / "after-crash") if params.keep_copy != "none" else None)
 
     def unprepare(self, target: ProcRef, params: KillDuringSaveParams, intent: KillDuringSaveState) -> None:
         if intent.before:
@@ -244,13 +248,7 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
         events = save.events + watch.events(0.0)  # what the dying writers still finished
         crashed = Save(save.number, [e for e in events if e.t <= time.time()])
         judged = judge_crash(state.dir, params.checkpoint, crashed, torn)
-        kept = None
-        if state.keep:
-            try:
-                shutil.copytree(state.dir, state.keep, symlinks=True)
-                kept = state.keep
-            except OSError as exc:
-                kept = f"(copy failed: {exc})"
+        kept = keep_after_crash(Path(state.dir), Path(state.keep), crashed, params.keep_copy) if state.keep else None
         return {"point": point.label(), "save": save.number, "watch": watch.mode, "gone": gone,
                 "killed": [v.pid for v in victims], "scope": params.scope,
                 "t_event": hit.t, "t_kill": t_kill, "lag_s": round(t_kill - hit.t, 6),
@@ -315,6 +313,26 @@ def writer_of(path: Path, target: ProcRef) -> dict[str, Any]:
         except Exception:
             continue
     return {}
+
+
+def keep_after_crash(folder: Path, keep: Path, save: Save, what: str) -> str:
+    """The post-mortem copy: the entries the cut-short save touched (or everything), and a
+    listing of the whole folder as the crash left it (path, size) in ``listing.json``."""
+    try:
+        keep.mkdir(parents=True)
+        listing = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+        (keep / "listing.json").write_text(json.dumps(listing, indent=1))
+        tops = sorted({e.top for e in save.events} | {e.path.split("/", 1)[0] for e in save.events
+                                                      if e.kind == "publish"})
+        for name in ([p.name for p in folder.iterdir()] if what == "all" else tops):
+            src = folder / name
+            if src.is_dir():
+                shutil.copytree(src, keep / name, symlinks=True)
+            elif src.exists():
+                shutil.copy2(src, keep / name)
+        return str(keep)
+    except OSError as exc:
+        return f"(copy failed: {exc})"
 
 
 def _rel(e: FileEvent, t0: float) -> dict[str, Any]:
