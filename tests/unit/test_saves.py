@@ -292,3 +292,33 @@ def test_scope_ranks_takes_every_child_of_the_targets_launcher(tmp_path):
             p.kill()
         launcher.kill()
         launcher.wait()
+
+
+def test_an_armed_fault_that_never_fires_is_unconfirmed_with_its_reason_and_heals(tmp_path):
+    import subprocess
+    import sys
+
+    import psutil
+
+    from drillbit.faults.kill_during_save import KillDuringSave
+    from drillbit.proc import ProcRef
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        target = ProcRef.of(psutil.Process(proc.pid), rank=0)
+        fault = KillDuringSave(scratch=tmp_path)
+        params = fault.Params(point="close *", arm_timeout_s=0.5, restore_after=True,
+                              checkpoint=CheckpointSpec(dir=str(tmp_path / "ckpt"), layout="reference"))
+        (tmp_path / "ckpt").mkdir()
+        (tmp_path / "ckpt" / "keep.txt").write_text("before")
+        state = fault.act(target, params, fault.prepare(target, params))
+        evidence = fault.confirm(target, params, state)
+        assert evidence is not None and "no save reached 'close *' within 0.5 s" in evidence.data["unconfirmed"]
+        (tmp_path / "ckpt" / "keep.txt").write_text("changed by the job")
+        report = fault.heal(target, params, state)
+        assert report.healed and report.verified
+        assert (tmp_path / "ckpt" / "keep.txt").read_text() == "before"  # restore_after: as it was when armed
+        assert proc.poll() is None  # nothing was killed
+    finally:
+        proc.kill()
+        proc.wait()
