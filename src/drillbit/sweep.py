@@ -7,7 +7,8 @@ create, close, torn and publish of every file); then one drill per point (or ``s
 points spread over the save, or the points given), each with a fresh job, each judged on
 its own and put in one word (:func:`drillbit.checks.recovery.crash_class`): pass, silent
 (resumed from a checkpoint the crash left incomplete), hard-fail (never stepped again),
-lost-work (fell back further than needed), fail (another SLO). The matrix goes to
+lost-work (fell back further than needed), fail (another SLO); not-reached when the save
+never came to the point (nothing to judge). The matrix goes to
 ``sweep.md``, ``sweep.html`` and ``sweep.json`` in the sweep's folder.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from drillbit.errors import ConfigError
 from drillbit.saves import CrashPoint, Save, crash_points, sample
 from drillbit.dirwatch import FileEvent
 
-CLASSES = ("pass", "silent", "hard-fail", "lost-work", "fail", "error")
+CLASSES = ("pass", "silent", "hard-fail", "lost-work", "fail", "not-reached", "error")
 
 
 def with_params(resolved, name: str | None = None, window: float | None = None, **params: Any):
@@ -78,8 +79,10 @@ def run_sweep(resolved, *, points: list[CrashPoint] | None = None, n: int | None
         payload, outcome = execute(with_params(resolved, point=point.label()), reports_dir=reports_dir, db=db, ui=ui)
         m = Measurements.model_validate({k: v for k, v in payload["measurements"].items()
                                          if k in Measurements.model_fields})
-        if payload.get("error") or m.crash_point is None:
-            cls = "error"  # the crash never landed (or the harness broke): nothing to judge
+        if payload.get("error"):
+            cls = "error"  # the harness broke: nothing to judge
+        elif m.crash_point is None:
+            cls = "not-reached"  # the save never came to this point: nothing to judge
         else:
             cls = crash_class(m, payload["verdict"])
         rows.append({"point": point.label(), "class": cls, "verdict": payload["verdict"],
@@ -152,7 +155,8 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-COLOURS = {"pass": "#cfc", "silent": "#fc9", "hard-fail": "#f99", "lost-work": "#ffc", "fail": "#f99", "error": "#ddd"}
+COLOURS = {"pass": "#cfc", "silent": "#fc9", "hard-fail": "#f99", "lost-work": "#ffc", "fail": "#f99",
+           "not-reached": "#eee", "error": "#ddd"}
 
 
 def html_page(report: dict[str, Any]) -> str:
