@@ -75,6 +75,10 @@ class Save:
     def started(self) -> float:
         return self.events[0].t
 
+    def tops(self) -> set[str]:
+        """The entries directly under the checkpoint folder that the save touched."""
+        return {e.top for e in self.events}
+
     def files(self) -> dict[str, dict]:
         """Each file the save created: its last known size and whether it was closed."""
         out: dict[str, dict] = {}

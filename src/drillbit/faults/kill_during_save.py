@@ -80,9 +80,6 @@ class KillDuringSaveState(State):
     armed_at: float = 0.0
     before: str | None = None       # restore_after: the folder as it was when armed
     keep: str | None = None         # the post-crash copy
-    killed: list[ProcRef] = []
-    fired_at: float | None = None
-    replaced: str | None = None     # restore_after: where the job's later files were put aside
 
 
 class _Outcome:
@@ -232,8 +229,6 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
         t_kill = time.time()
         for v in victims:
             v.send(signal.SIGKILL)
-        state.killed = victims
-        state.fired_at = t_kill
         gone = all(wait_gone(v, 10.0) for v in victims)
         torn = None
         if point.kind == "torn":
@@ -245,8 +240,7 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
                 torn = {"path": hit.path, "size": size, "cut_to": size // 2}
             except OSError as exc:
                 torn = {"path": hit.path, "error": str(exc)}
-        events = save.events + watch.events(0.0)  # what the dying writers still finished
-        crashed = Save(save.number, [e for e in events if e.t <= time.time()])
+        crashed = Save(save.number, save.events + watch.events(0.0))  # and what the dying writers still finished
         judged = judge_crash(state.dir, params.checkpoint, crashed, torn)
         kept = keep_after_crash(Path(state.dir), Path(state.keep), crashed, params.keep_copy) if state.keep else None
         return {"point": point.label(), "save": save.number, "watch": watch.mode, "gone": gone,
@@ -297,19 +291,12 @@ def writer_of(path: Path, target: ProcRef) -> dict[str, Any]:
     """Which of the job's processes on this node holds ``path`` open as it is created: the
     target, or another child of the target's launcher (best effort: a file written and
     closed before we look has no writer to find)."""
-    proc = target.process()
-    if proc is None:
-        return {}
-    try:
-        parent = proc.parent()
-        family = [proc] + [p for p in (parent.children() if parent else []) if p.pid != proc.pid]
-    except Exception:
-        family = [proc]
     wanted = str(path)
-    for p in family:
+    for ref in [target] + siblings(target):
+        proc = ref.process()
         try:
-            if any(f.path == wanted for f in p.open_files()):
-                return {"writer_pid": p.pid, "by_target": p.pid == proc.pid}
+            if proc is not None and any(f.path == wanted for f in proc.open_files()):
+                return {"writer_pid": ref.pid, "by_target": ref.pid == target.pid}
         except Exception:
             continue
     return {}
@@ -322,9 +309,7 @@ def keep_after_crash(folder: Path, keep: Path, save: Save, what: str) -> str:
         keep.mkdir(parents=True)
         listing = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
         (keep / "listing.json").write_text(json.dumps(listing, indent=1))
-        tops = sorted({e.top for e in save.events} | {e.path.split("/", 1)[0] for e in save.events
-                                                      if e.kind == "publish"})
-        for name in ([p.name for p in folder.iterdir()] if what == "all" else tops):
+        for name in ([p.name for p in folder.iterdir()] if what == "all" else sorted(save.tops())):
             src = folder / name
             if src.is_dir():
                 shutil.copytree(src, keep / name, symlinks=True)
@@ -349,7 +334,7 @@ def judge_crash(ckpt_dir: str, spec: CheckpointSpec | None, save: Save, torn: di
     if spec is None:
         return {}
     found = scan(spec.model_copy(update={"dir": ckpt_dir}))
-    tops = {e.top for e in save.events} | {e.path for e in save.events if e.kind == "publish" and e.is_dir}
+    tops = save.tops()
     published = {e.path for e in save.events if e.kind == "publish"}
     crashed = next((c for c in found if c.path.name in tops), None)
     files = save.files()
