@@ -43,8 +43,7 @@ def false_alarms(runs: list[dict]) -> dict[str, dict[str, int]]:
             prev = next((values[j] for j in range(i - 1, -1, -1) if values[j] is not None), None)
             if prev is not None and prev > 0 and (v - prev) / prev > ALLOWANCE:
                 old += 1
-            others = [Measurements.model_validate({k: x for k, x in r["measurements"].items()
-                                                   if k in Measurements.model_fields})
+            others = [Measurements.model_validate(r["measurements"])
                       for j, r in enumerate(runs) if j != i]
             verdict = Baseline(runs=list(range(len(others))), samples=others).judge(name, v, ALLOWANCE)
             new += int(bool(verdict and verdict.regressed))

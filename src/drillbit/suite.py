@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,8 +54,7 @@ def with_regression(resolved: Resolved, allowed: float | None) -> Resolved:
         return resolved
     regression = {**{k: allowed for k in GATED}, **resolved.spec.slo.regression}
     slo = SLO.model_validate({**resolved.spec.slo.model_dump(), "regression": regression})
-    return Resolved(spec=resolved.spec.model_copy(update={"slo": slo}), config=resolved.config,
-                    cluster=resolved.cluster, job=resolved.job)
+    return replace(resolved, spec=resolved.spec.model_copy(update={"slo": slo}))
 
 
 def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None = None, config_path: str | None = None,

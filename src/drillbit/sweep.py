@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,6 @@ CLASSES = ("pass", "silent", "hard-fail", "lost-work", "fail", "not-reached", "e
 
 def with_params(resolved, name: str | None = None, window: float | None = None, **params: Any):
     """The resolved drill with fault params (and optionally its name and window) changed."""
-    from drillbit.session import Resolved
-
     spec = resolved.spec
     fault = spec.fault.model_copy(update={"params": {**spec.fault.params, **params}})
     update: dict[str, Any] = {"fault": fault}
@@ -40,8 +39,7 @@ def with_params(resolved, name: str | None = None, window: float | None = None, 
         update["name"] = name
     if window is not None:
         update["observe"] = spec.observe.model_copy(update={"window": window})
-    return Resolved(spec=spec.model_copy(update=update), config=resolved.config, cluster=resolved.cluster,
-                    job=resolved.job)
+    return replace(resolved, spec=spec.model_copy(update=update))
 
 
 def record_save(resolved, *, reports_dir: str | None, db: str | None, ui=None) -> tuple[Save, Path]:
@@ -77,8 +75,7 @@ def run_sweep(resolved, *, points: list[CrashPoint] | None = None, n: int | None
     rows = []
     for point in points:
         payload, outcome = execute(with_params(resolved, point=point.label()), reports_dir=reports_dir, db=db, ui=ui)
-        m = Measurements.model_validate({k: v for k, v in payload["measurements"].items()
-                                         if k in Measurements.model_fields})
+        m = Measurements.model_validate(payload["measurements"])
         if payload.get("error"):
             cls = "error"  # the harness broke: nothing to judge
         elif m.crash_point is None:

@@ -4,6 +4,8 @@ a breach only once the drill watched longer than its limit). The verdict and its
 the same as with the catalogue's window; only the wait is shorter."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from drillbit.session import Resolved
 
 LIMITS = ("detect_within", "restart_within", "restore_within", "first_step_within", "straggler_within",
@@ -15,4 +17,4 @@ def short_window(resolved: Resolved, window: float) -> Resolved:
     limits = {k: min(v, window - 5) for k in LIMITS if (v := getattr(spec.slo, k)) is not None}
     spec = spec.model_copy(update={"observe": spec.observe.model_copy(update={"window": window}),
                                    "slo": spec.slo.model_copy(update=limits)})
-    return Resolved(spec=spec, config=resolved.config, cluster=resolved.cluster, job=resolved.job)
+    return replace(resolved, spec=spec)

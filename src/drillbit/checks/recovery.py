@@ -116,10 +116,9 @@ def measure(history: History) -> Measurements:
         _measure_slow(m, events, confirmed, t0)
         return m
     for evidence in confirmed.data.get("evidence", []):
-        if evidence.get("data", {}).get("checkpoint"):
-            m.corrupted_checkpoint = os.path.basename(str(evidence["data"]["checkpoint"]).rstrip("/"))
-    for evidence in confirmed.data.get("evidence", []):
         d = evidence.get("data", {})
+        if d.get("checkpoint"):
+            m.corrupted_checkpoint = os.path.basename(str(d["checkpoint"]).rstrip("/"))
         if d.get("point"):
             m.crash_point, m.crash_lag_s = d["point"], d.get("lag_s")
             m.crashed_checkpoint, m.crashed_step = d.get("crashed"), d.get("crashed_step")

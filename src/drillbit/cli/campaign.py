@@ -24,12 +24,9 @@ def campaign(spec: str, cluster: str | None, job: str | None, config_path: str |
     from drillbit.spec.load import find_config, load_config
 
     loaded = load_campaign(spec, load_config(find_config(config_path)))
-    ui = ConsoleUI(err)
-    try:
+    with ConsoleUI(err) as ui:
         report, run_dir = execute(loaded, cluster=cluster, job=job, config_path=config_path, reports_dir=reports_dir,
                                   ui=ui)
-    finally:
-        ui.close()
     if as_json:
         emit_json(report)
     else:

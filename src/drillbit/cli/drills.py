@@ -40,22 +40,16 @@ def run(drill: str, cluster: str | None, job: str | None, config_path: str | Non
     if repeat > 1 or min_pass_rate is not None:
         from drillbit.repeat import run_repeated, summary_markdown
 
-        ui = ConsoleUI(err)
-        try:
+        with ConsoleUI(err) as ui:
             agg, folder = run_repeated(resolved, repeat, min_pass_rate=min_pass_rate, reports_dir=reports_dir, ui=ui)
-        finally:
-            ui.close()
         if as_json:
             emit_json({**agg, "folder": str(folder)})
         else:
             out.print(summary_markdown(agg), markup=False, highlight=False)
             out.print(f"runs and summary: {folder}", markup=False)
         return agg["exit_code"]
-    ui = ConsoleUI(err)
-    try:
+    with ConsoleUI(err) as ui:
         payload, outcome = execute(resolved, reports_dir=reports_dir, ui=ui)
-    finally:
-        ui.close()
     if as_json:
         emit_json(payload)
     else:

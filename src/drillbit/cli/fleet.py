@@ -89,7 +89,7 @@ def simulate(scenario: str, from_run: str | None, detect_text: str | None, resta
     if from_run:
         try:
             result = json.loads((Path(from_run) / "result.json").read_text())
-            known = {k: v for k, v in result["measurements"].items() if k in Measurements.model_fields}
+            known = result["measurements"]
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigError(f"--from {from_run}: not a run folder with a result.json ({exc})") from None
         split = recovery_split(Measurements.model_validate(known))

@@ -22,13 +22,10 @@ def _suite_run(name: str, cluster: str | None, job: str | None, config_path: str
 
     config = load_config(find_config(config_path))
     spec = load_suite(name, config)
-    ui = ConsoleUI(err)
-    try:
+    with ConsoleUI(err) as ui:
         return run_suite(spec, cluster=cluster, job=job, config_path=config_path,
                          reports_dir=reports_dir or config.reports_dir, db=db, ui=ui,
                          max_regression=max_regression, confirm=confirm, before=before, after=after), config
-    finally:
-        ui.close()
 
 
 _suite_options = [

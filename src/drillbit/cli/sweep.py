@@ -35,11 +35,8 @@ def sweep(drill: str, cluster: str | None, job: str | None, config_path: str | N
     except ValueError as exc:
         raise ConfigError(f"--point: {exc}") from None
     resolved = resolve(drill, cluster=cluster, job=job, config_path=config_path, drills_dir=drills_dir)
-    ui = ConsoleUI(err)
-    try:
+    with ConsoleUI(err) as ui:
         report, folder = run_sweep(resolved, points=chosen, n=n, reports_dir=reports_dir, ui=ui)
-    finally:
-        ui.close()
     if as_json:
         emit_json({**report, "folder": str(folder)})
     else:

@@ -86,6 +86,13 @@ class RunOutcome:
     finished_at: float = 0.0
 
 
+def job_checkpoint(job: JobProfile, run_dir: Path) -> CheckpointSpec | None:
+    """The job profile's checkpoints, its folder's placeholders filled for this run."""
+    if job.checkpoint is None:
+        return None
+    return job.checkpoint.model_copy(update={"dir": expand(job.checkpoint.dir, {"run_dir": str(run_dir)})})
+
+
 def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
     """The fault's params, with the job's checkpoints and node pool where the spec leaves
     them unset."""
@@ -93,8 +100,7 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
     params = fault.Params.model_validate(spec.fault.params)
     values = {"run_dir": str(run_dir)}
     if getattr(params, "checkpoint", "unset") is None and job.checkpoint is not None:
-        params = params.model_copy(update={"checkpoint": job.checkpoint.model_copy(
-            update={"dir": expand(job.checkpoint.dir, values)})})
+        params = params.model_copy(update={"checkpoint": job_checkpoint(job, run_dir)})
     elif isinstance(getattr(params, "checkpoint", None), CheckpointSpec):
         params = params.model_copy(update={"checkpoint": params.checkpoint.model_copy(
             update={"dir": expand(params.checkpoint.dir, values)})})
@@ -328,9 +334,10 @@ class DrillRunner:
         """The job's checkpoint folder when this machine sees it (local clusters, a shared
         filesystem); None where only the nodes do — a during_save trigger then follows the
         save signal."""
-        if self.job.checkpoint is None or self.cluster.logs_on_agents:
+        checkpoint = job_checkpoint(self.job, self.run_dir)
+        if checkpoint is None or self.cluster.logs_on_agents:
             return None
-        return Path(expand(self.job.checkpoint.dir, {"run_dir": str(self.run_dir)}))
+        return Path(checkpoint.dir)
 
     def observe(self) -> None:
         obs = self.spec.observe

@@ -114,7 +114,12 @@ def wait_trigger(trigger: Trigger, progress: Progress, job_exited: Callable[[], 
                 raise JobExited(code, f"the job exited (code {code}) before the trigger step {trigger.at_step}")
             progress.tick(0.02)
     assert trigger.after is not None
-    until = time.time() + trigger.after
+    wait_for(progress, trigger.after)
+
+
+def wait_for(progress: Progress, seconds: float) -> None:
+    """``seconds`` of the loop's waiting (probes keep reading, max_duration still applies)."""
+    until = time.time() + seconds
     while time.time() < until:
         progress.tick(0.05)
 
@@ -148,9 +153,7 @@ def wait_during_save(ds: DuringSave, progress: Progress, job_exited: Callable[[]
                 if not fired:
                     exited()
                     progress.tick(0.0)
-    until = time.time() + ds.delay
-    while time.time() < until:
-        progress.tick(min(0.05, max(0.0, until - time.time())))
+    wait_for(progress, ds.delay)
 
 
 class JobExited(DrillError):

@@ -36,6 +36,12 @@ class ConsoleUI:
     def close(self) -> None:
         self._stop_status()
 
+    def __enter__(self) -> "ConsoleUI":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # no live status may outlive the command, however it ends
+
 
 def _fmt(value: Any, unit: str = "s") -> str:
     if value is None:

@@ -81,8 +81,7 @@ class Store:
         samples = []
         for _, result in rows:
             fields = json.loads(result)["measurements"]
-            samples.append(Measurements.model_validate({k: v for k, v in fields.items()
-                                                        if k in Measurements.model_fields}))
+            samples.append(Measurements.model_validate(fields))
         return Baseline(runs=[int(r[0]) for r in rows], samples=samples)
 
     def last_result(self, drill: str) -> dict[str, Any] | None:

@@ -30,8 +30,7 @@ def series(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[s
 
 def _band(runs: list[dict[str, Any]], name: str) -> tuple[float, float] | None:
     passing = [r for r in runs if r["verdict"] == "pass"][-RUNS:]
-    samples = [Measurements.model_validate({k: v for k, v in r["measurements"].items() if k in Measurements.model_fields})
-               for r in passing]
+    samples = [Measurements.model_validate(r["measurements"]) for r in passing]
     values = [getattr(s, name) for s in samples if getattr(s, name) is not None]
     if not values:
         return None
