@@ -158,4 +158,4 @@ def test_torchrun_detects_a_failure_when_it_starts_stopping_the_other_workers():
     late = ("E1130 07:05:43.434000 18501 .venv/lib/python3.11/site-packages/torch/distributed/elastic/"
             "multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 2 (pid: 18510) of binary: python3")
     assert [(k, d["pid"]) for k, _, d in m.match(first)] == [("detect", 18508)]
-    assert [(k, d["exitcode"]) for k, _, d in m.match(late)] == [("detect", -9)]
+    assert [(k, d["exitcode"]) for k, _, d in m.match(late)] == [("detect", -9), ("blame", -9)]  # that, and who

@@ -48,9 +48,10 @@ def test_reference_preset_reads_its_lines():
 
 def test_torchrun_preset_reads_agent_lines():
     m = matcher(signals_of(["torchrun"]))
-    [(kind, t, data)] = m.match(TR_FAILED)
+    [(kind, t, data), (also, _, same)] = m.match(TR_FAILED)  # that a worker failed, and which (attribution)
     assert kind == "detect" and t is None and data == {"exitcode": -9, "local_rank": 1, "pid": 2125, "by": "torchrun",
                                                        "t_source": "read"}
+    assert also == "blame" and same == data
     [(kind, _, data)] = m.match(TR_GROUP)
     assert kind == "detect" and data["left"] == 3
 

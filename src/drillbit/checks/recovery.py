@@ -11,6 +11,7 @@ import statistics
 
 from pydantic import BaseModel
 
+from drillbit.checks.attribution import Attribution, attribute
 from drillbit.history import Event, History
 
 
@@ -61,6 +62,8 @@ class Measurements(BaseModel):
     best_complete: str | None = None
     restored_incomplete: bool | None = None
     fell_back_further_than_needed: bool | None = None
+    # whom the stack blamed, against whom the fault hurt (checks/attribution.py)
+    attribution: Attribution | None = None
 
 
 def _window(history: History) -> tuple[list[Event], float | None]:
@@ -112,6 +115,7 @@ def measure(history: History) -> Measurements:
 
     m.expects = confirmed.data.get("expects")
     m.target_ranks = sorted({e.rank for e in events if e.kind == "fault.inject" and e.rank is not None})
+    m.attribution = attribute(events, t0, confirmed.data.get("hurts", "rank"), confirmed.data.get("verb", "hurt"))
     if m.expects == "slow":
         _measure_slow(m, events, confirmed, t0)
         return m

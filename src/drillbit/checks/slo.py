@@ -107,6 +107,8 @@ def evaluate(slo: SLO, m: Measurements, history: History,
         else:
             results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
                                      measured=None, status="unknown", detail=f"observation ended after {watched:.0f} s"))
+    if slo.attribution is not None:
+        results.append(_attribution(slo.attribution, m, reasons))
     if m.corrupted_checkpoint is not None:
         # An invariant, not an option: restoring the checkpoint the harness corrupted is a failure.
         restored = os.path.basename(m.restored_path.rstrip("/")) if m.restored_path else None
@@ -176,6 +178,22 @@ def evaluate(slo: SLO, m: Measurements, history: History,
                            f"({verdict.worse:+.0%}), beyond {verdict.threshold:.3g} — outside the SLO's "
                            f"{allowed:.0%} and the last {verdict.runs} passing run(s)' own spread")
     return results, reasons
+
+
+def _attribution(rule: str, m: Measurements, reasons: list[str]) -> SLOResult:
+    """SLO attribution: exact (the hurt ranks, no other) or superset (at least them)."""
+    a = m.attribution
+    if a is None:
+        hurt = ", ".join(map(str, m.target_ranks)) or "?"
+        reasons.append(f"the stack blamed no rank: nothing it printed named rank {hurt}, which the fault hurt")
+        return SLOResult(name="attribution", measurement="attribution", limit=1, measured=None, status="fail",
+                         detail=f"{rule}: nobody blamed")
+    ok = a.correct if rule == "exact" else a.covers()
+    if not ok:
+        reasons.append(a.describe() + (" — it must blame exactly the hurt rank(s)" if rule == "exact" and a.covers()
+                                       else ""))
+    return SLOResult(name="attribution", measurement="attribution", limit=1, measured=int(ok),
+                     status="pass" if ok else "fail", detail=f"{rule}: {a.describe()}")
 
 
 def _crash_invariants(m: Measurements, reasons: list[str]) -> list[SLOResult]:

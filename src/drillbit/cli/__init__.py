@@ -31,9 +31,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from drillbit.cli import campaign, drills, fleet, probe, suites, sweep
+    from drillbit.cli import campaign, compare, drills, fleet, probe, suites, sweep
 
-    for module in (drills, fleet, probe, suites, campaign, sweep):
+    for module in (drills, fleet, probe, suites, campaign, sweep, compare):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -98,6 +98,15 @@ class Fault(Generic[P, S]):
     # A fault that touches one shared thing for all its targets (a checkpoint file, the node
     # pool) takes at most this many; a wider selection is refused before anything is touched.
     max_targets: ClassVar[int | None] = None
+    # The fault works on the job's checkpoints: a job profile without checkpoint: is refused
+    # before anything runs (a config error), not at inject.
+    needs_checkpoint: ClassVar[bool] = False
+    # What the fault does to its target, in a reason ("only rank 1 was stopped").
+    verb: ClassVar[str] = "hurt"
+
+    def hurts(self, params: P) -> Literal["rank", "node"]:
+        """Whom the fault hurts, for attribution: the target rank, or every rank of its node."""
+        return "rank"
 
     def __init__(self, scratch: Path | None = None) -> None:
         # a folder of the drill's own where the fault may keep copies of what it touches

@@ -57,6 +57,7 @@ def victim_of(params: CorruptParams, fault: str) -> tuple[Path, Path]:
 
 class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
     name = "corrupt-checkpoint"
+    needs_checkpoint = True
     fault_class = "recovery-path"
     Params = CorruptParams
     State = CorruptState

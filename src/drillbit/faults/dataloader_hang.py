@@ -22,6 +22,7 @@ class DataloaderHang(HangCollective):
     """Params, State, confirm and heal are hang-collective's; only the frozen process differs."""
 
     name = "dataloader-hang"
+    verb = "stalled in its data loader"
 
     def plan(self, targets: list[ProcRef], params: HangParams) -> Plan:
         return Plan(fault=self.name, targets=targets, action="SIGSTOP the DataLoader worker of each target rank",

@@ -34,6 +34,7 @@ class HangState(State):
 
 class HangCollective(Fault[HangParams, HangState]):
     name = "hang-collective"
+    verb = "stopped"
     fault_class = "fail-hang"
     Params = HangParams
     State = HangState

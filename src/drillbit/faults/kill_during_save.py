@@ -91,6 +91,11 @@ class _Outcome:
 
 class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
     name = "kill-during-save"
+    needs_checkpoint = True
+    verb = "killed during a save"
+
+    def hurts(self, params: KillDuringSaveParams) -> str:
+        return "rank" if params.scope == "rank" else "node"
     fault_class = "recovery-path"
     Params = KillDuringSaveParams
     State = KillDuringSaveState

@@ -64,6 +64,10 @@ def job_tree(target: ProcRef, launcher: str) -> list[ProcRef]:
 
 class KillNode(Fault[KillNodeParams, KillNodeState]):
     name = "kill-node"
+    verb = "killed (with its node)"
+
+    def hurts(self, params: KillNodeParams) -> str:
+        return "node"
     fault_class = "fail-stop"
     Params = KillNodeParams
     State = KillNodeState

@@ -27,6 +27,7 @@ class KillState(State):
 
 class KillRank(Fault[KillParams, KillState]):
     name = "kill-rank"
+    verb = "killed"
     fault_class = "fail-stop"
     Params = KillParams
     State = KillState

@@ -46,6 +46,7 @@ class RestoreHangState(Backup):
 
 class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
     name = "restore-hang"
+    needs_checkpoint = True
     fault_class = "fail-hang"
     Params = RestoreHangParams
     State = RestoreHangState

@@ -70,6 +70,7 @@ class SlowRank(Fault[SlowParams, SlowState]):
     instance for as long as the fault is active."""
 
     name = "slow-rank"
+    verb = "slowed"
     fault_class = "fail-slow"
     Params = SlowParams
     State = SlowState

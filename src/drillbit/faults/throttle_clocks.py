@@ -98,6 +98,7 @@ class ThrottleState(State):
 
 class ThrottleClocks(Fault[ThrottleParams, ThrottleState]):
     name = "throttle-clocks"
+    verb = "throttled"
     fault_class = "fail-slow"
     Params = ThrottleParams
     State = ThrottleState

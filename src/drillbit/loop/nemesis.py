@@ -85,7 +85,8 @@ class Nemesis:
             return False
         t_effect = max(e.t for e in evidence if e is not None)
         data: dict[str, Any] = {"evidence": [e.model_dump() for e in evidence if e is not None],
-                                "expects": self.fault.expects}
+                                "expects": self.fault.expects, "hurts": self.fault.hurts(self.params),
+                                "verb": self.fault.verb}
         extra = self.fault.confirm_progress(progress, t_effect)
         if extra is None:
             self.history.record(HARNESS, "fault.unconfirmed",

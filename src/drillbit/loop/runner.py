@@ -104,6 +104,9 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
     elif isinstance(getattr(params, "checkpoint", None), CheckpointSpec):
         params = params.model_copy(update={"checkpoint": params.checkpoint.model_copy(
             update={"dir": expand(params.checkpoint.dir, values)})})
+    if fault.needs_checkpoint and getattr(params, "checkpoint", None) is None:
+        raise ConfigError(f"{spec.fault.type} needs the job's checkpoints: the job profile has no checkpoint: "
+                          "{dir, layout}, and the drill's params name none")
     during = spec.fault.trigger.during_save
     if during is not None and fault.arms_on_save:  # the fault waits for the save on the node itself
         update: dict = {"save": during.save, "delay_s": during.delay, "settle_s": during.settle}
@@ -224,8 +227,6 @@ class DrillRunner:
             self.record("abort", reason=f"harness error: {error}")
         finally:
             self._holding = True
-            for t, name in self.held_signals:
-                self.history.record(HARNESS, "interrupt.held", t=t, signal=name)
             for step, action in (("teardown", self.teardown), ("close", self._close)):
                 try:
                     action()
@@ -234,6 +235,10 @@ class DrillRunner:
                     self.record("harness.error", phase=step, detail=text)
                     if error is None:
                         error, kind = text, "harness"
+            # after teardown: a Ctrl-C held while the job was being stopped counts too (a suite,
+            # a repeat or a comparison stops after this drill)
+            for t, name in self.held_signals:
+                self.history.record(HARNESS, "interrupt.held", t=t, signal=name)
             if lease is not None:
                 lease.release()
             for s, handler in previous.items():
@@ -325,7 +330,10 @@ class DrillRunner:
         except JobExited as exc:
             self.record("job.exit", code=exc.code)
             raise
-        self.targets = choose_targets(self.nodes, self.job, self.spec, self.attached, self.fault.max_targets)
+        # every rank as the fault found them: attribution maps a pid the stack blames to its rank
+        self.targets = choose_targets(self.nodes, self.job, self.spec, self.attached, self.fault.max_targets,
+                                      found=lambda ranks: self.record("job.ranks", ranks=[
+                                          {"rank": r.rank, "pid": r.pid, "node": r.node} for r in ranks]))
         self.ui.phase("inject", f"{self.spec.fault.type} on rank(s) {', '.join(str(t.rank) for t in self.targets)}")
         self.nemesis.inject(self.targets)
         self.nemesis.confirm(self.progress)

@@ -75,13 +75,15 @@ def attach_root(pid: int, start_time: float | None, engine: str) -> ProcRef:
 
 
 def choose_targets(nodes: "Nodes", job: JobProfile, spec: DrillSpec, attach: ProcRef | None,
-                   max_targets: int | None) -> list[ProcRef]:
+                   max_targets: int | None, found: Callable[[list[ProcRef]], None] | None = None) -> list[ProcRef]:
     """Find the job's ranks on every node and pick the fault's targets, refusing a choice
     wider than the drill's blast radius — the same for a drill and for its --dry-run."""
     discovery = job.ranks
     if discovery.pidfiles:
         discovery = discovery.model_copy(update={"pidfiles": nodes.expand(discovery.pidfiles)})
     ranks = nodes.find_ranks(discovery, attach)
+    if found is not None:
+        found(ranks)
     targets = select_targets(ranks, spec.fault.targets)
     check_blast_radius(targets, ranks, spec.blast_radius, spec.fault.type, max_targets)
     return targets

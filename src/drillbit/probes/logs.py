@@ -20,14 +20,16 @@ from drillbit.probes.tail import FileFollower
 
 class LineReader:
     """What reading a job's log does to each line, on the controller (LogProbe) or on a node
-    (agent/logtail.py): count it, keep the first lines no signal matched, and take a step
-    number seen twice in a row (a progress bar redrawn) as one step."""
+    (agent/logtail.py): count it, keep the first lines no signal matched, take a step
+    number seen twice in a row (a progress bar redrawn) as one step, and the same membership
+    printed again as no change."""
 
     def __init__(self, match: Matcher) -> None:
         self._match = match
         self.lines = 0  # lines read, for "no steady state" to say what the logs held
         self.unmatched: list[str] = []  # the first few lines no signal matched
         self._last_step: int | None = None
+        self._last_members: dict[str | None, str] = {}
 
     def hits(self, line: str) -> list[tuple[str, float | None, int | None, dict]]:
         """(kind, time from the line or None, rank, data) for each signal the line fires."""
@@ -41,6 +43,11 @@ class LineReader:
                 if data.get("n") == self._last_step:
                     continue  # the same step again: one step, one event
                 self._last_step = data.get("n")
+            elif kind == "members":
+                key = repr(sorted((k, v) for k, v in data.items() if k != "t_source"))
+                if key == self._last_members.get(data.get("by")):
+                    continue  # the same membership again (stacks print it every step): one change, one event
+                self._last_members[data.get("by")] = key
             out.append((kind, t, data.pop("rank", None), data))
         return out
 

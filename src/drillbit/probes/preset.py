@@ -23,14 +23,15 @@ class Matcher:
     """Compiled signals of one or more presets; turns a line into (kind, t, data)."""
 
     def __init__(self, signals: list[Signal]) -> None:
-        self._signals = [(s, re.compile(s.pattern)) for s in signals]
+        self._signals = [(s, re.compile(s.pattern), {k: re.compile(v) for k, v in s.lists.items()})
+                         for s in signals]
 
     def match(self, line: str) -> list[tuple[str, float | None, dict]]:
         """(kind, time from the line or None, data) for every signal the line matches. The
         data says where the time came from (t_source: line or read); a line whose time
         cannot be read is kept, with the time it was read."""
         hits = []
-        for sig, rx in self._signals:
+        for sig, rx, lists in self._signals:
             m = rx.search(line)
             if not m:
                 continue
@@ -52,10 +53,26 @@ class Matcher:
                         data[k] = float(data[k])
             except ValueError:
                 continue  # a group that should be a number is not: the line is not this signal
+            for name, item in lists.items():
+                if name in data:
+                    data[name] = [_item(m) for m in item.finditer(data[name])]
             if sig.by and "by" not in data:
                 data["by"] = sig.by
             hits.append((sig.kind, t, data))
         return hits
+
+
+def _item(m: re.Match) -> dict:
+    """One find of a list regex: its named groups, rank as a number, and an id (the whole
+    find unless the regex names one)."""
+    item = {k: v for k, v in m.groupdict().items() if v is not None}
+    item.setdefault("id", m.group(0))
+    if "rank" in item:
+        try:
+            item["rank"] = int(item["rank"])
+        except ValueError:
+            del item["rank"]
+    return item
 
 
 def available() -> list[str]:

@@ -74,6 +74,8 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
     for key, unit in rows:
         table.add_row(key, _fmt(m.get(key), unit))
     console.print(table)
+    if m.get("attribution"):
+        console.print(f"  attribution: {m['attribution']['text']}")
     if payload["slos"]:
         slos = Table(title="SLOs", show_edge=False)
         for col in ("slo", "limit", "measured", "status"):

@@ -216,6 +216,62 @@ def _raytrain(description: str, *flags: str) -> JobProfile:
     )
 
 
+def _torchft(description: str, *flags: str) -> JobProfile:
+    """Two torchft replica groups (one rank each, each under its own torchrun) and a
+    lighthouse on node 0 (drillbit.stacks.torchft_job)."""
+    return JobProfile(
+        description=description,
+        presets=["torchft", "torchrun"],
+        signals=[Signal(kind="step", pattern=r"^step=(?P<n>\d+) replica=(?P<rank>\d+) ", ints=["n", "rank"])],
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.stacks.torchft_job", "launch", "--run-dir",
+                                   "{run_dir}/job", "--node-rank", "{node_rank}", "--nnodes", "{nnodes}",
+                                   "--lighthouse", "{head}:{port}", *flags], per_node=True),
+        ranks=RankDiscovery(cmdline=r"-m drillbit\.stacks\.torchft_job train\b",
+                            exclude_cmdline=r"torch\.distributed\.run", rank_env="REPLICA_GROUP_ID"),
+        launcher=r"torch\.distributed\.run|drillbit\.stacks\.torchft_job launch",
+        logs=["{run_dir}/job/lighthouse.log", "{run_dir}/job/group0.log", "{run_dir}/job/group1.log"],
+    )
+
+
+# The job's own lines in the stack jobs of drillbit.stacks.loop (NVRx, DLRover)
+_LOOP_SIGNALS = [
+    Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) ", ints=["n", "rank"]),
+    Signal(kind="ckpt.save", pattern=r"^saved step=(?P<step>\d+) path=(?P<path>\S+)", ints=["step"]),
+    Signal(kind="restore", pattern=r"^restored step=(?P<step>\d+) path=(?P<path>\S+)", ints=["step"]),
+]
+_LOOP_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="step_*.pt", step_regex=r"step_(\d+)\.pt")
+
+
+def _nvrx(description: str, *flags: str) -> JobProfile:
+    """Two ranks under NVRx's ft_launcher with rank-monitor heartbeats (drillbit.stacks.nvrx_job)."""
+    return JobProfile(
+        description=description,
+        presets=["nvrx", "torchrun"],
+        signals=_LOOP_SIGNALS,
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.stacks.nvrx_job", "launch", "--run-dir",
+                                   "{run_dir}/job", *flags]),
+        ranks=RankDiscovery(cmdline=r"-m drillbit\.stacks\.nvrx_job train\b", exclude_cmdline=r"ft_launcher"),
+        launcher=r"ft_launcher|drillbit\.stacks\.nvrx_job launch",
+        logs=["{run_dir}/job/launcher.log"],
+        checkpoint=_LOOP_CKPT,
+    )
+
+
+def _dlrover(description: str, *flags: str) -> JobProfile:
+    """Two ranks under DLRover's dlrover-run with its job master (drillbit.stacks.dlrover_job)."""
+    return JobProfile(
+        description=description,
+        presets=["dlrover", "torchrun"],
+        signals=_LOOP_SIGNALS,
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.stacks.dlrover_job", "launch", "--run-dir",
+                                   "{run_dir}/job", "--master", "{head}:{port}", *flags]),
+        ranks=RankDiscovery(cmdline=r"-m drillbit\.stacks\.dlrover_job train\b", exclude_cmdline=r"dlrover-run"),
+        launcher=r"dlrover-run|drillbit\.stacks\.dlrover_job launch",
+        logs=["{run_dir}/job/agent.log", "{run_dir}/job/master.log"],
+        checkpoint=_LOOP_CKPT,
+    )
+
+
 BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
     "local": ClusterSpec(engine="ray", nodes=2, description="embedded: a Ray cluster of 2 simulated nodes on "
                                                             "127.0.0.1, started and stopped by the drill"),
@@ -246,6 +302,18 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
 
 
 BUILTIN_JOBS.update({
+    "torchft": _torchft("torchft 0.2.0: 2 replica groups that heal from each other (Manager, ProcessGroupGloo, "
+                        "per-gradient allreduce), each under torchrun, and a lighthouse; 10 s timeouts"),
+    "torchft-ddp": _torchft("the torchft job with torchft.ddp.DistributedDataParallel: a peer that dies "
+                            "mid-allreduce takes the survivor down too", "--ddp"),
+    "torchft-slowtimeout": _torchft("the torchft job with torchft's default 60 s timeout: a stopped peer "
+                                    "holds the survivor for a minute", "--timeout", "60"),
+    "nvrx": _nvrx("NVIDIA Resiliency Extension 0.4.1: 2 ranks under ft_launcher, rank-monitor heartbeats "
+                  "(10 s timeout), in-job restart (3), a checkpoint every 10 steps"),
+    "nvrx-defaults": _nvrx("the NVRx job with NVRx's own heartbeat timeouts (60 min initial, 45 min after): a "
+                           "hung rank is caught after three quarters of an hour", "--default-timeouts"),
+    "dlrover": _dlrover("DLRover 0.6.1: 2 ranks under dlrover-run (elastic agent, diagnosis agent, 3 restarts) "
+                        "with its job master on loopback, a checkpoint every 10 steps"),
     "raytrain": _raytrain("4 Ray Train workers (TorchTrainer, CPU, gloo) with FailureConfig(max_failures=3), "
                           "checkpoints through train.report, a 10 s collective timeout; Ray clusters only"),
     "raytrain-nofailover": _raytrain("the Ray Train job with FailureConfig(max_failures=0): a lost worker ends "

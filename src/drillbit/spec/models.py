@@ -161,6 +161,9 @@ class SLO(Strict):
     max_lost_steps: int | None = Field(None, ge=0)
     goodput_min: float | None = Field(None, ge=0, le=1)
     straggler_within: Duration | None = Field(None, description="fail-slow: the slowed rank must be named in time")
+    attribution: Literal["exact", "superset"] | None = Field(
+        None, description="whom the stack must blame: exact — the ranks the fault hurt and no other; superset — "
+                          "at least those (blaming healthy ranks too is allowed)")
     recover_or_escalate_within: Duration | None = Field(
         None, description="recovery path: a first step after recovery, or an escalation, within this")
     limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")
@@ -215,6 +218,9 @@ class SuiteEntry(Strict):
     repeat: int = Field(1, ge=1, le=1000, description="run the drill this many times, a fresh job each time")
     min_pass_rate: float | None = Field(None, ge=0, le=1, description="with repeat: the share of runs that must "
                                                                       "pass (default: all)")
+    known_defects: dict[str, str] = Field(
+        default_factory=dict, description="drill compare: job profile -> a defect of that stack this drill FAILs on "
+                                          "today (measured); such a FAIL is reported as known, not counted")
 
 
 class SuiteSpec(Strict):

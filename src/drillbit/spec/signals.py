@@ -35,6 +35,10 @@ KINDS: dict[str, str] = {
     "replace.request": "node replacement asked for a node — fail-node-replacement",
     "replace.failed": "a replacement request failed — fail-node-replacement",
     "replace.done": "a replacement node arrived (node_name) — fail-node-replacement",
+    "blame": "the stack named a culprit (restarted, excluded or flagged it): group rank, pid or blamed_node — "
+             "attribution",
+    "members": "the stack's membership now (a quorum, a worker group): group members, read with lists; a member "
+               "that drops out or comes back as a new incarnation was blamed — attribution",
 }
 
 
@@ -47,6 +51,10 @@ class Signal(Strict):
     time_format: str | None = Field(None, description="how group t is written: iso8601, or a strptime format; "
                                                       "none: epoch seconds")
     timezone: str | None = Field(None, description="for stamps without a zone: UTC, +02:00 or an IANA name")
+    lists: dict[str, str] = Field(default_factory=dict, description=(
+        "groups read as lists: group -> a regex found again and again in that group's text; each find is one "
+        "item, its named groups the item's fields (rank is read as a number; id names the item, default the "
+        "whole find)"))
 
     @field_validator("pattern")
     @classmethod
@@ -72,6 +80,19 @@ class Signal(Strict):
         missing = [g for g in self.ints + self.floats if g not in groups]
         if missing:
             raise ValueError(f"ints/floats name groups the pattern does not have: {missing}")
+        reserved = sorted(groups & {"source", "kind"})
+        if reserved:
+            raise ValueError(f"group name(s) {reserved} are reserved (every event has them); rename the group")
+        missing = [g for g in self.lists if g not in groups]
+        if missing:
+            raise ValueError(f"lists name groups the pattern does not have: {missing}")
+        for name, rx in self.lists.items():
+            try:
+                re.compile(rx)
+            except re.error as exc:
+                raise ValueError(f"lists.{name}: bad regex: {exc}") from None
+        if self.kind == "members" and "members" not in self.lists:
+            raise ValueError("a members signal reads its group members as a list: give lists: {members: REGEX}")
         if self.kind == "step" and "n" not in groups:
             raise ValueError("a step signal needs a group n (the step number)")
         if self.time_format is not None:

@@ -1,0 +1,212 @@
+"""``drill compare``: one suite against several job profiles, side by side.
+
+Every (job, drill) pair is resolved first, so a typo in a job name stops the comparison
+before anything runs. Then each drill runs on each job in turn — a fresh job each time —
+and the results go into one table: detect, first step, lost steps, goodput, attribution,
+verdict, and why. A suite entry's ``known_defects`` names the jobs a drill FAILs on today
+(measured): such a FAIL is shown as known and does not count against the exit code; a
+known defect that passes is pointed out (the stack may have fixed it). A drill that does
+not apply to a job (corrupt-checkpoint on a job with no checkpoints) is ``n/a``.
+
+The exit code follows DESIGN.md: 1 when a drill FAILed that was not a known defect, 2 for
+bad input, 5 for a harness error, else the worst other verdict's.
+"""
+from __future__ import annotations
+
+import html as _html
+import importlib.metadata
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drillbit.atomic import write_atomic
+from drillbit.checks.verdict import interrupted
+from drillbit.errors import ConfigError, SpecError
+from drillbit.loop.runner import job_params
+from drillbit.exitcodes import suite_exit_code
+from drillbit.loop import UI
+from drillbit.session import Resolved, execute, resolve
+from drillbit.spec.models import SuiteSpec
+
+# the distribution behind each signal preset, for the versions line
+PRESET_PACKAGES = {"torchrun": "torch", "torchft": "torchft", "nvrx": "nvidia-resiliency-ext",
+                   "dlrover": "dlrover", "ray-train": "ray", "hf-trainer": "transformers",
+                   "lightning": "lightning", "reference": "drillbit"}
+
+
+@dataclass
+class Cell:
+    job: str
+    drill: str
+    payload: dict[str, Any] | None = None
+    known: str | None = None     # the known defect this drill FAILs on for this job
+    na: str | None = None        # why the drill does not apply to the job
+
+    @property
+    def verdict(self) -> str:
+        if self.na is not None:
+            return "n/a"
+        assert self.payload is not None
+        return self.payload["verdict"]
+
+    @property
+    def counted(self) -> tuple[str, str | None]:
+        """(verdict, error kind) as the exit code sees it: a known defect's FAIL is expected."""
+        if self.payload is None:
+            return "pass", None
+        kind = self.payload.get("error_kind") or ("harness" if self.payload.get("error") else None)
+        verdict = "pass" if self.known and self.payload["verdict"] == "fail" and kind is None else self.payload["verdict"]
+        return verdict, kind
+
+    def note(self) -> str:
+        if self.na is not None:
+            return self.na
+        assert self.payload is not None
+        reasons = "; ".join(self.payload["reasons"]) or "all SLOs met"
+        if self.known and self.payload["verdict"] == "fail":
+            return f"known defect: {self.known}. {reasons}"
+        if self.known and self.payload["verdict"] == "pass":
+            return f"passes now: the known defect ({self.known}) may be fixed; drop it from known_defects"
+        return reasons
+
+
+@dataclass
+class Comparison:
+    suite: SuiteSpec
+    jobs: list[str]
+    cluster: str = ""
+    cells: list[Cell] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return suite_exit_code(c.counted for c in self.cells)
+
+
+def versions(presets: list[str]) -> dict[str, str]:
+    out = {}
+    for preset in presets:
+        package = PRESET_PACKAGES.get(preset)
+        if package and package not in out:
+            try:
+                out[package] = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                out[package] = "not installed here"
+    return out
+
+
+def run_compare(suite: SuiteSpec, jobs: list[str], *, cluster: str | None = None, config_path: str | None = None,
+                reports_dir: str | None = None, db: str | None = None, ui: UI | None = None) -> Comparison:
+    cluster = cluster or suite.cluster
+    plan: list[tuple[str, Any, Resolved]] = []
+    problems = []
+    for job in jobs:
+        for entry in suite.entries():
+            try:
+                plan.append((job, entry, resolve(entry.drill, cluster=cluster, job=job, config_path=config_path)))
+            except SpecError as exc:
+                problems += exc.problems
+    if problems:
+        unique = list({(p.file, p.line, p.path, p.message): p for p in problems}.values())
+        raise SpecError(unique)  # every input error before anything runs
+    comp = Comparison(suite=suite, jobs=jobs)
+    for job, entry, resolved in plan:
+        comp.cluster = resolved.cluster
+        comp.versions.update(versions(resolved.config.jobs[job].presets))
+        cell = Cell(job=job, drill=resolved.spec.name, known=entry.known_defects.get(job))
+        comp.cells.append(cell)
+        try:  # a drill the job cannot take (no checkpoints for corrupt-checkpoint) is n/a, not an error
+            job_params(resolved.spec, resolved.config.jobs[job], Path("."))
+        except ConfigError as exc:
+            cell.na = f"does not apply: {exc}"
+            continue
+        cell.payload, _ = execute(resolved, reports_dir=reports_dir, db=db, ui=ui)
+        if interrupted(cell.payload):
+            break
+    return comp
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def rows(comp: Comparison) -> list[dict[str, str]]:
+    out = []
+    for c in comp.cells:
+        m = (c.payload or {}).get("measurements", {})
+        a = m.get("attribution")
+        if c.payload is None:
+            blame = "—"
+        elif a:
+            blame = ("✓ " if a["correct"] else "✗ ") + (", ".join(map(str, a["blamed"])) or "none") + \
+                f" (hurt {', '.join(map(str, a['hurt']))})"
+        else:
+            blame = "nobody named"
+        verdict = c.verdict + (" (known)" if c.known and c.verdict == "fail" else "")
+        out.append({"job": c.job, "drill": c.drill, "detect s": _fmt(m.get("time_to_detect")),
+                    "first step s": _fmt(m.get("time_to_first_step")), "lost steps": _fmt(m.get("lost_steps")),
+                    "goodput": _fmt(m.get("goodput")), "blamed": blame, "verdict": verdict, "why": c.note()})
+    return out
+
+
+COLUMNS = ("job", "drill", "detect s", "first step s", "lost steps", "goodput", "blamed", "verdict", "why")
+NUMERIC = ("detect s", "first step s", "lost steps", "goodput")
+
+
+def _versions_line(comp: Comparison) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(comp.versions.items()))
+
+
+def markdown(comp: Comparison) -> str:
+    lines = [f"## Compare: suite `{comp.suite.name}` on `{comp.cluster}`", "",
+             f"Jobs: {', '.join(comp.jobs)}. Versions: {_versions_line(comp)}.", "",
+             "| " + " | ".join(COLUMNS) + " |",
+             "|" + "|".join("---:" if c in NUMERIC else "---" for c in COLUMNS) + "|"]
+    for r in rows(comp):
+        lines.append("| " + " | ".join(r[c].replace("|", "\\|") for c in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def html(comp: Comparison) -> str:
+    color = {"pass": "#1a7f37", "fail": "#cf222e", "n/a": "#6e7781"}
+    head = "".join(f"<th>{_html.escape(c)}</th>" for c in COLUMNS)
+    body = []
+    for r in rows(comp):
+        tds = []
+        for c in COLUMNS:
+            style = ' class="num"' if c in NUMERIC else ""
+            if c == "verdict":
+                style = f' style="color:{color.get(r[c].split()[0], "#9a6700")};font-weight:600"'
+            tds.append(f"<td{style}>{_html.escape(r[c])}</td>")
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>drillbit compare: "
+            f"{_html.escape(comp.suite.name)}</title><style>body{{font-family:system-ui,sans-serif;margin:2em}}"
+            "table{border-collapse:collapse}td,th{border:1px solid #d0d7de;padding:4px 8px;vertical-align:top}"
+            ".num{text-align:right}</style></head><body>"
+            f"<h1>Compare: suite {_html.escape(comp.suite.name)} on {_html.escape(comp.cluster)}</h1>"
+            f"<p>Jobs: {_html.escape(', '.join(comp.jobs))}. Versions: {_html.escape(_versions_line(comp))}.</p>"
+            f"<table><tr>{head}</tr>{''.join(body)}</table></body></html>\n")
+
+
+def to_json(comp: Comparison) -> dict[str, Any]:
+    return {"suite": comp.suite.name, "cluster": comp.cluster, "jobs": comp.jobs, "versions": comp.versions,
+            "exit_code": comp.exit_code,
+            "cells": [{"job": c.job, "drill": c.drill, "verdict": c.verdict, "known_defect": c.known, "na": c.na,
+                       "note": c.note(), "result": c.payload} for c in comp.cells]}
+
+
+def write_outputs(comp: Comparison, reports_dir: str | Path) -> Path:
+    base = Path(reports_dir) / f"compare-{time.strftime('%Y%m%d-%H%M%S')}-{comp.suite.name}"
+    folder, i = base, 1
+    while folder.exists():
+        i += 1
+        folder = base.with_name(f"{base.name}-{i}")
+    folder.mkdir(parents=True)
+    write_atomic(folder / "compare.md", markdown(comp))
+    write_atomic(folder / "compare.html", html(comp))
+    write_atomic(folder / "compare.json", json.dumps(to_json(comp), indent=2, default=str) + "\n")
+    return folder

@@ -1,0 +1,63 @@
+"""The training loop the torch.distributed stack jobs share (NVRx, DLRover): a small MLP,
+gloo all-reduce of the gradients, and a checkpoint every ``ckpt_every`` steps written the
+usual careful way (rank 0, a temporary file renamed into place as ``step_<N>.pt``), loaded
+from the newest file on start. Prints ``step=N rank=R loss=X`` per step and
+``restored step=N path=P`` after a load; ``on_step`` runs after each step (a heartbeat)."""
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def newest(ckpt_dir: Path) -> tuple[int, Path] | None:
+    found = [(int(m.group(1)), p) for p in ckpt_dir.glob("step_*.pt") if (m := re.fullmatch(r"step_(\d+)\.pt", p.name))]
+    return max(found) if found else None
+
+
+def run(step_ms: float, ckpt_dir: str | None, ckpt_every: int, on_step: Callable[[int], None] | None = None) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = 0
+    folder = Path(ckpt_dir) if ckpt_dir else None
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        last = newest(folder)
+        if last is not None:
+            state = torch.load(last[1], weights_only=True)
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optim"])
+            step = int(state["step"])
+            print(f"restored step={step} path={last[1]}", flush=True)
+    gen = torch.Generator().manual_seed(rank * 1000 + step)
+    while True:
+        started = time.time()
+        x = torch.randn(16, 32, generator=gen)
+        loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean()
+        # the step's compute: a fault lands here most of the time, before the all-reduce
+        time.sleep(max(0.0, step_ms / 1000 - (time.time() - started)))
+        opt.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world
+        opt.step()
+        step += 1
+        if on_step is not None:
+            on_step(step)
+        print(f"step={step} rank={rank} loss={loss.item():.4f}", flush=True)
+        if folder is not None and ckpt_every and step % ckpt_every == 0 and rank == 0:
+            tmp = folder / f".step_{step}.pt.tmp"
+            torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": step}, tmp)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, folder / f"step_{step}.pt")
+            print(f"saved step={step} path={folder / f'step_{step}.pt'}", flush=True)

@@ -1,0 +1,126 @@
+"""A torchft job: a lighthouse and replica groups that heal from each other, each group a
+torchrun (the supervisor that restarts a group's dead rank), the way torchft's README runs
+``train_ddp.py``. Per node:
+
+    python -m drillbit.stacks.torchft_job launch --run-dir DIR --node-rank R \\
+        --lighthouse HOST:PORT [--nnodes N] [--groups 2] [--ddp] [--timeout 10]
+
+Node 0 starts ``torchft_lighthouse --bind HOST:PORT`` first (its output in
+``DIR/lighthouse.log``). Each group ``g`` runs ``torchrun --standalone --nproc-per-node 1
+--max-restarts N`` with ``REPLICA_GROUP_ID`` (unique over the job) and writes
+``DIR/group<ID>.log``; the groups are split evenly over the nodes. The training loop is torchft's: ``Manager(ProcessGroupGloo(...))``,
+its optimizer wrapper (quorum at ``zero_grad``, commit at ``step``) and a per-gradient
+``manager.allreduce``; ``--ddp`` uses ``torchft.ddp.DistributedDataParallel`` instead. Each
+committed step prints ``step=N replica=ID loss=X``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from drillbit.stacks.supervise import Group, wait_port
+
+
+def launch(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    host, port = args.lighthouse.rsplit(":", 1)
+    group = Group({"LOGLEVEL": "INFO", "TORCHFT_LIGHTHOUSE": f"http://{args.lighthouse}"})
+    group.on_signals()
+    if args.node_rank == 0:
+        lighthouse = shutil.which("torchft_lighthouse", path=os.path.dirname(sys.executable)) or "torchft_lighthouse"
+        group.start([lighthouse, "--bind", args.lighthouse, "--min_replicas", "1",
+                     "--quorum_tick_ms", "100", "--join_timeout_ms", str(args.join_timeout_ms),
+                     "--heartbeat_timeout_ms", str(args.heartbeat_timeout_ms)],
+                    run_dir / "lighthouse.log", env={"RUST_LOG": "info"})
+    if not wait_port(host, int(port), 60):
+        print(f"lighthouse {args.lighthouse} did not come up", file=sys.stderr)
+        group.stop_all()
+        return 1
+    ranks = []
+    per_node = max(1, args.groups // args.nnodes)
+    for g in range(per_node):
+        gid = args.node_rank * per_node + g
+        ranks.append(group.start(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+             "--nproc-per-node", "1", "--max-restarts", str(args.max_restarts), "--monitor-interval", "0.5",
+             "-m", "drillbit.stacks.torchft_job", "train", "--step-ms", str(args.step_ms),
+             "--timeout", str(args.timeout), *(["--ddp"] if args.ddp else [])],
+            run_dir / f"group{gid}.log", env={"REPLICA_GROUP_ID": str(gid)}))
+    code = group.wait_any(ranks)
+    group.stop_all()
+    return code
+
+
+def train(args: argparse.Namespace) -> int:
+    import torch
+    from torch import nn
+
+    from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s",
+                        stream=sys.stdout)
+    gid = int(os.environ.get("REPLICA_GROUP_ID", "0"))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    timeout = timedelta(seconds=args.timeout)
+
+    def state_dict():
+        return {"model": model.state_dict(), "optim": opt.state_dict()}
+
+    def load_state_dict(sd):
+        model.load_state_dict(sd["model"])
+        opt.load_state_dict(sd["optim"])
+
+    manager = Manager(pg=ProcessGroupGloo(timeout=timeout), min_replica_size=1, load_state_dict=load_state_dict,
+                      state_dict=state_dict, replica_id=f"train_{gid}", timeout=timeout,
+                      quorum_timeout=timedelta(seconds=max(30.0, args.timeout)))
+    net = DistributedDataParallel(manager, model) if args.ddp else model
+    optimizer = Optimizer(manager, opt)
+    gen = torch.Generator().manual_seed(gid)
+    while True:
+        started = time.time()
+        optimizer.zero_grad()  # torchft starts the step's quorum here
+        x = torch.randn(16, 32, generator=gen)
+        loss = (net(x) - x.sum(1, keepdim=True)).pow(2).mean()
+        # the step's compute: a fault lands here most of the time, after the quorum and before
+        # the gradients' all-reduce, as in a real step
+        time.sleep(max(0.0, args.step_ms / 1000 - (time.time() - started)))
+        loss.backward()
+        if not args.ddp:
+            for p in model.parameters():
+                manager.allreduce(p.grad).wait()
+        optimizer.step()  # commits the step when every participant's all-reduce went through
+        print(f"step={manager.current_step()} replica={gid} loss={loss.item():.4f} "
+              f"participants={manager.num_participants()}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="role", required=True)
+    la = sub.add_parser("launch")
+    la.add_argument("--run-dir", required=True)
+    la.add_argument("--node-rank", type=int, default=0)
+    la.add_argument("--lighthouse", required=True, help="HOST:PORT the lighthouse binds (node 0 starts it)")
+    la.add_argument("--nnodes", type=int, default=1)
+    la.add_argument("--groups", type=int, default=2, help="replica groups over all nodes (split evenly)")
+    la.add_argument("--max-restarts", type=int, default=10)
+    la.add_argument("--heartbeat-timeout-ms", type=int, default=5000)
+    la.add_argument("--join-timeout-ms", type=int, default=1000)
+    for sp in (la, sub.add_parser("train")):
+        sp.add_argument("--step-ms", type=float, default=150.0)
+        sp.add_argument("--timeout", type=float, default=10.0, help="torchft's timeout for collectives and RPCs (s)")
+        sp.add_argument("--ddp", action="store_true", help="torchft.ddp.DistributedDataParallel")
+    args = p.parse_args(argv)
+    return launch(args) if args.role == "launch" else train(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

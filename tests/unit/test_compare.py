@@ -1,0 +1,45 @@
+"""drill compare's verdict arithmetic and its tables, on payloads shaped like result.json:
+a known defect's FAIL does not count, one that passes is pointed out, n/a is not a failure,
+and an unexpected FAIL is exit code 1."""
+from __future__ import annotations
+
+from drillbit.compare import Cell, Comparison, html, markdown
+from drillbit.spec.models import SuiteSpec
+
+
+def payload(verdict: str, reasons: list[str] | None = None, error_kind: str | None = None, blamed=(1,)) -> dict:
+    return {"verdict": verdict, "reasons": reasons or [], "error": "boom" if error_kind else None,
+            "error_kind": error_kind,
+            "measurements": {"time_to_detect": 0.5, "time_to_first_step": 3.0, "lost_steps": 0, "goodput": 0.9,
+                             "attribution": {"correct": list(blamed) == [1], "blamed": list(blamed), "hurt": [1]}}}
+
+
+def comparison(*cells: Cell) -> Comparison:
+    suite = SuiteSpec(name="stacks", drills=["blame-kill-rank"])
+    return Comparison(suite=suite, jobs=sorted({c.job for c in cells}), cluster="local-process", cells=list(cells))
+
+
+def test_known_defects_do_not_fail_the_comparison_but_a_new_failure_does():
+    ok = Cell("torchft", "blame-kill-rank", payload("pass"))
+    known = Cell("nvrx", "blame-kill-rank", payload("fail", ["the stack blamed rank 0"], blamed=(0,)), known="x")
+    na = Cell("torchft", "corrupt-checkpoint", na="does not apply: no checkpoints")
+    assert comparison(ok, known, na).exit_code == 0
+    new = Cell("dlrover", "blame-kill-rank", payload("fail", ["the stack blamed no rank"], blamed=()))
+    assert comparison(ok, known, na, new).exit_code == 1
+    broken = Cell("dlrover", "blame-kill-rank", payload("aborted", error_kind="harness"), known="y")
+    assert comparison(ok, known, broken).exit_code == 5  # a known defect never hides a harness error
+    assert known.note().startswith("known defect: x. the stack blamed rank 0")
+    fixed = Cell("nvrx", "blame-stall", payload("pass"), known="monitors blame both")
+    assert "passes now" in fixed.note() and comparison(fixed).exit_code == 0
+
+
+def test_tables_show_each_job_and_drill_with_whom_it_blamed():
+    comp = comparison(Cell("torchft", "blame-kill-rank", payload("pass")),
+                      Cell("nvrx", "blame-kill-rank", payload("fail", ["a | b"], blamed=(0, 1)), known="k"),
+                      Cell("torchft", "corrupt-checkpoint", na="does not apply: no checkpoints"))
+    md = markdown(comp)
+    assert "| torchft | blame-kill-rank | 0.50 | 3.00 | 0 | 0.90 | ✓ 1 (hurt 1) | pass | all SLOs met |" in md
+    assert "| nvrx | blame-kill-rank |" in md and "✗ 0, 1 (hurt 1) | fail (known) | known defect: k. a \\| b |" in md
+    assert "| n/a | does not apply: no checkpoints |" in md
+    page = html(comp)
+    assert page.count("<tr>") == 4 and "fail (known)" in page and "a | b" in page
