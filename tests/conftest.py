@@ -12,8 +12,9 @@ import time
 import psutil
 import pytest
 
-MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.transport", "ray::", "gcs_server", "raylet",
-           "ray/dashboard", "ray/autoscaler", "log_monitor.py", "sshd -D")
+MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.transport", "drillbit.stacks", "ray::", "gcs_server",
+           "raylet", "ray/dashboard", "ray/autoscaler", "log_monitor.py", "sshd -D",
+           "torchft_lighthouse", "ft_launcher", "dlrover-run", "dlrover.python")
 
 
 def _leftovers() -> list[str]:

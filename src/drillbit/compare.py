@@ -16,6 +16,7 @@ from __future__ import annotations
 import html as _html
 import importlib.metadata
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from drillbit.checks.verdict import interrupted
 from drillbit.errors import ConfigError, SpecError
 from drillbit.loop.runner import job_params
 from drillbit.exitcodes import suite_exit_code
+from drillbit.faults import get as get_fault
 from drillbit.loop import UI
 from drillbit.session import Resolved, execute, resolve
 from drillbit.spec.models import SuiteSpec
@@ -99,13 +101,14 @@ def versions(presets: list[str]) -> dict[str, str]:
 
 def run_compare(suite: SuiteSpec, jobs: list[str], *, cluster: str | None = None, config_path: str | None = None,
                 reports_dir: str | None = None, db: str | None = None, ui: UI | None = None) -> Comparison:
-    cluster = cluster or suite.cluster
+    explicit = cluster or os.environ.get("DRILLBIT_CLUSTER")
     plan: list[tuple[str, Any, Resolved]] = []
     problems = []
     for job in jobs:
         for entry in suite.entries():
             try:
-                plan.append((job, entry, resolve(entry.drill, cluster=cluster, job=job, config_path=config_path)))
+                plan.append((job, entry, resolve(entry.drill, cluster=explicit or entry.cluster or suite.cluster,
+                                                 job=job, config_path=config_path)))
             except SpecError as exc:
                 problems += exc.problems
     if problems:
@@ -113,19 +116,31 @@ def run_compare(suite: SuiteSpec, jobs: list[str], *, cluster: str | None = None
         raise SpecError(unique)  # every input error before anything runs
     comp = Comparison(suite=suite, jobs=jobs)
     for job, entry, resolved in plan:
-        comp.cluster = resolved.cluster
+        if resolved.cluster not in comp.cluster.split(", "):
+            comp.cluster = ", ".join(c for c in (comp.cluster, resolved.cluster) if c)
         comp.versions.update(versions(resolved.config.jobs[job].presets))
         cell = Cell(job=job, drill=resolved.spec.name, known=entry.known_defects.get(job))
         comp.cells.append(cell)
-        try:  # a drill the job cannot take (no checkpoints for corrupt-checkpoint) is n/a, not an error
-            job_params(resolved.spec, resolved.config.jobs[job], Path("."))
-        except ConfigError as exc:
-            cell.na = f"does not apply: {exc}"
+        cell.na = not_applicable(resolved, job)
+        if cell.na is not None:
             continue
         cell.payload, _ = execute(resolved, reports_dir=reports_dir, db=db, ui=ui)
         if interrupted(cell.payload):
             break
     return comp
+
+
+def not_applicable(resolved: Resolved, job: str) -> str | None:
+    """Why a drill does not apply to a job, or None: a fault that needs checkpoints on a job
+    that keeps none; a fault that takes a node down on a job launched on one node only."""
+    profile = resolved.config.jobs[job]
+    try:
+        params = job_params(resolved.spec, profile, Path("."))
+    except ConfigError as exc:
+        return f"does not apply: {exc}"
+    if get_fault(resolved.spec.fault.type).hurts(params) == "node" and not (profile.launch and profile.launch.per_node):
+        return "does not apply: the job runs on one node (launch.per_node is false); losing it ends the job"
+    return None
 
 
 def _fmt(v: Any) -> str:

@@ -63,11 +63,12 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
               before: Callable[[Resolved], bool] | None = None,
               after: Callable[[Resolved, dict[str, Any]], None] | None = None) -> SuiteRun:
     """Run each drill in order. ``before`` may veto a drill (a game-day confirmation)."""
-    cluster = cluster or os.environ.get("DRILLBIT_CLUSTER") or suite.cluster
     allowed = max_regression if max_regression is not None else suite.max_regression
     run: SuiteRun | None = None
     entries = suite.entries()
-    resolved_all = [resolve(e.drill, cluster=cluster, job=job or e.job or suite.job, config_path=config_path)
+    explicit = cluster or os.environ.get("DRILLBIT_CLUSTER")
+    resolved_all = [resolve(e.drill, cluster=explicit or e.cluster or suite.cluster, job=job or e.job or suite.job,
+                            config_path=config_path)
                     for e in entries]  # every input error before anything runs
     for entry, resolved in zip(entries, resolved_all):
         if run is None:

@@ -39,15 +39,14 @@ def binds_everywhere() -> None:
         pytest.skip("this stack's servers bind every interface; no private network namespace here (needs root)")
 
 
-def test_compare_torchft_heals_and_blames_one_rank_its_ddp_wrapper_and_dlrover_do_not(tmp_path):
+def test_compare_torchft_heals_and_blames_one_rank_its_ddp_wrapper_does_not(tmp_path):
     pytest.importorskip("torchft")
-    pytest.importorskip("dlrover")
     binds_everywhere()
     code, out = drill(tmp_path, "compare", "--suite", str(HERE / "suites" / "stacks-fast.yaml"),
-                      "--jobs", "torchft,torchft-ddp,dlrover")
+                      "--jobs", "torchft,torchft-ddp")
     cells = {c["job"]: c for c in out["cells"]}
-    assert [c["drill"] for c in out["cells"]] == ["blame-kill-rank-fast"] * 3
-    assert set(out["versions"]) >= {"torchft", "dlrover", "torch"}
+    assert [c["drill"] for c in out["cells"]] == ["blame-kill-rank-fast"] * 2
+    assert set(out["versions"]) >= {"torchft", "torch"}
 
     ft = cells["torchft"]
     m = ft["result"]["measurements"]
@@ -63,13 +62,7 @@ def test_compare_torchft_heals_and_blames_one_rank_its_ddp_wrapper_and_dlrover_d
     assert any("the stack blamed ranks 0 and 1" in r and "only rank 1 was killed" in r
                for r in ddp["result"]["reasons"]), ddp["result"]["reasons"]
 
-    dl = cells["dlrover"]
-    m = dl["result"]["measurements"]
-    assert m["time_to_first_step"] is not None and m["restarts"] >= 1  # it does recover, from its checkpoint
-    assert m["restored_step"] is not None and m["restored_step"] % 10 == 0
-    assert dl["verdict"] == "fail" and 0 in m["attribution"]["blamed"]
-
-    assert code == 0, "the two FAILs are known defects of the suite; nothing else failed"
+    assert code == 0, "the FAIL is a known defect of the suite; nothing else failed"
     folder = Path(out["folder"])
     md = (folder / "compare.md").read_text()
     assert "| torchft | blame-kill-rank-fast |" in md and "fail (known)" in md

@@ -43,3 +43,30 @@ def test_tables_show_each_job_and_drill_with_whom_it_blamed():
     assert "| n/a | does not apply: no checkpoints |" in md
     page = html(comp)
     assert page.count("<tr>") == 4 and "fail (known)" in page and "a | b" in page
+
+
+def test_a_drill_a_job_cannot_take_is_not_applicable():
+    from drillbit.compare import not_applicable
+    from drillbit.session import resolve
+
+    assert not_applicable(resolve("kill-node", cluster="local", job="torchft"), "torchft") is None  # one launcher per node
+    assert "runs on one node" in not_applicable(resolve("kill-node", cluster="local", job="nvrx"), "nvrx")
+    assert "needs the job's checkpoints" in not_applicable(resolve("corrupt-checkpoint", job="torchft"), "torchft")
+    assert not_applicable(resolve("corrupt-checkpoint", job="dlrover"), "dlrover") is None
+
+
+def test_the_stacks_suite_names_known_jobs_and_a_drill_its_own_cluster(tmp_path):
+    import pytest
+
+    from drillbit.errors import SpecError
+    from drillbit.spec.config import DrillConfig, with_builtins
+    from drillbit.spec.load import load_suite
+
+    config = with_builtins(DrillConfig())
+    suite = load_suite("stacks", config)
+    assert [e.cluster for e in suite.entries()][-1] == "local"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ndrills:\n  - drill: kill-rank\n    known_defects:\n      torchfft: typo\n")
+    with pytest.raises(SpecError) as err:
+        load_suite(str(bad), config)
+    assert "bad.yaml:5" in str(err.value) and "unknown job profile 'torchfft'" in str(err.value)

@@ -215,6 +215,8 @@ class DrillSpec(Strict):
 class SuiteEntry(Strict):
     drill: str
     job: str | None = None
+    cluster: str | None = Field(None, description="this drill's cluster (kill-node needs one of 2+ nodes), over the "
+                                                  "suite's; --cluster still overrides both")
     repeat: int = Field(1, ge=1, le=1000, description="run the drill this many times, a fresh job each time")
     min_pass_rate: float | None = Field(None, ge=0, le=1, description="with repeat: the share of runs that must "
                                                                       "pass (default: all)")
