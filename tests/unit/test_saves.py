@@ -17,6 +17,10 @@ from drillbit.faults.kill_during_save import judge_crash, restore_folder
 from drillbit.saves import CrashPoint, Save, SaveTracker, crash_points, pattern_of, sample
 
 MODES = ["poll"] + (["inotify"] if inotify_available() else [])
+# Polling sees a file closed only once it sat still for an interval: on a loaded machine the
+# poller needs time between the save's steps, or a file closed and renamed within one poll is
+# seen only as published (the poll tests once failed so under a full suite's load)
+PAUSE = {"poll": 0.25, "inotify": 0.06}
 
 
 def atomic_save(root: Path, step: int, pause: float = 0.06) -> None:
@@ -53,7 +57,7 @@ def watch_while(root: Path, mode: str, action) -> list[FileEvent]:
 @pytest.mark.parametrize("mode", MODES)
 def test_a_save_is_seen_file_by_file_and_its_rename_as_publish(tmp_path, mode):
     root = tmp_path / "ckpt"
-    events = watch_while(root, mode, lambda: (root.mkdir(), time.sleep(0.05), atomic_save(root, 20)))
+    events = watch_while(root, mode, lambda: (root.mkdir(), time.sleep(0.05), atomic_save(root, 20, PAUSE[mode])))
     kinds = [(e.kind, e.path) for e in events]
     tmp = f".tmp-step_00000020-{os.getpid()}"
     assert kinds[0] == ("create", tmp)

@@ -314,6 +314,8 @@ BUILTIN_JOBS.update({
                            "hung rank is caught after three quarters of an hour", "--default-timeouts"),
     "dlrover": _dlrover("DLRover 0.6.1: 2 ranks under dlrover-run (elastic agent, diagnosis agent, 3 restarts) "
                         "with its job master on loopback, a checkpoint every 10 steps"),
+    "dlrover-norestarts": _dlrover("the DLRover job with --max-restarts 0: a lost worker ends the job",
+                                   "--max-restarts", "0"),
     "raytrain": _raytrain("4 Ray Train workers (TorchTrainer, CPU, gloo) with FailureConfig(max_failures=3), "
                           "checkpoints through train.report, a 10 s collective timeout; Ray clusters only"),
     "raytrain-nofailover": _raytrain("the Ray Train job with FailureConfig(max_failures=0): a lost worker ends "
