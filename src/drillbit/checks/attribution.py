@@ -112,7 +112,7 @@ def attribute(events: list[Event], t0: float, hurts: str = "rank", verb: str = "
                 item for value in e.data.values() if isinstance(value, list) for item in value if isinstance(item, dict)]
             for c in named:
                 rank, pid = c.get("rank"), c.get("pid")
-                if rank is None and pid is not None:
+                if rank is None and str(pid).isdigit():
                     rank = rank_of_pid.get(int(pid))
                 blame(rank, c.get("blamed_node") if rank is None else None, who)
         elif e.kind == "straggler":
