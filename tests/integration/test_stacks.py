@@ -11,6 +11,7 @@ stopped one; DLRover notices no stopped rank at all."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +88,8 @@ def test_nvrx_detects_a_stopped_rank_by_heartbeat_but_blames_the_blocked_one_too
 def test_dlrover_never_notices_a_stopped_rank(tmp_path):
     pytest.importorskip("dlrover")
     binds_everywhere()
+    fixed = ("/tmp/dlrover", "/tmp/ckpt_sock")  # DLRover 0.6.1's hard-coded folders
+    before = {d: sorted(os.listdir(d)) if os.path.isdir(d) else None for d in fixed}
     code, r = drill(tmp_path, "run", str(HERE / "blame-stall-fast.yaml"), "--job", "dlrover", "--cluster",
                     "local-process")
     m = r["measurements"]
@@ -95,3 +98,5 @@ def test_dlrover_never_notices_a_stopped_rank(tmp_path):
     assert any("no detection within 15 s" in reason for reason in r["reasons"]), r["reasons"]
     assert any("the stack blamed no rank" in reason for reason in r["reasons"]), r["reasons"]
     assert r["fault"]["healed"]
+    # the job's launcher took back what DLRover wrote there
+    assert {d: sorted(os.listdir(d)) if os.path.isdir(d) else None for d in fixed} == before

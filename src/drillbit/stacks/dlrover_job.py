@@ -15,6 +15,7 @@ it stops. The loop and its checkpoints are :mod:`drillbit.stacks.loop`'s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -53,7 +54,12 @@ def launch(args: argparse.Namespace) -> int:
         if not os.path.isdir(folder):
             continue
         for name in set(os.listdir(folder)) - (had or set()):
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
         if had is None and not os.listdir(folder):
             os.rmdir(folder)
     return code
