@@ -79,9 +79,13 @@ def test_nvrx_detects_a_stopped_rank_by_heartbeat_but_blames_the_blocked_one_too
     assert 9 <= m["time_to_detect"] <= 15  # the 10 s heartbeat timeout
     assert m["restarts"] == 1 and m["time_to_first_step"] is not None
     assert m["attribution"]["blamed"] == [0, 1] and m["attribution"]["false_blames"] == [0]
-    assert m["attribution"]["blamed_by"]["1"] == ["nvrx-rank-monitor"]
-    assert r["reasons"] == ["the stack blamed ranks 0 and 1 (0: nvrx-rank-monitor, torchrun; 1: nvrx-rank-monitor); "
-                            "only rank 1 was stopped — it must blame exactly the hurt rank(s)"]
+    assert "nvrx-rank-monitor" in m["attribution"]["blamed_by"]["1"]
+    # rank 0 is blamed by its own monitor (its heartbeat, sent from the loop, stops while it
+    # waits in the all-reduce), by ft_launcher naming it the failed worker, or both
+    assert set(m["attribution"]["blamed_by"]["0"]) <= {"nvrx-rank-monitor", "torchrun"}
+    [reason] = r["reasons"]
+    assert reason.startswith("the stack blamed ranks 0 and 1 (0: ") and reason.endswith(
+        "only rank 1 was stopped — it must blame exactly the hurt rank(s)"), reason
     assert r["fault"]["healed"]
 
 
