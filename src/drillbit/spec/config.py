@@ -242,34 +242,32 @@ _LOOP_SIGNALS = [
 _LOOP_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="step_*.pt", step_regex=r"step_(\d+)\.pt")
 
 
-def _nvrx(description: str, *flags: str) -> JobProfile:
-    """Two ranks under NVRx's ft_launcher with rank-monitor heartbeats (drillbit.stacks.nvrx_job)."""
+def _loop_job(stack: str, agent: str, logs: list[str], description: str, *flags: str) -> JobProfile:
+    """Two ranks of drillbit.stacks.loop under a stack's launcher (drillbit.stacks.<stack>_job);
+    ``agent`` is the launcher's command-line regex, the parent of the ranks."""
+    module = rf"drillbit\.stacks\.{stack}_job"
     return JobProfile(
         description=description,
-        presets=["nvrx", "torchrun"],
+        presets=[stack, "torchrun"],
         signals=_LOOP_SIGNALS,
-        launch=LaunchSpec(command=["{python}", "-m", "drillbit.stacks.nvrx_job", "launch", "--run-dir",
+        launch=LaunchSpec(command=["{python}", "-m", f"drillbit.stacks.{stack}_job", "launch", "--run-dir",
                                    "{run_dir}/job", *flags]),
-        ranks=RankDiscovery(cmdline=r"-m drillbit\.stacks\.nvrx_job train\b", exclude_cmdline=r"ft_launcher"),
-        launcher=r"ft_launcher|drillbit\.stacks\.nvrx_job launch",
-        logs=["{run_dir}/job/launcher.log"],
+        ranks=RankDiscovery(cmdline=rf"-m {module} train\b", exclude_cmdline=agent),
+        launcher=rf"{agent}|{module} launch",
+        logs=logs,
         checkpoint=_LOOP_CKPT,
     )
+
+
+def _nvrx(description: str, *flags: str) -> JobProfile:
+    """Two ranks under NVRx's ft_launcher with rank-monitor heartbeats."""
+    return _loop_job("nvrx", "ft_launcher", ["{run_dir}/job/launcher.log"], description, *flags)
 
 
 def _dlrover(description: str, *flags: str) -> JobProfile:
-    """Two ranks under DLRover's dlrover-run with its job master (drillbit.stacks.dlrover_job)."""
-    return JobProfile(
-        description=description,
-        presets=["dlrover", "torchrun"],
-        signals=_LOOP_SIGNALS,
-        launch=LaunchSpec(command=["{python}", "-m", "drillbit.stacks.dlrover_job", "launch", "--run-dir",
-                                   "{run_dir}/job", "--master", "{head}:{port}", *flags]),
-        ranks=RankDiscovery(cmdline=r"-m drillbit\.stacks\.dlrover_job train\b", exclude_cmdline=r"dlrover-run"),
-        launcher=r"dlrover-run|drillbit\.stacks\.dlrover_job launch",
-        logs=["{run_dir}/job/agent.log", "{run_dir}/job/master.log"],
-        checkpoint=_LOOP_CKPT,
-    )
+    """Two ranks under DLRover's dlrover-run with its job master."""
+    return _loop_job("dlrover", "dlrover-run", ["{run_dir}/job/agent.log", "{run_dir}/job/master.log"], description,
+                     "--master", "{head}:{port}", *flags)
 
 
 BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {

@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from drillbit.stacks.supervise import Group, wait_port
+from drillbit.stacks.supervise import Group, tool, wait_port
 
 FIXED_DIRS = ("/tmp/dlrover", "/tmp/ckpt_sock")
 
@@ -42,7 +42,7 @@ def launch(args: argparse.Namespace) -> int:
         print(f"the DLRover master {args.master} did not come up", file=sys.stderr)
         group.stop_all()
         return 1
-    runner = shutil.which("dlrover-run", path=os.path.dirname(sys.executable)) or "dlrover-run"
+    runner = tool("dlrover-run")
     agent = group.start(
         [runner, "--nnodes", "1", "--nproc-per-node", str(args.nproc), "--max-restarts", str(args.max_restarts),
          "--monitor-interval", "1", "-m", "drillbit.stacks.dlrover_job", "train", "--step-ms", str(args.step_ms),
@@ -76,21 +76,12 @@ def train(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="role", required=True)
-    la = sub.add_parser("launch")
-    la.add_argument("--run-dir", required=True)
+    from drillbit.stacks.loop import cli
+
+    p, la = cli(__doc__)
     la.add_argument("--master", required=True, help="HOST:PORT for the DLRover job master")
-    la.add_argument("--nproc", type=int, default=2)
-    la.add_argument("--max-restarts", type=int, default=3)
-    tr = sub.add_parser("train")
-    tr.add_argument("--ckpt-dir", default=None)
-    for sp in (la, tr):
-        sp.add_argument("--step-ms", type=float, default=150.0)
-        sp.add_argument("--ckpt-every", type=int, default=10, help="0: no checkpoints")
     args = p.parse_args(argv)
     return launch(args) if args.role == "launch" else train(args)
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -5,11 +5,29 @@ from the newest file on start. Prints ``step=N rank=R loss=X`` per step and
 ``restored step=N path=P`` after a load; ``on_step`` runs after each step (a heartbeat)."""
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import time
 from pathlib import Path
 from typing import Callable
+
+
+def cli(doc: str | None) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """A stack job's command line: ``launch --run-dir DIR …`` and ``train``, both with the
+    loop's options. Returns the parser and the launch sub-parser (for the stack's own options)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="role", required=True)
+    la = sub.add_parser("launch")
+    la.add_argument("--run-dir", required=True)
+    la.add_argument("--nproc", type=int, default=2)
+    la.add_argument("--max-restarts", type=int, default=3)
+    tr = sub.add_parser("train")
+    tr.add_argument("--ckpt-dir", default=None)
+    for sp in (la, tr):
+        sp.add_argument("--step-ms", type=float, default=150.0)
+        sp.add_argument("--ckpt-every", type=int, default=10, help="0: no checkpoints")
+    return p, la
 
 
 def newest(ckpt_dir: Path) -> tuple[int, Path] | None:

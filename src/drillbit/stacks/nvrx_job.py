@@ -14,18 +14,15 @@ checkpoints (``DIR/ckpt/step_<N>.pt``) are :mod:`drillbit.stacks.loop`'s. Collec
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import sys
 from pathlib import Path
 
-from drillbit.stacks.supervise import Group
+from drillbit.stacks.supervise import Group, tool
 
 
 def launch(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    ft_launcher = shutil.which("ft_launcher", path=os.path.dirname(sys.executable)) or "ft_launcher"
+    ft_launcher = tool("ft_launcher")
     timeouts = [] if args.default_timeouts else [
         "--ft-initial-rank-heartbeat-timeout", str(args.initial_heartbeat_timeout),
         "--ft-rank-heartbeat-timeout", str(args.heartbeat_timeout), "--ft-workload-check-interval", "1"]
@@ -60,24 +57,15 @@ def train(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="role", required=True)
-    la = sub.add_parser("launch")
-    la.add_argument("--run-dir", required=True)
-    la.add_argument("--nproc", type=int, default=2)
-    la.add_argument("--max-restarts", type=int, default=3)
+    from drillbit.stacks.loop import cli
+
+    p, la = cli(__doc__)
     la.add_argument("--heartbeat-timeout", type=float, default=10.0)
     la.add_argument("--initial-heartbeat-timeout", type=float, default=30.0)
     la.add_argument("--default-timeouts", action="store_true",
                     help="NVRx's own heartbeat timeouts (60 min initial, 45 min after)")
-    tr = sub.add_parser("train")
-    tr.add_argument("--ckpt-dir", default=None)
-    for sp in (la, tr):
-        sp.add_argument("--step-ms", type=float, default=150.0)
-        sp.add_argument("--ckpt-every", type=int, default=10, help="0: no checkpoints")
     args = p.parse_args(argv)
     return launch(args) if args.role == "launch" else train(args)
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -4,8 +4,10 @@ the main process's code."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,3 +67,9 @@ def wait_port(host: str, port: int, timeout: float = 30.0) -> bool:
                 return True
         time.sleep(0.1)
     return False
+
+
+def tool(name: str) -> str:
+    """A stack's command (torchft_lighthouse, ft_launcher, dlrover-run): the one installed beside
+    this interpreter, else the first on PATH."""
+    return shutil.which(name, path=os.path.dirname(sys.executable)) or name

@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
-from drillbit.stacks.supervise import Group, wait_port
+from drillbit.stacks.supervise import Group, tool, wait_port
 
 
 def launch(args: argparse.Namespace) -> int:
@@ -34,7 +33,7 @@ def launch(args: argparse.Namespace) -> int:
     group = Group({"LOGLEVEL": "INFO", "TORCHFT_LIGHTHOUSE": f"http://{args.lighthouse}"})
     group.on_signals()
     if args.node_rank == 0:
-        lighthouse = shutil.which("torchft_lighthouse", path=os.path.dirname(sys.executable)) or "torchft_lighthouse"
+        lighthouse = tool("torchft_lighthouse")
         group.start([lighthouse, "--bind", args.lighthouse, "--min_replicas", "1",
                      "--quorum_tick_ms", "100", "--join_timeout_ms", str(args.join_timeout_ms),
                      "--heartbeat_timeout_ms", str(args.heartbeat_timeout_ms)],
