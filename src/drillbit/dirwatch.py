@@ -11,7 +11,8 @@ inotify (Linux) reports each event as it happens, so a fault that must land *bet
 files of one save (kill-during-save) can: watches are added to every folder as it appears,
 and a folder that appeared before its watch was set is scanned for what it already holds.
 Polling compares two listings ``interval`` apart; it sees a file once it exists and calls it
-closed once its size and mtime held still for one interval; a rename shows as a new path.
+closed once its size and mtime held still for one interval and no process on this machine
+holds it open (a writer that only paused is not done); a rename shows as a new path.
 """
 from __future__ import annotations
 
@@ -327,14 +328,19 @@ class DirWatch:
                     if old + rel[len(new):] in self._settled:
                         self._settled.add(rel)
             self._known[new] = current[new]
+        still = [rel for rel, (is_dir, _, _) in current.items()
+                 if not is_dir and self._known.get(rel) == current[rel] and rel not in self._settled]
+        # Held still for one interval is not closed when the writer only paused (a loaded
+        # machine, a slow filesystem): a file some process here still holds open waits
+        held = _open_anywhere([os.path.join(self.root, r) for r in still]) if still else set()
         for rel in sorted(current, key=lambda p: (p.count("/"), p)):
             is_dir, size, _ = current[rel]
             before = self._known.get(rel)
             if before is None:
                 out.append(FileEvent(now, "create", rel, is_dir, None if is_dir else size))
                 self._settled.discard(rel)
-            elif not is_dir and before == current[rel] and rel not in self._settled:
-                out.append(FileEvent(now, "close", rel, False, size))  # held still for one interval
+            elif rel in still and os.path.join(self.root, rel) not in held:
+                out.append(FileEvent(now, "close", rel, False, size))
                 self._settled.add(rel)
             elif before != current[rel]:
                 self._settled.discard(rel)

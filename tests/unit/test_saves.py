@@ -69,6 +69,24 @@ def test_a_save_is_seen_file_by_file_and_its_rename_as_publish(tmp_path, mode):
     assert next(e for e in events if e.path.endswith("shard_0.pt") and e.kind == "close").size == 200
 
 
+def test_polling_does_not_call_a_file_closed_while_its_writer_holds_it_open(tmp_path):
+    """A writer that paused for many intervals (a loaded machine) has not closed its file:
+    one close, at the final size, once the file is closed (this once came twice under load)."""
+    root = tmp_path / "ckpt"
+    root.mkdir()
+
+    def act() -> None:
+        with open(root / "shard_0.pt", "wb") as f:
+            time.sleep(0.2)  # twenty poll intervals, still empty and open
+            f.write(b"w" * 100)
+            f.flush()
+            time.sleep(0.2)
+        time.sleep(0.1)
+    events = watch_while(root, "poll", act)
+    closes = [(e.path, e.size) for e in events if e.kind == "close"]
+    assert closes == [("shard_0.pt", 100)]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_files_written_after_a_rename_are_reported_under_the_new_name(tmp_path, mode):
     root = tmp_path / "ckpt"
