@@ -14,7 +14,8 @@ import pytest
 
 MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.transport", "drillbit.stacks", "ray::", "gcs_server",
            "raylet", "ray/dashboard", "ray/autoscaler", "log_monitor.py", "sshd -D",
-           "torchft_lighthouse", "ft_launcher", "dlrover-run", "dlrover.python")
+           "torchft_lighthouse", "ft_launcher", "dlrover-run", "dlrover.python", "slurmctld", "slurmd ", "slurmstepd",
+           "munged")
 
 
 def _leftovers() -> list[str]:

@@ -110,21 +110,32 @@ class Nodes:
     def start(self, controller: ProcRef) -> None:
         self.clients = self.clients or self.connect()
         for client in self.clients.values():
-            info = client.handshake()
-            if self.allowed_hosts is not None and not any(
-                    fnmatch.fnmatch(name, pattern) for pattern in self.allowed_hosts for name in (info.host, client.node)):
-                raise ConfigError(f"node {client.node} is on host {info.host!r}, which is not in the cluster's "
-                                  f"allowed_hosts {self.allowed_hosts}; nothing was started")
-            self.hosts[client.node] = info.host
-            self.notes.append(("agent.ready", {"node": client.node, "pid": info.pid, "host": info.host,
-                                               "version": info.version}))
-            offset, rtt = client.measure_offset()
-            self.notes.append(("agent.clock", {"node": client.node, "offset_s": round(offset, 6),
-                                               "rtt_s": round(rtt, 6)}))
-            client.arm(self.deadman_s, self.job_grace_s)
+            self._ready(client)
         self._beating.set()
         self._beater = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self._beater.start()
+
+    def _ready(self, client: AgentClient, **about: Any) -> None:
+        """One agent's handshake: version, allowed host, clock offset; then arm its switch."""
+        info = client.handshake()
+        if self.allowed_hosts is not None and not any(
+                fnmatch.fnmatch(name, pattern) for pattern in self.allowed_hosts for name in (info.host, client.node)):
+            raise ConfigError(f"node {client.node} is on host {info.host!r}, which is not in the cluster's "
+                              f"allowed_hosts {self.allowed_hosts}; nothing was started")
+        self.hosts[client.node] = info.host
+        self.notes.append(("agent.ready", {"node": client.node, "pid": info.pid, "host": info.host,
+                                           "version": info.version, **about}))
+        offset, rtt = client.measure_offset()
+        self.notes.append(("agent.clock", {"node": client.node, "offset_s": round(offset, 6),
+                                           "rtt_s": round(rtt, 6)}))
+        client.arm(self.deadman_s, self.job_grace_s)
+
+    def check(self, profile: JobProfile, fault: str, max_duration_s: float) -> None:
+        """Preflight for this engine (the drill's job, fault and abort limit), before anything starts."""
+
+    def probes(self, history: Any) -> list[Any]:
+        """Probes this engine adds to the job's own (a scheduler's view of the job)."""
+        return []
 
     def _beat(self) -> None:
         while self._beating.is_set():

@@ -17,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--state-dir", required=True)
     s.add_argument("--skew", type=float, default=0.0, help=argparse.SUPPRESS)
     s.add_argument("--pretend-version", help=argparse.SUPPRESS)
+    s.add_argument("--slurm-job", help="the Slurm job whose allocation this agent runs in (its ranks are found "
+                                       "among the job's processes on this node)")
     g = sub.add_parser("guard", help="dead-man's switch for one agent's registry")
     g.add_argument("--registry", required=True)
     g.add_argument("--watch-pid", type=int, required=True)
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         from drillbit.agent.service import AgentService
 
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a dropped SSH session is handled as lost heartbeats
-        return serve(AgentService(args.node, args.state_dir, skew_s=args.skew, version=args.pretend_version))
+        return serve(AgentService(args.node, args.state_dir, skew_s=args.skew, version=args.pretend_version,
+                                  slurm_job=args.slurm_job))
     from drillbit.agent.deadman import guard
 
     return guard(Path(args.registry), ProcRef(pid=args.watch_pid, start_time=args.watch_start))

@@ -60,18 +60,22 @@ class NodeAgent:
         """
         if discovery.pidfiles is not None:
             return self._ranks_from_pidfiles(discovery, not_before)
-        assert discovery.cmdline is not None
         if root is None:
             return []
-        pattern = re.compile(discovery.cmdline)
-        exclude = re.compile(discovery.exclude_cmdline) if discovery.exclude_cmdline else None
         proc = root.process()
         if proc is None:
             return []
         try:
-            candidates = proc.children(recursive=True)
+            return self.pick_ranks(discovery, proc.children(recursive=True))
         except psutil.NoSuchProcess:
             return []
+
+    def pick_ranks(self, discovery: RankDiscovery, candidates: list[psutil.Process]) -> list[ProcRef]:
+        """The ranks among ``candidates`` (one job's processes on this node): the command line
+        matches, the rank is in the environment, and the process is not a rank's helper."""
+        assert discovery.cmdline is not None
+        pattern = re.compile(discovery.cmdline)
+        exclude = re.compile(discovery.exclude_cmdline) if discovery.exclude_cmdline else None
         found = []
         for proc in candidates:
             try:

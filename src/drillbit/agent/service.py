@@ -34,8 +34,10 @@ from drillbit.proc import ProcRef
 
 class AgentService:
     def __init__(self, node: str, state_dir: str | Path, *, skew_s: float = 0.0, version: str | None = None,
-                 node_id: str | None = None) -> None:
+                 node_id: str | None = None, slurm_job: str | None = None, scheduler: bool = False) -> None:
         self.node = node
+        self.scheduler = scheduler  # acts through the cluster's scheduler: node faults only, on the job's nodes
+        self.slurm_job = slurm_job  # an agent inside a Slurm job's allocation: the job's processes here
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.agent = NodeAgent(node, self.state_dir / f"agent-{node}.json")
@@ -206,6 +208,13 @@ class AgentService:
     def _find_ranks(self, req: api.FindRanks) -> api.Ranks:
         """Ranks under the launcher this agent started, or under the attached job's root
         (the same pid *and* start time) where it lives on this node; nothing else."""
+        if self._job is None and self.slurm_job is not None and req.discovery.pidfiles is None:
+            from drillbit.slurm.scheduler import job_processes
+
+            mine = os.environ.get("SLURM_STEP_ID")
+            ranks = self.agent.pick_ranks(req.discovery, job_processes(self.slurm_job, self.node, exclude_step=mine))
+            self._found |= {(r.pid, r.start_time) for r in ranks}
+            return api.Ranks(ranks=ranks)
         if self._job is not None:
             root: ProcRef | None = self._job.ref
         else:
@@ -219,7 +228,15 @@ class AgentService:
         return api.Planned(step=self.agent.describe(req.fault, req.target, req.params))
 
     def _inject(self, req: api.Inject) -> api.Injected:
-        if (req.target.pid, req.target.start_time) not in self._found:
+        from drillbit.faults import get as get_fault
+
+        through_scheduler = get_fault(req.fault).acts_through == "scheduler"
+        if through_scheduler != self.scheduler:
+            raise Refused(f"{req.fault} acts through {'the scheduler' if through_scheduler else 'a node agent'}; "
+                          f"this agent is {'the scheduler agent' if self.scheduler else 'a node agent'}")
+        if self.scheduler and not (req.params or {}).get("job_id"):
+            raise Refused(f"{req.fault}: the scheduler agent acts only on the node of a job the drill runs (no job_id)")
+        if not self.scheduler and (req.target.pid, req.target.start_time) not in self._found:
             raise Refused(f"pid {req.target.pid} is not a rank this agent found for this drill; faults go only to "
                           "processes its own rank discovery returned")
         handle = self.agent.inject(req.fault, req.target, req.params)

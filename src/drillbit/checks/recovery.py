@@ -64,6 +64,11 @@ class Measurements(BaseModel):
     fell_back_further_than_needed: bool | None = None
     # whom the stack blamed, against whom the fault hurt (checks/attribution.py)
     attribution: Attribution | None = None
+    # a scheduler's requeue (Slurm): the fault -> the job requeued -> running again, and where
+    time_to_requeue: float | None = None
+    failed_nodes: list[str] = []
+    rerun_nodes: list[str] | None = None
+    rerun_on_failed_node: bool | None = None
 
 
 def _window(history: History) -> tuple[list[Event], float | None]:
@@ -116,6 +121,7 @@ def measure(history: History) -> Measurements:
     m.expects = confirmed.data.get("expects")
     m.target_ranks = sorted({e.rank for e in events if e.kind == "fault.inject" and e.rank is not None})
     m.attribution = attribute(events, t0, confirmed.data.get("hurts", "rank"), confirmed.data.get("verb", "hurt"))
+    _measure_requeue(m, events, confirmed, t0)
     if m.expects == "slow":
         _measure_slow(m, events, confirmed, t0)
         return m
@@ -172,6 +178,23 @@ def measure(history: History) -> Measurements:
     if after:
         m.last_step_s = after[-1].t - t0
     return m
+
+
+def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0: float) -> None:
+    """A scheduler that requeued the job: how soon, and whether the rerun's allocation kept a
+    node the fault took down."""
+    m.failed_nodes = sorted({str(e["data"]["node"]) for e in confirmed.data.get("evidence", [])
+                             if isinstance(e, dict) and e.get("data", {}).get("node")}
+                            if confirmed.data.get("hurts") == "node" else set())
+    requeue = next((e for e in events if e.kind == "requeue" and e.t >= t0), None)
+    if requeue is None:
+        return
+    m.time_to_requeue = requeue.t - t0
+    rerun = next((e for e in events if e.kind == "job.nodes" and e.t >= requeue.t), None)
+    if rerun is not None:
+        m.rerun_nodes = list(rerun.data.get("nodes", []))
+        if m.failed_nodes:
+            m.rerun_on_failed_node = bool(set(m.rerun_nodes) & set(m.failed_nodes))
 
 
 def _judge_crash_restore(m: Measurements, restarted: bool) -> None:

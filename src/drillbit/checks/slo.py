@@ -24,6 +24,7 @@ _TIMED = {
     "restart_within": ("time_to_restart", "restart"),
     "restore_within": ("time_to_restore", "restore"),
     "first_step_within": ("time_to_first_step", "first step after recovery"),
+    "requeue_within": ("time_to_requeue", "the scheduler's requeue"),
 }
 
 
@@ -82,6 +83,16 @@ def evaluate(slo: SLO, m: Measurements, history: History,
         else:
             results.append(SLOResult(name="recover_or_escalate_within", measurement="time_to_first_step",
                                      limit=limit, measured=None, status="unknown"))
+    if slo.rerun_avoids_failed_node and m.rerun_on_failed_node is not None:
+        ok = not m.rerun_on_failed_node
+        results.append(SLOResult(name="rerun_avoids_failed_node", measurement="rerun_nodes", limit=1,
+                                 measured=int(ok), status="pass" if ok else "fail",
+                                 detail=f"rerun on {', '.join(m.rerun_nodes or [])}; failed: {', '.join(m.failed_nodes)}"))
+        if not ok:
+            reasons.append(f"the requeued job ran again on {', '.join(m.failed_nodes)}, the node the fault took down "
+                           f"(rerun on {', '.join(m.rerun_nodes or [])}): Slurm returned it to service "
+                           "(ReturnToService=2 lets a DOWN node's slurmd re-register at once); drain a failed node "
+                           "instead, or requeue with it excluded")
     if slo.straggler_within is not None:
         limit = slo.straggler_within
         if m.time_to_straggler is not None and m.straggler_correct:

@@ -24,6 +24,8 @@ _BUILTIN = {
     "throttle-clocks": "drillbit.faults.throttle_clocks:ThrottleClocks",
     "fail-node-replacement": "drillbit.faults.fail_node_replacement:FailNodeReplacement",
     "kill-during-save": "drillbit.faults.kill_during_save:KillDuringSave",
+    "node-down": "drillbit.faults.slurm_node:NodeDown",
+    "node-crash": "drillbit.faults.slurm_node:NodeCrash",
 }
 
 

@@ -103,6 +103,11 @@ class Fault(Generic[P, S]):
     needs_checkpoint: ClassVar[bool] = False
     # What the fault does to its target, in a reason ("only rank 1 was stopped").
     verb: ClassVar[str] = "hurt"
+    # Where it acts: on the target's node (its agent), or through the cluster's scheduler
+    # (the controller machine's scheduler agent: Slurm's node faults)
+    acts_through: ClassVar[Literal["node", "scheduler"]] = "node"
+    # The one engine it works on (None: every engine); elsewhere a config error before launch
+    needs_engine: ClassVar[str | None] = None
 
     def hurts(self, params: P) -> Literal["rank", "node"]:
         """Whom the fault hurts, for attribution: the target rank, or every rank of its node."""

@@ -271,9 +271,13 @@ class DrillRunner:
         self.ui.phase("preflight", f"cluster {self.cluster_name}, job {self.job_name}")
         if self.cluster.protected:
             raise ConfigError(f"cluster {self.cluster_name!r} is protected; drills are refused there")
-        if self.job.launch is None and self.job.attach_pid is None:
-            raise ConfigError(f"job profile {self.job_name!r} has neither launch nor attach_pid")
+        if self.job.launch is None and self.job.attach_pid is None and not self._slurm_attach():
+            raise ConfigError(f"job profile {self.job_name!r} has neither launch nor attach_pid (nor slurm.job_id)")
         self.nodes.allowed_hosts = self.cluster.allowed_hosts  # checked at each agent's handshake
+        if self.fault.needs_engine is not None and self.cluster.engine != self.fault.needs_engine:
+            raise ConfigError(f"{self.spec.fault.type} works on clusters of engine {self.fault.needs_engine}; "
+                              f"cluster {self.cluster_name!r} is engine {self.cluster.engine}")
+        self.nodes.check(self.job, self.spec.fault.type, self.spec.abort.max_duration)
         if self.job.launch is None and self.job.attach_pid is not None:
             self.attached = attach_root(self.job.attach_pid, self.job.attach_start_time, self.cluster.engine)
         if self.job.launch is not None and self.cluster.engine != "ray" and any(
@@ -281,11 +285,20 @@ class DrillRunner:
             raise ConfigError(f"job profile {self.job_name!r} runs on Ray; cluster {self.cluster_name!r} is "
                               f"engine {self.cluster.engine} (try --cluster local)")
 
+    def _slurm_attach(self) -> bool:
+        return self.cluster.engine == "slurm" and self.job.slurm is not None and self.job.slurm.job_id is not None
+
     def launch(self) -> None:
-        if self.job.launch is not None:
-            self.ui.phase("launch", " ".join(self.job.launch.command))
-            self.launched = self.nodes.launch(self.job)
-            self.record("job.launch", pid=self.launched.pid, command=self.job.launch.command)
+        if self.job.launch is not None or self._slurm_attach():
+            self.ui.phase("launch", " ".join(self.job.launch.command) if self.job.launch
+                          else f"attaching to Slurm job {self.job.slurm.job_id}")  # type: ignore[union-attr]
+            try:
+                self.launched = self.nodes.launch(self.job)
+            finally:
+                self._record_notes()  # what the engine did to launch (a submission, agents in the job)
+            self.record("job.launch", pid=self.launched.pid,
+                        command=self.job.launch.command if self.job.launch else None,
+                        **({"job_id": self.launched.job_id} if getattr(self.launched, "job_id", None) else {}))
         else:
             self.ui.phase("launch", f"attaching to pid {self.job.attach_pid}")
             self.record("job.attach", pid=self.job.attach_pid)
@@ -295,6 +308,7 @@ class DrillRunner:
             self.probes = [AgentLogProbe(self.history, self.nodes, self.job)]
         else:
             self.probes = self.make_probes(self.history, self.job, self.nodes.log_paths(self.job), self.nodes.values)
+        self.probes += self.nodes.probes(self.history)
         for probe in self.probes:
             probe.start()
 

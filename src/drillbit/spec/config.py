@@ -42,7 +42,7 @@ class SshHost(Strict):
 
 
 class ClusterSpec(Strict):
-    engine: Literal["process", "ray", "ssh"] = "ray"
+    engine: Literal["process", "ray", "ssh", "slurm"] = "ray"
     description: str = ""
     protected: bool = Field(False, description="refuse every drill (e.g. production)")
     # ray
@@ -56,6 +56,14 @@ class ClusterSpec(Strict):
     hosts: list[SshHost] = Field(default_factory=list)
     known_hosts: str | None = Field(None, description="known_hosts file; unknown or changed host keys are refused "
                                                       "(default: ~/.ssh/known_hosts)")
+    # slurm
+    slurm_conf: str | None = Field(None, description="slurm: the cluster's slurm.conf (SLURM_CONF for every Slurm "
+                                                     "command drillbit runs); none: Slurm's own default")
+    partition: str | None = Field(None, description="slurm: the partition jobs are submitted to (none: the "
+                                                    "default partition)")
+    python: str | None = Field(None, description="slurm: the interpreter on the nodes that has drillbit installed "
+                                                 "(default: the controller's own path)")
+    state_dir: str = Field("/tmp/drillbit", description="slurm: where agents keep their registries on the nodes")
     logs: Literal["auto", "controller", "agents"] = Field(
         "auto", description="where the job's logs are read: by each node's agent, which ships the matched events "
                             "(no shared filesystem needed), or by the controller from its own filesystem; auto: "
@@ -87,6 +95,12 @@ class ClusterSpec(Strict):
             raise ValueError(f"hosts are for engine ssh, not {self.engine}")
         if self.engine != "ray" and self.address:
             raise ValueError(f"address is for engine ray, not {self.engine}")
+        if self.engine != "slurm" and (self.slurm_conf or self.partition or self.python):
+            raise ValueError(f"slurm_conf, partition and python are for engine slurm, not {self.engine}")
+        if self.engine == "slurm" and self.logs == "agents":
+            raise ValueError("engine slurm reads the job's logs on the controller (the agents end with each "
+                             "allocation): the logs must be on a filesystem this machine sees, like the job's "
+                             "sbatch output")
         if self.deadman <= 2 * HEARTBEAT_S:
             raise ValueError(f"deadman must exceed twice the heartbeat ({2 * HEARTBEAT_S:g} s): one late "
                              "heartbeat must not trip the dead-man's switch")
@@ -101,6 +115,21 @@ class LaunchSpec(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     stop_timeout: Duration = 20.0
+
+
+class SlurmJob(Strict):
+    """How a job profile runs under Slurm (clusters of engine ``slurm``): ``sbatch`` wraps
+    the launch command (one batch script on the first node of the allocation), or the drill
+    attaches to a job already queued."""
+
+    nodes: int = Field(1, ge=1, description="nodes to allocate (sbatch -N)")
+    requeue: bool = Field(True, description="sbatch --requeue: Slurm requeues the job when a node of it fails")
+    args: list[str] = Field(default_factory=list, description="more sbatch options, e.g. [--time=1:00:00, "
+                                                             "--exclusive]")
+    output: str = Field("{run_dir}/job.out", description="the batch script's output file (sbatch -o, appended "
+                                                         "across requeues); read by the log probes when listed in "
+                                                         "logs")
+    job_id: str | None = Field(None, description="attach to this queued or running job instead of submitting")
 
 
 class RankDiscovery(Strict):
@@ -153,6 +182,8 @@ class JobProfile(Strict):
                                description="built-in signal presets by name, or preset files by path")
     signals: list[Signal] = Field(default_factory=list, description="the job's own signals, after its presets'")
     launch: LaunchSpec | None = None
+    slurm: SlurmJob | None = Field(None, description="clusters of engine slurm: sbatch options, or a job id to "
+                                                     "attach to (default: sbatch -N 1 --requeue)")
     launcher: str | None = Field(None, description="regex of the per-node launcher's command line, the parent of "
                                                    "the ranks (kill-node kills it with them); default: torchrun")
     attach_pid: int | None = Field(None, description="attach to a running job rooted at this pid")
@@ -270,6 +301,20 @@ def _dlrover(description: str, *flags: str) -> JobProfile:
                      "--master", "{head}:{port}", *flags)
 
 
+def _reference_slurm(description: str, *flags: str) -> JobProfile:
+    """The reference job as one Slurm batch job on one node (2 ranks under torchrun), submitted
+    with --requeue: a requeued rerun restores the newest checkpoint."""
+    job = _reference(description, *flags)
+    assert job.launch is not None
+    return job.model_copy(update={
+        "launch": LaunchSpec(command=["{python}", "-m", "drillbit.reference.launch", "--run-dir", "{run_dir}/job",
+                                      "--nnodes", "1", "--nproc", "2", "--node-name", "{node}", *flags]),
+        "slurm": SlurmJob(nodes=1, requeue=True),
+        "logs": [*job.logs, "{run_dir}/job.out"],
+        "replacement": None,
+    })
+
+
 BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
     "local": ClusterSpec(engine="ray", nodes=2, description="embedded: a Ray cluster of 2 simulated nodes on "
                                                             "127.0.0.1, started and stopped by the drill"),
@@ -297,6 +342,15 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
     "reference-nvrx": _reference("reference job whose straggler detector uses NVRx's rule "
                                  "(speed / fastest < 0.75)", "--straggler", "nvrx"),
 }
+
+
+BUILTIN_JOBS.update({
+    "reference-slurm": _reference_slurm("the reference job as a Slurm batch job (sbatch -N 1 --requeue): 2 ranks "
+                                        "under torchrun on one node; a requeued rerun restores the newest checkpoint"),
+    "reference-slurm-norequeue": _reference_slurm("the Slurm reference job submitted with --no-requeue: a failed "
+                                                  "node ends it").model_copy(
+        update={"slurm": SlurmJob(nodes=1, requeue=False)}),
+})
 
 
 BUILTIN_JOBS.update({

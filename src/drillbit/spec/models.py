@@ -109,6 +109,7 @@ MEASUREMENTS = (
     "time_to_detect", "time_to_restart", "time_to_restore", "time_to_first_step", "step_at_fault",
     "restored_step", "lost_steps", "restarts", "steps_after_recovery", "baseline_step_s", "goodput",
     "time_to_straggler", "slowdown", "fleet_tax", "slowdown_achieved", "time_to_escalate", "replace_failures",
+    "time_to_requeue",
 )
 # Where a larger value is the better one (regressions are judged the other way round).
 HIGHER_IS_BETTER = ("goodput", "steps_after_recovery")
@@ -164,6 +165,9 @@ class SLO(Strict):
     attribution: Literal["exact", "superset"] | None = Field(
         None, description="whom the stack must blame: exact — the ranks the fault hurt and no other; superset — "
                           "at least those (blaming healthy ranks too is allowed)")
+    requeue_within: Duration | None = Field(None, description="a scheduler's requeue (Slurm) after the fault")
+    rerun_avoids_failed_node: bool | None = Field(
+        None, description="true: the requeued job must run again without the node the fault took down")
     recover_or_escalate_within: Duration | None = Field(
         None, description="recovery path: a first step after recovery, or an escalation, within this")
     limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")

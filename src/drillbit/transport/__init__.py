@@ -4,7 +4,8 @@ carries ``(method, request)`` to :meth:`drillbit.agent.service.AgentService.disp
 ``process`` (inprocess.py): one agent in the controller's process (``local-process``).
 ``ray`` (ray.py): one agent actor per node of a Ray cluster, or of the embedded local one
 (``local``, raycluster.py). ``ssh`` (ssh.py): ``python -m drillbit.agent serve`` per host,
-JSON lines over a Fabric connection.
+JSON lines over a Fabric connection. ``slurm`` (drillbit.slurm.transport): the same JSON
+lines over ``srun --overlap`` into the job's allocation, and a scheduler agent here.
 """
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def connect(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
         from drillbit.transport.ssh import SshNodes
 
         return SshNodes(run_dir, name, cluster)
+    if cluster.engine == "slurm":
+        from drillbit.slurm.transport import SlurmNodes
+
+        return SlurmNodes(run_dir, name, cluster)
     from drillbit.transport.inprocess import InProcessNodes
 
     return InProcessNodes(run_dir, name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace,

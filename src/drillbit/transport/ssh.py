@@ -9,10 +9,8 @@ reads end of input, and its dead-man's switch heals what it holds.
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +18,12 @@ from drillbit.errors import DrillError
 from drillbit.nodes import Nodes
 from drillbit.spec.config import ClusterSpec, SshHost
 from drillbit.transport.client import AgentClient
+from drillbit.transport.jsonlines import JsonLinesClient
 
 
-class SshAgentClient(AgentClient):
+class SshAgentClient(JsonLinesClient):
+    channel = "SSH channel"
+
     def __init__(self, host: SshHost, known_hosts: str | None, skew: float = 0.0, version: str | None = None) -> None:
         super().__init__(host.name)
         from fabric import Connection
@@ -57,61 +58,10 @@ class SshAgentClient(AgentClient):
             command += ["--pretend-version", version]
         self.chan = self.conn.client.get_transport().open_session()
         self.chan.exec_command(" ".join(shlex.quote(c) for c in command))
-        self._out = self.chan.makefile_stdin("w")
-        self._in = self.chan.makefile("r")
-        self._lock = threading.Lock()
-        self._next = 1
-        first = (threading.Event(), [])
-        self._waiting: dict[int, tuple[threading.Event, list]] = {0: first}
-        self._reader = threading.Thread(target=self._read, name=f"ssh-{host.name}", daemon=True)
-        self._reader.start()
-        self._wait(0, first, 60.0, "start")  # the server's greeting: it started
+        self._begin(self.chan.makefile_stdin("w"), self.chan.makefile("r"))
 
-    def _read(self) -> None:
-        for line in self._in:
-            try:
-                reply = json.loads(line)
-            except ValueError:
-                continue
-            slot = self._waiting.pop(reply.get("id"), None)
-            if slot is not None:
-                slot[1].append(reply)
-                slot[0].set()
-        for event, box in list(self._waiting.values()):  # the channel closed
-            box.append({"closed": True})
-            event.set()
-
-    def _write(self, method: str, payload: dict, want: bool) -> tuple[int, tuple[threading.Event, list]]:
-        slot: tuple[threading.Event, list] = (threading.Event(), [])
-        with self._lock:
-            rid = self._next
-            self._next += 1
-            if want:
-                self._waiting[rid] = slot
-            self._out.write(json.dumps({"id": rid, "method": method, "payload": payload}) + "\n")
-            self._out.flush()
-        return rid, slot
-
-    def _wait(self, rid: int, slot: tuple[threading.Event, list], timeout: float, method: str) -> Any:
-        event, box = slot
-        if not event.wait(timeout):
-            self._waiting.pop(rid, None)
-            stderr = self.chan.recv_stderr(4096).decode(errors="replace") if self.chan.recv_stderr_ready() else ""
-            raise DrillError(f"agent on {self.node}: {method} gave no answer in {timeout:g} s {stderr}".strip())
-        reply = box[0]
-        if reply.get("closed"):
-            raise DrillError(f"agent on {self.node}: {method}: the SSH channel closed")
-        return {k: v for k, v in reply.items() if k != "id"}
-
-    def _send(self, method: str, payload: dict[str, Any], timeout: float) -> Any:
-        try:
-            rid, slot = self._write(method, payload, want=True)
-        except OSError as exc:
-            raise DrillError(f"agent on {self.node}: the SSH channel is gone ({exc})") from None
-        return self._wait(rid, slot, timeout, method)
-
-    def _post(self, method: str, payload: dict[str, Any]) -> None:
-        self._write(method, payload, want=False)
+    def _stderr(self) -> str:
+        return self.chan.recv_stderr(4096).decode(errors="replace") if self.chan.recv_stderr_ready() else ""
 
     def close(self) -> None:
         try:

@@ -1,0 +1,244 @@
+"""Node faults through the Slurm scheduler (engine ``slurm``): they act on the target rank's
+node as Slurm knows it, from the controller's machine (the scheduler agent), never from
+inside the job — the job's own agents end with its allocation.
+
+``node-down``: an administrator's ``scontrol update nodename=N state=down`` — Slurm kills
+the job's steps on N and, for a job submitted with ``--requeue``, requeues it (Restarts+1);
+the healing is ``state=resume``, always. ``node-crash``: the node dies the way a machine
+does — its slurmd and every process of the job on it are frozen and killed at once, so
+nothing reports; slurmctld notices only when the node stops answering (SlurmdTimeout),
+then sets it DOWN and requeues the job. The heal starts that slurmd again with the
+command line it had (and resumes the node if Slurm does not return it to service itself).
+Measured on Slurm 22.05 (FACTS of issue 16): a requeued job is held for the credential
+lifetime (~121 s by default) before it may run again; ReturnToService=2 puts a DOWN node's
+still-running slurmd back at once, so the rerun can land on the node that failed.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Literal
+
+import psutil
+from pydantic import Field
+
+from drillbit.errors import FaultError
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
+from drillbit.faults.ckptfile import wait_gone
+from drillbit.proc import ProcRef
+
+_UP = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING")
+
+
+class NodeFaultParams(Params):
+    reason: str = Field("drillbit drill", description="the Reason Slurm shows for the node")
+    slurm_conf: str | None = Field(None, description="filled in from the cluster entry")
+    job_id: str | None = Field(None, description="filled in: the drilled job")
+    confirm_timeout_s: float = Field(30.0, gt=0)
+    heal_timeout_s: float = Field(40.0, gt=0, description="how long the node may take to be up again")
+
+
+def _slurm(params: NodeFaultParams):
+    from drillbit.slurm.scheduler import Slurm
+
+    return Slurm(params.slurm_conf)
+
+
+def _up(state: str) -> bool:
+    flags = state.split("+")
+    return flags[0] in _UP and not any(f in ("DRAIN", "NOT_RESPONDING", "DOWN") for f in flags[1:]) \
+        and not state.endswith("*")
+
+
+def _resume_and_wait(params: NodeFaultParams, node: str, ours: bool) -> HealReport:
+    """Resume the node if it is still DOWN (and the DOWN is ours), then wait until it is up."""
+    slurm = _slurm(params)
+    end = time.time() + params.heal_timeout_s
+    resumed = False
+    state, error = "?", ""
+    while time.time() < end:
+        info = slurm.nodes().get(node, {})
+        state = info.get("State", "UNKNOWN")
+        if _up(state):
+            return HealReport(healed=True, verified=True, detail=f"node {node} is {state}"
+                              + (" (resumed)" if resumed else " (returned to service by Slurm)"))
+        if not resumed and ("DOWN" in state or "DRAIN" in state) and not state.endswith("*") and ours:
+            try:
+                slurm.update_node(node, "resume")
+                resumed = True
+            except Exception as exc:  # noqa: BLE001 — a slurmd just started may not have registered yet
+                error = f"; scontrol update {node} state=resume: {exc}"
+        time.sleep(0.25)
+    return HealReport(healed=False, verified=False, detail=f"node {node} still {state} after "
+                                                           f"{params.heal_timeout_s:g} s{error}")
+
+
+class NodeDownState(State):
+    node: str
+    before: str = ""
+
+
+class NodeDown(Fault[NodeFaultParams, NodeDownState]):
+    name = "node-down"
+    fault_class = "fail-stop"
+    Params = NodeFaultParams
+    State = NodeDownState
+    expects = "crash"
+    verb = "taken down (with its node)"
+    acts_through: Literal["scheduler"] = "scheduler"
+    needs_engine = "slurm"
+    max_targets = 1
+
+    def hurts(self, params: NodeFaultParams) -> str:
+        return "node"
+
+    def plan(self, targets: list[ProcRef], params: NodeFaultParams) -> Plan:
+        nodes = sorted({t.node or "?" for t in targets})
+        return Plan(fault=self.name, targets=targets,
+                    action=f"scontrol update nodename={','.join(nodes)} state=down reason='{params.reason}'",
+                    heal="scontrol update state=resume (unless Slurm returned the node to service first)")
+
+    def prepare(self, target: ProcRef, params: NodeFaultParams) -> NodeDownState:
+        node = target.node or ""
+        state = _slurm(params).nodes().get(node, {}).get("State")
+        if state is None:
+            raise FaultError(f"node-down: Slurm knows no node {node!r}")
+        if "DOWN" in state or "DRAIN" in state:
+            raise FaultError(f"node-down: node {node} is already {state}; nothing was changed")
+        return NodeDownState(node=node, before=state)
+
+    def act(self, target: ProcRef, params: NodeFaultParams, intent: NodeDownState) -> NodeDownState:
+        _slurm(params).update_node(intent.node, "down", reason=params.reason)
+        return intent
+
+    def confirm(self, target: ProcRef, params: NodeFaultParams, state: NodeDownState) -> Evidence | None:
+        slurm = _slurm(params)
+        end = time.time() + params.confirm_timeout_s
+        while time.time() < end:
+            now = slurm.node_state(state.node)
+            if "DOWN" in now:
+                return Evidence(what=f"Slurm shows node {state.node} {now}", data={"node": state.node, "state": now})
+            time.sleep(0.1)
+        return None
+
+    def heal(self, target: ProcRef, params: NodeFaultParams, state: NodeDownState) -> HealReport:
+        return _resume_and_wait(params, state.node, ours=True)
+
+
+class NodeCrashState(State):
+    node: str
+    slurmd: ProcRef
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    killed: list[ProcRef] = []
+
+
+def find_slurmd(node: str) -> psutil.Process | None:
+    """The slurmd of ``node`` on this machine: one started with ``-N node``, else the only
+    slurmd here when this machine's hostname is the node's."""
+    import socket
+
+    plain = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if proc.info["name"] != "slurmd":
+                continue
+            argv = proc.info["cmdline"] or []
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if "-N" in argv and argv.index("-N") + 1 < len(argv):
+            if argv[argv.index("-N") + 1] == node:
+                return proc
+        elif not any(a.startswith("-N") for a in argv):
+            plain.append(proc)
+    if len(plain) == 1 and socket.gethostname().split(".")[0] == node:
+        return plain[0]
+    return None
+
+
+def node_job_tree(job_id: str | None, node: str) -> list[psutil.Process]:
+    """Every process of the job on ``node`` on this machine, and the slurmstepd above them."""
+    if job_id is None:
+        return []
+    from drillbit.slurm.scheduler import job_processes
+
+    procs = {p.pid: p for p in job_processes(job_id, node)}
+    for proc in list(procs.values()):
+        try:
+            for parent in proc.parents():
+                if parent.name() == "slurmstepd":
+                    procs.setdefault(parent.pid, parent)
+                    break
+        except psutil.NoSuchProcess:
+            continue
+    return list(procs.values())
+
+
+class NodeCrash(Fault[NodeFaultParams, NodeCrashState]):
+    name = "node-crash"
+    fault_class = "fail-stop"
+    Params = NodeFaultParams
+    State = NodeCrashState
+    expects = "crash"
+    verb = "crashed (with its node)"
+    acts_through: Literal["scheduler"] = "scheduler"
+    needs_engine = "slurm"
+    max_targets = 1
+
+    def hurts(self, params: NodeFaultParams) -> str:
+        return "node"
+
+    def plan(self, targets: list[ProcRef], params: NodeFaultParams) -> Plan:
+        nodes = sorted({t.node or "?" for t in targets})
+        return Plan(fault=self.name, targets=targets,
+                    action=f"freeze, then SIGKILL, the slurmd of {', '.join(nodes)} and every process of the job "
+                           "there (its slurmstepd and tasks) at once",
+                    heal="start that slurmd again with its command line; resume the node if Slurm does not")
+
+    def prepare(self, target: ProcRef, params: NodeFaultParams) -> NodeCrashState:
+        node = target.node or ""
+        proc = find_slurmd(node)
+        if proc is None:
+            raise FaultError(f"node-crash: no slurmd of node {node!r} on this machine; node-crash stops the slurmd "
+                             "where the drill's controller runs (a local or single-host cluster). On a real cluster "
+                             "drill node-down, or kill-node inside the job")
+        try:
+            env = {k: v for k, v in proc.environ().items() if k.startswith("SLURM") or k in ("PATH", "HOME")}
+            state = NodeCrashState(node=node, slurmd=ProcRef.of(proc, node=node), argv=proc.cmdline(),
+                                   cwd=proc.cwd(), env=env)
+        except (psutil.NoSuchProcess, psutil.AccessDenied) as exc:
+            raise FaultError(f"node-crash: cannot read slurmd of {node}: {exc}") from None
+        state.killed = [ProcRef.of(p, node=node) for p in node_job_tree(params.job_id, node)]
+        return state
+
+    def act(self, target: ProcRef, params: NodeFaultParams, intent: NodeCrashState) -> NodeCrashState:
+        everything = [intent.slurmd, *intent.killed]
+        for ref in everything:  # frozen first: nothing of the node may report its own death
+            ref.send(signal.SIGSTOP)
+        for ref in everything:
+            ref.send(signal.SIGKILL)
+        return intent
+
+    def confirm(self, target: ProcRef, params: NodeFaultParams, state: NodeCrashState) -> Evidence | None:
+        gone = all(wait_gone(ref, 10.0) for ref in [state.slurmd, *state.killed])
+        if not gone:
+            return None
+        return Evidence(what=f"the slurmd of {state.node} and {len(state.killed)} process(es) of the job there are "
+                             "gone", data={"node": state.node, "processes": len(state.killed) + 1})
+
+    def heal(self, target: ProcRef, params: NodeFaultParams, state: NodeCrashState) -> HealReport:
+        current = find_slurmd(state.node)
+        if current is None:
+            try:
+                subprocess.Popen(state.argv, cwd=state.cwd if os.path.isdir(state.cwd) else "/",
+                                 env={**os.environ, **state.env}, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                return HealReport(healed=False, verified=False, detail=f"could not start slurmd again: {exc}")
+        report = _resume_and_wait(params, state.node, ours=True)
+        started = "" if current is not None else "slurmd started again; "
+        return report.model_copy(update={"detail": started + report.detail})
+
