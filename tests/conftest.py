@@ -18,13 +18,25 @@ MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.transport", "drillb
            "munged")
 
 
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist: which worker this is
+
+
+def _ours(proc: psutil.Process) -> bool:
+    """Under pytest-xdist a process is this worker's when it inherited the worker's name (every
+    process a test starts does, down to Ray's workers and Slurm's job steps); another worker's
+    processes are that worker's to check. Without xdist every process counts."""
+    if WORKER is None:
+        return True
+    return proc.environ().get("PYTEST_XDIST_WORKER") == WORKER
+
+
 def _leftovers() -> list[str]:
     me = os.getpid()
     found = []
     for proc in psutil.process_iter(["pid", "cmdline", "status"]):
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
-            if proc.info["pid"] == me:
+            if proc.info["pid"] == me or not _ours(proc):
                 continue
             if any(m in cmd for m in MARKERS) and proc.info["status"] != psutil.STATUS_ZOMBIE:
                 found.append(f"{proc.info['pid']} [{proc.info['status']}] {cmd[:120]}")

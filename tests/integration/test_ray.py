@@ -15,7 +15,7 @@ from drillbit.session import execute, resolve
 from tests.integration.short import short_window
 from tests.integration.cli import drill_script
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray cluster at a time under -n
 HERE = Path(__file__).parent / "drills"
 
 

@@ -14,7 +14,7 @@ from drillbit.transport.raycluster import EmbeddedCluster
 from drillbit.proc import ProcRef
 from drillbit.session import execute, resolve
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray cluster at a time under -n
 HERE = Path(__file__).parent / "drills"
 
 HOLD = """

@@ -11,7 +11,7 @@ import pytest
 from drillbit.session import execute, resolve
 from tests.integration.short import short_window
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray cluster at a time under -n
 HERE = Path(__file__).parent / "drills"
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from drillbit.slurm.local import LocalSlurm, missing_binaries
 from drillbit.slurm.scheduler import Slurm, job_processes
 from tests.integration.cli import drill_script
 
-pytestmark = [pytest.mark.slow, pytest.mark.slurm,
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.xdist_group("slurm"),
               pytest.mark.skipif(bool(missing_binaries()), reason=f"needs Slurm: {missing_binaries()}"),
               pytest.mark.skipif(os.geteuid() != 0, reason="the local Slurm runs as SlurmUser=root")]
 HERE = Path(__file__).parent / "drills"
@@ -146,8 +147,10 @@ def test_node_crash_requeues_after_slurmd_timeout_and_heals_the_node(tmp_path, s
     assert len([p for p in slurm_cluster.own_daemons() if p.name() == "slurmd"]) == 3
 
 
-def test_a_killed_controller_leaves_no_node_down(tmp_path, slurm_cluster):
-    """SIGKILL the drill while node n1 is DOWN: the scheduler agent's guardian resumes it."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_a_killed_or_interrupted_controller_leaves_no_node_down(tmp_path, slurm_cluster, sig):
+    """SIGKILL the drill while node n1 is DOWN: the scheduler agent's guardian resumes it;
+    Ctrl-C (SIGINT): the drill heals before it exits."""
     proc = subprocess.Popen([drill_script(), "run", str(HERE / "node-down-fast.yaml"), "--cluster", "slurm",
                              "--reports", str(tmp_path / "reports"), "--json"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -159,9 +162,13 @@ def test_a_killed_controller_leaves_no_node_down(tmp_path, slurm_cluster):
             for path in (tmp_path / "reports").glob("*/history.jsonl"):
                 confirmed = '"fault.confirmed"' in path.read_text()
         assert confirmed, "the fault never took effect"
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert "DOWN" in slurm_cluster.node_states()["n1"]
+        if sig == signal.SIGKILL:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            assert "DOWN" in slurm_cluster.node_states()["n1"]
+        else:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=120) == 4  # aborted, after healing
         seen = []
         deadline = time.time() + 40
         while time.time() < deadline and (not seen or seen[-1] not in ("IDLE", "MIXED", "ALLOCATED")):
@@ -174,3 +181,33 @@ def test_a_killed_controller_leaves_no_node_down(tmp_path, slurm_cluster):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_attached_to_a_running_job_the_drill_never_cancels_it(tmp_path, slurm_cluster):
+    """slurm.job_id: the drill attaches to a job someone else submitted, drills it, and leaves
+    it running."""
+    from drillbit.slurm.transport import batch_script
+    from drillbit.spec.config import BUILTIN_JOBS
+
+    job = BUILTIN_JOBS["reference-slurm"]
+    script = tmp_path / "mine.sh"
+    script.write_text(batch_script(job, {"python": sys.executable, "run_dir": str(tmp_path)}))
+    slurm = Slurm(str(slurm_cluster.conf))
+    jid = slurm.sbatch(["-N", "1", "-o", str(tmp_path / "mine.out"), str(script)])
+    try:
+        with (tmp_path / "drill.yaml").open("a") as f:
+            f.write(f"""jobs:
+  mine:
+    presets: [reference, torchrun]
+    slurm: {{job_id: "{jid}"}}
+    ranks: {{cmdline: "-m drillbit\\\\.reference\\\\.train", exclude_cmdline: "torch\\\\.distributed\\\\.run"}}
+    logs: ["{tmp_path}/job/events.log", "{tmp_path}/job/launcher.log"]
+""")
+        code, r = run(tmp_path, "kill-rank-slurm-fast.yaml", "--job", "mine")
+        assert code == 0 and r["verdict"] == "pass", r["reasons"]
+        events = history(tmp_path)
+        assert not any(e["kind"] == "slurm.submit" for e in events)
+        info = slurm.job(jid)
+        assert info is not None and info.state == "RUNNING"  # still the user's, still running
+    finally:
+        slurm.scancel(jid)

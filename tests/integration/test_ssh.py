@@ -12,7 +12,8 @@ from drillbit.session import execute, resolve
 from tests.integration.sshd import SSHD, start_sshd, stop_sshd
 
 HERE = Path(__file__).parent / "drills"
-pytestmark = pytest.mark.skipif(not Path(SSHD).exists(), reason="needs OpenSSH's sshd (.ci/run installs openssh-server)")
+pytestmark = [pytest.mark.skipif(not Path(SSHD).exists(), reason="needs OpenSSH's sshd (.ci/run installs openssh-server)"),
+              pytest.mark.xdist_group("ssh")]  # the hosts' agents share one state folder and lease
 
 
 @pytest.fixture()

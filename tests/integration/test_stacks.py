@@ -21,7 +21,7 @@ import pytest
 from drillbit import netns
 from tests.integration.cli import drill_script
 
-pytestmark = [pytest.mark.slow, pytest.mark.stacks]
+pytestmark = [pytest.mark.slow, pytest.mark.stacks, pytest.mark.xdist_group("stacks")]  # DLRover keeps fixed /tmp folders
 HERE = Path(__file__).parent / "drills"
 ISOLATED = netns.available()
 

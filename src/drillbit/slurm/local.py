@@ -12,6 +12,7 @@ slurmd re-register at once, so the rerun lands back on the node that failed.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -92,7 +93,8 @@ class LocalSlurm:
         sock = root / "munge" / "munge.sock"
         names = self.node_names
         lines = [
-            "ClusterName=drill",
+            # a name of its own (from its folder): apart from other local clusters on this machine
+            f"ClusterName=drill{hashlib.sha1(str(root).encode()).hexdigest()[:8]}",
             "SlurmctldHost=localhost(127.0.0.1)",
             f"SlurmctldPort={ctl}",
             "SlurmUser=root",

@@ -231,6 +231,9 @@ class SlurmNodes(Nodes):
                 return info
             if info.finished:
                 raise DrillError(f"Slurm job {self.job_id} ended ({info.state}, exit {info.exit_code}) before it ran")
+            if "held" in info.reason.lower() or info.reason.startswith("launch_failed"):
+                raise DrillError(f"Slurm job {self.job_id} is {info.state} ({info.reason}): Slurm could not start it; "
+                                 "see the node's slurmd log")
             time.sleep(0.2)
         raise DrillError(f"Slurm job {self.job_id} not running after {timeout:g} s "
                          f"(state {info.state if info else '?'}, reason {info.reason if info else '?'})")
