@@ -198,3 +198,22 @@ def _tracked(tracker: Path, ckpt: Checkpoint) -> bool | None:
 def where(spec: CheckpointSpec) -> str:
     return f"{spec.dir} (layout {spec.layout})"
 
+
+
+def tier_steps(tiers: dict[str, CheckpointSpec], values: dict[str, str]) -> dict[str, dict[str, int | None]]:
+    """Each tier's copies (a dir glob's matches) and the newest complete step each holds:
+    ``{tier: {path: step}}``; a copy with no complete checkpoint has None."""
+    import glob as globlib
+
+    from drillbit.spec.placeholders import expand
+
+    out: dict[str, dict[str, int | None]] = {}
+    for name, spec in tiers.items():
+        pattern = expand(spec.dir, {"rank": "*", "node": "*", **values})  # every rank's, every node's copy
+        copies = sorted(globlib.glob(pattern)) if globlib.has_magic(pattern) else [pattern]
+        out[name] = {}
+        for copy in copies:
+            found = [c.step for c in scan(spec.model_copy(update={"dir": copy}))
+                     if c.step is not None and c.complete is not False]
+            out[name][copy] = max(found) if found else None
+    return out

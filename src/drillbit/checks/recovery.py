@@ -69,6 +69,12 @@ class Measurements(BaseModel):
     failed_nodes: list[str] = []
     rerun_nodes: list[str] | None = None
     rerun_on_failed_node: bool | None = None
+    # multi-tier checkpoints: where the restore came from, against the best copy left
+    restored_from: str | None = None          # the tier the job's lines name (local, peer, persistent)
+    best_available_step: int | None = None    # the newest step any surviving copy held when the fault hit
+    best_available_tier: str | None = None
+    lost_copies: list[str] = []               # tier copies the fault took away
+    steps_behind_best: int | None = None
 
 
 def _window(history: History) -> tuple[list[Event], float | None]:
@@ -171,6 +177,7 @@ def measure(history: History) -> Measurements:
             m.restored_step = m.first_step - 1
     if m.crash_point is not None:
         _judge_crash_restore(m, restore is not None or restart is not None)
+    _measure_tiers(m, events, confirmed, t0, restore)
     if m.step_at_fault is not None and m.restored_step is not None:
         m.lost_steps = max(0, m.step_at_fault - m.restored_step)
     elif m.step_at_fault is not None and m.time_to_first_step is not None:
@@ -195,6 +202,32 @@ def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0:
         m.rerun_nodes = list(rerun.data.get("nodes", []))
         if m.failed_nodes:
             m.rerun_on_failed_node = bool(set(m.rerun_nodes) & set(m.failed_nodes))
+
+
+def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: float,
+                   restore: Event | None) -> None:
+    """Which tier the restore came from, and how far behind the best copy that survived the
+    fault (the tiers as they were when it hit, less the copies it took away)."""
+    if restore is not None and restore.data.get("tier"):
+        m.restored_from = str(restore.data["tier"])
+    snapshot = next((e for e in reversed(events) if e.kind == "ckpt.tiers" and e.t <= t0), None)
+    if snapshot is None:
+        return
+    lost: set[str] = set()
+    for evidence in confirmed.data.get("evidence", []):
+        d = evidence.get("data", {}) if isinstance(evidence, dict) else {}
+        if d.get("lost"):
+            lost.add(str(d["lost"]).rstrip("/"))
+    m.lost_copies = sorted(lost)
+    best: tuple[int, str] | None = None
+    for tier, copies in (snapshot.data.get("tiers") or {}).items():
+        for path, step in copies.items():
+            if step is not None and path.rstrip("/") not in lost and (best is None or step > best[0]):
+                best = (int(step), tier)
+    if best is not None:
+        m.best_available_step, m.best_available_tier = best
+        if m.restored_step is not None:
+            m.steps_behind_best = max(0, best[0] - m.restored_step)
 
 
 def _judge_crash_restore(m: Measurements, restarted: bool) -> None:

@@ -93,6 +93,8 @@ def evaluate(slo: SLO, m: Measurements, history: History,
                            f"(rerun on {', '.join(m.rerun_nodes or [])}): Slurm returned it to service "
                            "(ReturnToService=2 lets a DOWN node's slurmd re-register at once); drain a failed node "
                            "instead, or requeue with it excluded")
+    if slo.restore_tier is not None:
+        results.append(_restore_tier(slo.restore_tier.max_steps_behind_best, m, watched, reasons))
     if slo.straggler_within is not None:
         limit = slo.straggler_within
         if m.time_to_straggler is not None and m.straggler_correct:
@@ -189,6 +191,26 @@ def evaluate(slo: SLO, m: Measurements, history: History,
                            f"({verdict.worse:+.0%}), beyond {verdict.threshold:.3g} — outside the SLO's "
                            f"{allowed:.0%} and the last {verdict.runs} passing run(s)' own spread")
     return results, reasons
+
+
+def _restore_tier(limit: int, m: Measurements, watched: float, reasons: list[str]) -> SLOResult:
+    if m.best_available_step is None:
+        return SLOResult(name="restore_tier", measurement="steps_behind_best", limit=limit, measured=None,
+                         status="unknown", detail="no tier held a checkpoint when the fault hit (or none configured)")
+    if m.restored_step is None:
+        return SLOResult(name="restore_tier", measurement="steps_behind_best", limit=limit, measured=None,
+                         status="unknown", detail=f"no restore seen in {watched:.0f} s")
+    behind = m.steps_behind_best or 0
+    ok = behind <= limit
+    where = f" from {m.restored_from}" if m.restored_from else ""
+    if not ok:
+        reasons.append(f"restored step {m.restored_step}{where} while step {m.best_available_step} survived in the "
+                       f"{m.best_available_tier} tier: {behind} step(s) behind the best copy left (the SLO allows "
+                       f"{limit})")
+    return SLOResult(name="restore_tier", measurement="steps_behind_best", limit=limit, measured=behind,
+                     status="pass" if ok else "fail",
+                     detail=f"restored {m.restored_step}{where}; best left {m.best_available_step} "
+                            f"({m.best_available_tier})")
 
 
 def _attribution(rule: str, m: Measurements, reasons: list[str]) -> SLOResult:

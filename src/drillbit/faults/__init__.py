@@ -26,6 +26,7 @@ _BUILTIN = {
     "kill-during-save": "drillbit.faults.kill_during_save:KillDuringSave",
     "node-down": "drillbit.faults.slurm_node:NodeDown",
     "node-crash": "drillbit.faults.slurm_node:NodeCrash",
+    "lose-local-tier": "drillbit.faults.lose_local_tier:LoseLocalTier",
 }
 
 

@@ -115,6 +115,10 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
         if during.files and "point" not in spec.fault.params:
             update["point"] = f"close * #{during.files}"
         params = params.model_copy(update=update)
+    if getattr(params, "folder", "unset") is None and getattr(params, "tier", None) in job.tiers:
+        params = params.model_copy(update={"folder": expand(job.tiers[params.tier].dir, values)})
+    elif isinstance(getattr(params, "folder", None), str):
+        params = params.model_copy(update={"folder": expand(params.folder, values)})
     if getattr(params, "launcher", "unset") is None and job.launcher is not None:
         params = params.model_copy(update={"launcher": job.launcher})
     if getattr(params, "hook", "unset") is None and job.replacement is not None:
@@ -349,6 +353,10 @@ class DrillRunner:
                                       found=lambda ranks: self.record("job.ranks", ranks=[
                                           {"rank": r.rank, "pid": r.pid, "node": r.node} for r in ranks]))
         self.ui.phase("inject", f"{self.spec.fault.type} on rank(s) {', '.join(str(t.rank) for t in self.targets)}")
+        if self.job.tiers and not self.cluster.logs_on_agents:  # what each tier held when the fault hit
+            from drillbit.checkpoints import tier_steps
+
+            self.record("ckpt.tiers", tiers=tier_steps(self.job.tiers, {"run_dir": str(self.run_dir)}))
         self.nemesis.inject(self.targets)
         self.nemesis.confirm(self.progress)
 

@@ -197,6 +197,11 @@ class JobProfile(Strict):
                                                                "(corrupt-checkpoint, restore-hang, drill probe)")
     replacement: ReplacementHook | None = Field(None, description="the job's node-replacement command "
                                                                   "(fail-node-replacement)")
+    tiers: dict[str, CheckpointSpec] = Field(
+        default_factory=dict, description="multi-tier checkpoints: tier name (local, peer, persistent) -> where its "
+                                          "copies are; a dir may be a glob, each match one copy (a node's or a "
+                                          "process's local tier). Read when the fault hits: the newest step each "
+                                          "copy held (best_available_step)")
 
 
 class DrillConfig(Strict):
@@ -315,6 +320,25 @@ def _reference_slurm(description: str, *flags: str) -> JobProfile:
     })
 
 
+def _jax(description: str, *flags: str) -> JobProfile:
+    """Two JAX processes with Orbax checkpoints under torchrun (drillbit.stacks.jax_job): a
+    local tier per process and a persistent tier."""
+    return JobProfile(
+        description=description,
+        presets=["orbax", "torchrun"],
+        signals=[Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) ", ints=["n", "rank"]),
+                 Signal(kind="restore", pattern=r"^restored step=(?P<step>\d+) tier=(?P<tier>\w+)", ints=["step"])],
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.stacks.jax_job", "launch", "--run-dir", "{run_dir}/job",
+                                   *flags]),
+        ranks=RankDiscovery(cmdline=r"-m drillbit\.stacks\.jax_job train\b", exclude_cmdline=r"torch\.distributed\.run"),
+        launcher=r"torch\.distributed\.run|drillbit\.stacks\.jax_job launch",
+        logs=["{run_dir}/job/launcher.log"],
+        checkpoint=CheckpointSpec(dir="{run_dir}/job/persistent", layout="orbax"),
+        tiers={"local": CheckpointSpec(dir="{run_dir}/job/local/p{rank}", layout="orbax"),
+               "persistent": CheckpointSpec(dir="{run_dir}/job/persistent", layout="orbax")},
+    )
+
+
 BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
     "local": ClusterSpec(engine="ray", nodes=2, description="embedded: a Ray cluster of 2 simulated nodes on "
                                                             "127.0.0.1, started and stopped by the drill"),
@@ -368,6 +392,13 @@ BUILTIN_JOBS.update({
                         "with its job master on loopback, a checkpoint every 10 steps"),
     "dlrover-norestarts": _dlrover("the DLRover job with --max-restarts 0: a lost worker ends the job",
                                    "--max-restarts", "0"),
+    "jax-orbax": _jax("JAX 0.10.2 with Orbax 0.12.8's emergency checkpoints: 2 processes under torchrun, a local "
+                      "tier per process every 5 steps, a persistent tier every 10, a 10 s coordination heartbeat"),
+    "jax-orbax-persistent": _jax("the JAX job whose restart restores the newest persistent checkpoint, whatever "
+                                 "its local tier holds: it falls back further than it needs to",
+                                 "--restore", "persistent"),
+    "jax-orbax-slowheartbeat": _jax("the JAX job with JAX's default 100 s coordination heartbeat: a dead peer "
+                                    "holds the survivor for over a minute", "--heartbeat", "100"),
     "raytrain": _raytrain("4 Ray Train workers (TorchTrainer, CPU, gloo) with FailureConfig(max_failures=3), "
                           "checkpoints through train.report, a 10 s collective timeout; Ray clusters only"),
     "raytrain-nofailover": _raytrain("the Ray Train job with FailureConfig(max_failures=0): a lost worker ends "

@@ -244,6 +244,7 @@ def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
         texts += [(("replacement", "declare_dead", i), a) for i, a in enumerate(job.replacement.declare_dead or [])]
     if job.ranks.pidfiles:
         texts.append((("ranks", "pidfiles"), job.ranks.pidfiles))
+    texts += [(("tiers", name, "dir"), spec.dir.replace("{rank}", "")) for name, spec in job.tiers.items()]
     for loc, text in texts:
         bad = unknown(text)
         if bad:

@@ -109,7 +109,7 @@ MEASUREMENTS = (
     "time_to_detect", "time_to_restart", "time_to_restore", "time_to_first_step", "step_at_fault",
     "restored_step", "lost_steps", "restarts", "steps_after_recovery", "baseline_step_s", "goodput",
     "time_to_straggler", "slowdown", "fleet_tax", "slowdown_achieved", "time_to_escalate", "replace_failures",
-    "time_to_requeue",
+    "time_to_requeue", "steps_behind_best",
 )
 # Where a larger value is the better one (regressions are judged the other way round).
 HIGHER_IS_BETTER = ("goodput", "steps_after_recovery")
@@ -152,6 +152,11 @@ class CadenceSLO(Strict):
         return self
 
 
+class RestoreTierSLO(Strict):
+    max_steps_behind_best: int = Field(0, ge=0, description="how many steps the restored checkpoint may be behind "
+                                                            "the newest copy any tier still held")
+
+
 class SLO(Strict):
     """Limits the checkers judge. Absent limits are not judged."""
 
@@ -166,6 +171,8 @@ class SLO(Strict):
         None, description="whom the stack must blame: exact — the ranks the fault hurt and no other; superset — "
                           "at least those (blaming healthy ranks too is allowed)")
     requeue_within: Duration | None = Field(None, description="a scheduler's requeue (Slurm) after the fault")
+    restore_tier: RestoreTierSLO | None = Field(
+        None, description="multi-tier checkpoints: the restore must not fall back further than the tiers allowed")
     rerun_avoids_failed_node: bool | None = Field(
         None, description="true: the requeued job must run again without the node the fault took down")
     recover_or_escalate_within: Duration | None = Field(

@@ -1,0 +1,105 @@
+"""lose-local-tier (fail-stop): a node is replaced and its local checkpoint tier goes with it.
+
+Multi-tier checkpointing (Orbax's emergency checkpoints, DLRover's flash checkpoints,
+torchft's peer healing) saves often to a fast local tier — host memory or local disk — and
+rarely to a slow persistent one. A process killed on a healthy host finds its local tier
+again; a host that is replaced does not. The fault kills the target rank and takes its
+local tier's folder away (moved aside, next to it, as a hidden folder): the restart must
+then restore from a peer's copy or the persistent tier — and should not fall back further
+than the tiers still allow (SLO ``restore_tier``).
+
+The folder is the profile's ``tiers.<tier>.dir`` with ``{rank}`` (and ``{node}``) filled
+for the target, or the ``folder`` param. The heal puts back everything that was taken and
+that the job has not written again since (the job's newer files stay), and verifies it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+
+from pydantic import Field
+
+from drillbit.errors import FaultError
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
+from drillbit.faults.ckptfile import wait_gone
+from drillbit.proc import ProcRef
+
+
+class LoseLocalTierParams(Params):
+    tier: str = Field("local", description="the job profile's tier whose copy on the target is lost")
+    folder: str | None = Field(None, description="the folder of that copy ({rank}, {node}, {run_dir} filled in); "
+                                                 "default: the profile's tiers.<tier>.dir")
+    confirm_timeout_s: float = Field(10.0, gt=0)
+
+
+class LoseLocalTierState(State):
+    folder: str
+    aside: str
+    entries: list[str] = []
+
+
+class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
+    name = "lose-local-tier"
+    verb = "killed (its local tier lost)"
+    fault_class = "fail-stop"
+    Params = LoseLocalTierParams
+    State = LoseLocalTierState
+    expects = "crash"
+
+    def _folder(self, target: ProcRef, params: LoseLocalTierParams) -> str:
+        if params.folder is None:
+            raise FaultError(f"lose-local-tier: the job profile has no tiers.{params.tier} and the drill names no "
+                             "folder")
+        return params.folder.replace("{rank}", str(target.rank)).replace("{node}", str(target.node))
+
+    def plan(self, targets: list[ProcRef], params: LoseLocalTierParams) -> Plan:
+        where = params.folder or f"tiers.{params.tier}"
+        return Plan(fault=self.name, targets=targets,
+                    action=f"SIGKILL each target and move its {params.tier} tier ({where}) aside",
+                    heal="move back what the job did not write again; the moved folder is kept until then")
+
+    def prepare(self, target: ProcRef, params: LoseLocalTierParams) -> LoseLocalTierState:
+        folder = os.path.abspath(self._folder(target, params))
+        if not os.path.isdir(folder):
+            raise FaultError(f"lose-local-tier: {folder} is not a folder (rank {target.rank}'s {params.tier} tier)")
+        parent, name = os.path.split(folder)
+        aside = os.path.join(parent, f".{name}.drillbit-lost-{int(time.time() * 1000)}")
+        return LoseLocalTierState(folder=folder, aside=aside, entries=sorted(os.listdir(folder)))
+
+    def act(self, target: ProcRef, params: LoseLocalTierParams, intent: LoseLocalTierState) -> LoseLocalTierState:
+        target.send(signal.SIGKILL)
+        wait_gone(target, params.confirm_timeout_s)
+        os.rename(intent.folder, intent.aside)  # the host's disk is gone with it
+        os.makedirs(intent.folder, exist_ok=True)  # a replacement host's empty local disk
+        return intent.model_copy(update={"entries": sorted(os.listdir(intent.aside))})
+
+    def confirm(self, target: ProcRef, params: LoseLocalTierParams, state: LoseLocalTierState) -> Evidence | None:
+        if not wait_gone(target, params.confirm_timeout_s) or not os.path.isdir(state.aside):
+            return None
+        return Evidence(what=f"rank {target.rank} is gone and its {params.tier} tier ({len(state.entries)} "
+                             f"entries) with it", data={"lost": state.folder, "tier": params.tier,
+                                                        "entries": state.entries})
+
+    def heal(self, target: ProcRef, params: LoseLocalTierParams, state: LoseLocalTierState) -> HealReport:
+        if not os.path.isdir(state.aside):
+            back = all(os.path.exists(os.path.join(state.folder, e)) for e in state.entries)
+            return HealReport(healed=back, verified=back, detail="nothing held aside" + ("" if back else
+                              f"; {state.aside} is missing and so are some of {state.entries}"))
+        os.makedirs(state.folder, exist_ok=True)
+        kept = []
+        for entry in sorted(os.listdir(state.aside)):
+            dest = os.path.join(state.folder, entry)
+            if os.path.exists(dest):
+                kept.append(entry)  # written again by the job since: its copy stays
+                continue
+            os.rename(os.path.join(state.aside, entry), dest)
+        missing = [e for e in state.entries if not os.path.exists(os.path.join(state.folder, e))]
+        detail = f"put back {len(state.entries) - len(kept)} entries of {state.folder}"
+        if kept:  # nothing the harness took is deleted: the older copies stay aside, and say where
+            detail += f"; {len(kept)} the job had written again stay as the job wrote them, the older ones in {state.aside}"
+        else:
+            shutil.rmtree(state.aside)
+        return HealReport(healed=not missing, verified=not missing, detail=detail + (f"; missing {missing}"
+                                                                                      if missing else ""))

@@ -1,0 +1,75 @@
+"""JAX with Orbax's multi-tier (emergency) checkpoints, for real on CPU: two JAX processes
+under torchrun (drillbit.stacks.jax_job), a local tier per process every 5 steps and a
+persistent tier every 10. Where the restore came from is read from Orbax's own lines
+(``emergency.CheckpointManager: restoring step=N from local|persistent checkpoint``), and
+judged against the best copy any tier still held when the fault hit (``ckpt.tiers``, less
+what the fault took away)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cli import drill_script
+
+pytestmark = [pytest.mark.slow, pytest.mark.jax, pytest.mark.xdist_group("jax")]
+HERE = Path(__file__).parent / "drills"
+
+
+def drill(tmp_path: Path, spec: str, job: str, timeout: float = 300) -> tuple[int, dict]:
+    pytest.importorskip("orbax.checkpoint")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([drill_script(), "run", str(HERE / spec), "--job", job, "--cluster", "local-process",
+                           "--reports", str(tmp_path / "reports"), "--json"], capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp_path)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_a_killed_rank_restores_the_newest_local_step(tmp_path):
+    code, r = drill(tmp_path, "restore-tier-kill-fast.yaml", "jax-orbax")
+    m = r["measurements"]
+    assert code == 0 and r["verdict"] == "pass", r["reasons"]
+    assert m["restored_from"] == "local" and m["best_available_tier"] == "local"
+    assert m["restored_step"] == m["best_available_step"] and m["restored_step"] % 5 == 0
+    assert m["steps_behind_best"] == 0
+
+
+def test_a_lost_local_tier_restores_from_persistent_the_best_copy_left_and_is_put_back(tmp_path):
+    """Orbax's emergency manager saves the local tier on the non-primary replica slice only
+    (here process 1; the primary slice writes the persistent tier): with process 1's host
+    gone, persistent is the best copy left, and restoring it is right."""
+    code, r = drill(tmp_path, "lose-local-tier-fast.yaml", "jax-orbax")
+    m = r["measurements"]
+    assert code == 0 and r["verdict"] == "pass", r["reasons"]
+    lost = m["lost_copies"]
+    assert len(lost) == 1 and lost[0].endswith(os.path.join("local", "p1"))
+    assert m["restored_from"] == "persistent" and m["best_available_tier"] == "persistent"
+    assert m["restored_step"] == m["best_available_step"] and m["restored_step"] % 10 == 0
+    heal = r["fault"]["heals"][0]
+    assert heal["verified"], heal
+    assert not list(Path(lost[0]).parent.glob(".p1.drillbit-lost-*")) or "older ones in" in heal["detail"]
+
+
+def test_restoring_from_persistent_while_a_newer_local_copy_exists_fails(tmp_path):
+    code, r = drill(tmp_path, "restore-tier-kill-fast.yaml", "jax-orbax-persistent")
+    m = r["measurements"]
+    assert code == 1 and r["verdict"] == "fail", r["reasons"]
+    assert m["restored_from"] == "persistent" and m["steps_behind_best"] > 0
+    assert any(f"restored step {m['restored_step']} from persistent while step {m['best_available_step']} "
+               "survived in the local tier" in reason for reason in r["reasons"]), r["reasons"]
+
+
+def test_a_stall_is_caught_by_the_coordination_heartbeat_and_missed_with_the_default(tmp_path):
+    code, r = drill(tmp_path / "fast", "stall-jax-fast.yaml", "jax-orbax")
+    m = r["measurements"]
+    assert code == 0 and r["verdict"] == "pass", r["reasons"]
+    assert 4 <= m["time_to_detect"] < 15  # JAX gave up on the peer within its 10 s heartbeat timeout
+    # torchrun stops the stopped worker with SIGTERM and waits out its 30 s grace before SIGKILL
+    assert m["time_to_restart"] - m["time_to_detect"] >= 25
+    code, r = drill(tmp_path / "default", "stall-jax-broken-fast.yaml", "jax-orbax-slowheartbeat")
+    assert code == 1 and r["verdict"] == "fail", r["reasons"]
+    assert any("no detection within 30 s" in reason for reason in r["reasons"]), r["reasons"]
