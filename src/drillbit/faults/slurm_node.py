@@ -19,7 +19,7 @@ import os
 import signal
 import subprocess
 import time
-from typing import Literal
+from typing import Literal, TypeVar
 
 import psutil
 from pydantic import Field
@@ -30,6 +30,7 @@ from drillbit.faults.ckptfile import wait_gone
 from drillbit.proc import ProcRef
 
 _UP = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING")
+S = TypeVar("S", bound=State)
 
 
 class NodeFaultParams(Params):
@@ -80,13 +81,13 @@ class NodeDownState(State):
     before: str = ""
 
 
-class NodeDown(Fault[NodeFaultParams, NodeDownState]):
-    name = "node-down"
+class SchedulerNodeFault(Fault[NodeFaultParams, S]):
+    """What the node faults share: they take the target rank's whole node, act through the
+    Slurm scheduler from the controller's machine, one node a drill."""
+
     fault_class = "fail-stop"
     Params = NodeFaultParams
-    State = NodeDownState
     expects = "crash"
-    verb = "taken down (with its node)"
     acts_through: Literal["scheduler"] = "scheduler"
     needs_engine = "slurm"
     max_targets = 1
@@ -94,10 +95,20 @@ class NodeDown(Fault[NodeFaultParams, NodeDownState]):
     def hurts(self, params: NodeFaultParams) -> str:
         return "node"
 
+    @staticmethod
+    def nodes(targets: list[ProcRef]) -> list[str]:
+        return sorted({t.node or "?" for t in targets})
+
+
+class NodeDown(SchedulerNodeFault[NodeDownState]):
+    name = "node-down"
+    State = NodeDownState
+    verb = "taken down (with its node)"
+
     def plan(self, targets: list[ProcRef], params: NodeFaultParams) -> Plan:
-        nodes = sorted({t.node or "?" for t in targets})
         return Plan(fault=self.name, targets=targets,
-                    action=f"scontrol update nodename={','.join(nodes)} state=down reason='{params.reason}'",
+                    action=f"scontrol update nodename={','.join(self.nodes(targets))} state=down "
+                           f"reason='{params.reason}'",
                     heal="scontrol update state=resume (unless Slurm returned the node to service first)")
 
     def prepare(self, target: ProcRef, params: NodeFaultParams) -> NodeDownState:
@@ -177,24 +188,15 @@ def node_job_tree(job_id: str | None, node: str) -> list[psutil.Process]:
     return list(procs.values())
 
 
-class NodeCrash(Fault[NodeFaultParams, NodeCrashState]):
+class NodeCrash(SchedulerNodeFault[NodeCrashState]):
     name = "node-crash"
-    fault_class = "fail-stop"
-    Params = NodeFaultParams
     State = NodeCrashState
-    expects = "crash"
     verb = "crashed (with its node)"
-    acts_through: Literal["scheduler"] = "scheduler"
-    needs_engine = "slurm"
-    max_targets = 1
-
-    def hurts(self, params: NodeFaultParams) -> str:
-        return "node"
 
     def plan(self, targets: list[ProcRef], params: NodeFaultParams) -> Plan:
-        nodes = sorted({t.node or "?" for t in targets})
         return Plan(fault=self.name, targets=targets,
-                    action=f"freeze, then SIGKILL, the slurmd of {', '.join(nodes)} and every process of the job "
+                    action=f"freeze, then SIGKILL, the slurmd of {', '.join(self.nodes(targets))} and every process "
+                           "of the job "
                            "there (its slurmstepd and tasks) at once",
                     heal="start that slurmd again with its command line; resume the node if Slurm does not")
 
