@@ -26,16 +26,13 @@ from pathlib import Path
 import psutil
 
 from drillbit.errors import DrillError
+from drillbit.slurm.scheduler import Slurm
 
 BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch", "srun", "scancel")
 
 
 def missing_binaries() -> list[str]:
     return [b for b in BINARIES if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
-
-
-def _which(name: str) -> str:
-    return shutil.which(name) or str(Path("/usr/sbin", name))
 
 
 def _free_ports(count: int) -> list[int]:
@@ -150,12 +147,12 @@ class LocalSlurm:
             raise DrillError(f"a local Slurm needs {', '.join(missing)} (Debian: apt-get install slurm-wlm munge)")
         self.write()
         munge = self.root / "munge"
-        self._spawn("munged", [_which("munged"), "-F", "--force", f"--socket={munge / 'munge.sock'}",
+        self._spawn("munged", [self.slurm.binary("munged"), "-F", "--force", f"--socket={munge / 'munge.sock'}",
                                f"--key-file={munge / 'munge.key'}", f"--pid-file={munge / 'munged.pid'}",
                                f"--seed-file={munge / 'munged.seed'}", f"--log-file={self.root / 'log' / 'munged.log'}"])
         self._wait(lambda: (munge / "munge.sock").exists(), timeout, "munged's socket")
-        self._spawn("slurmctld", [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)])
-        self._wait(lambda: self.scontrol("ping", check=False).returncode == 0, timeout, "slurmctld")
+        self._spawn("slurmctld", [self.slurm.binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+        self._wait(lambda: self.slurm.reachable() is None, timeout, "slurmctld")
         for name in self.node_names:
             self.start_slurmd(name)
         self._wait(lambda: all(s.startswith("IDLE") for s in self.node_states().values()), timeout,
@@ -163,7 +160,7 @@ class LocalSlurm:
         return self
 
     def start_slurmd(self, name: str) -> subprocess.Popen:
-        return self._spawn(f"slurmd-{name}", [_which("slurmd"), "-D", "-N", name, "-f", str(self.conf)])
+        return self._spawn(f"slurmd-{name}", [self.slurm.binary("slurmd"), "-D", "-N", name, "-f", str(self.conf)])
 
     def _wait(self, ok, timeout: float, what: str) -> None:
         end = time.time() + timeout
@@ -180,26 +177,19 @@ class LocalSlurm:
             time.sleep(0.1)
         raise DrillError(f"local Slurm: no {what} after {timeout:g} s (logs in {self.root / 'log'})")
 
-    def scontrol(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([_which("scontrol"), *args], env=self.env, capture_output=True, text=True,
-                              timeout=30, check=check)
+    @property
+    def slurm(self) -> Slurm:
+        """Slurm's commands against this cluster's configuration."""
+        return Slurm(str(self.conf), self.partition)
 
     def node_states(self) -> dict[str, str]:
-        out = self.scontrol("show", "node", "-o").stdout
-        states = {}
-        for line in out.splitlines():
-            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
-            if "NodeName" in fields:
-                states[fields["NodeName"]] = fields.get("State", "")
-        return states
+        return {name: fields.get("State", "") for name, fields in self.slurm.nodes().items()}
 
     def stop(self) -> None:
         """Cancel every job, then stop the daemons this object started (slurmds first)."""
         if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
-            subprocess.run([_which("scancel"), "--full", "--partition", self.partition], env=self.env,
-                           capture_output=True, timeout=30, check=False)
-            subprocess.run([_which("scancel"), "--partition", self.partition], env=self.env,
-                           capture_output=True, timeout=30, check=False)
+            self.slurm.run("scancel", "--full", "--partition", self.partition, check=False)
+            self.slurm.run("scancel", "--partition", self.partition, check=False)
             time.sleep(0.5)
         order = [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]
         for name in order:
