@@ -327,7 +327,7 @@ def _jax(description: str, *flags: str) -> JobProfile:
         description=description,
         presets=["orbax", "torchrun"],
         signals=[Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) ", ints=["n", "rank"]),
-                 Signal(kind="restore", pattern=r"^restored step=(?P<step>\d+) tier=(?P<tier>\w+)", ints=["step"])],
+                 Signal(kind="restore", pattern=r"^restored step=(?P<step>\d+)(?: tier=(?P<tier>\w+))? ", ints=["step"])],
         launch=LaunchSpec(command=["{python}", "-m", "drillbit.stacks.jax_job", "launch", "--run-dir", "{run_dir}/job",
                                    *flags]),
         ranks=RankDiscovery(cmdline=r"-m drillbit\.stacks\.jax_job train\b", exclude_cmdline=r"torch\.distributed\.run"),
