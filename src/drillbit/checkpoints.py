@@ -28,9 +28,9 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from drillbit.spec.models import Strict
 
@@ -59,11 +59,15 @@ BUILTIN: dict[str, Rules] = {
                       data=("**/model_optim_rng.pt", "**/*.distcp", "**/*.pt", "**/*")),
     "deepspeed": Rules("global_step*", r"global_step(\d+)$", tracker="latest",
                        data=("*model_states.pt", "*optim_states.pt", "**/*")),
+    # an item folder per step (default/, state/) holding OCDBT data files: the merged tree's own
+    # d/ is what a restore reads (Orbax 0.12.8 merges each process's ocdbt.process_N/d/ into it
+    # at the end of a save; those are then never read again)
     "orbax": Rules("*", r"^(\d+)$", marker="_CHECKPOINT_METADATA", metadata="_CHECKPOINT_METADATA",
-                   data=("**/*",)),
+                   data=("*/d/*", "**/d/*", "**/*")),
 }
 # names never counted as data: markers, metadata and the tracker's own files
-_NOT_DATA = {"COMPLETE", "meta.json", "MANIFEST.json", ".metadata", "_CHECKPOINT_METADATA", "trainer_state.json"}
+_NOT_DATA = {"COMPLETE", "meta.json", "MANIFEST.json", ".metadata", "_CHECKPOINT_METADATA", "trainer_state.json",
+             "commit_success.txt"}
 
 
 class CheckpointSpec(Strict):
@@ -103,6 +107,28 @@ class CheckpointSpec(Strict):
             return BUILTIN[self.layout]
         return Rules(glob=self.glob or "*", step_regex=self.step_regex or r"(\d+)", marker=self.marker,
                      metadata=self.metadata, data=(self.data,) if self.data else ("*",))
+
+
+class SavedTier(Strict):
+    """A checkpoint tier with no folder to read (DLRover's flash checkpoints in its agent's
+    shared memory): the newest step the job said it saved there — its save signal's ``tier``
+    group — is the step the tier holds. ``lost_with``: what takes it away (the node: a process
+    that dies leaves it; a fault that takes the node, or the process holding it, does not)."""
+
+    known_from: Literal["saves"] = Field(description="saves: the job's ckpt.save events that name this tier")
+    lost_with: Literal["node", "process"] = Field("node", description="node: it outlives a killed process "
+                                                                      "(shared memory held by an agent)")
+
+
+def _tier_kind(value: object) -> str:
+    known = value.get("known_from") if isinstance(value, dict) else getattr(value, "known_from", None)
+    return "<saves>" if known is not None else "<folder>"
+
+
+# a job profile's tier: a folder of copies, or one known from the job's saves ({known_from: saves})
+# (the tags, in <>, are left out of the places errors name)
+Tier = Annotated[Union[Annotated[CheckpointSpec, Tag("<folder>")], Annotated[SavedTier, Tag("<saves>")]],
+                 Discriminator(_tier_kind)]
 
 
 @dataclass
@@ -200,15 +226,20 @@ def where(spec: CheckpointSpec) -> str:
 
 
 
-def tier_steps(tiers: dict[str, CheckpointSpec], values: dict[str, str]) -> dict[str, dict[str, int | None]]:
+def tier_steps(tiers: dict[str, CheckpointSpec | SavedTier],
+               values: dict[str, str]) -> dict[str, dict[str, int | None]]:
     """Each tier's copies (a dir glob's matches) and the newest complete step each holds:
-    ``{tier: {path: step}}``; a copy with no complete checkpoint has None."""
+    ``{tier: {path: step}}``; a copy with no complete checkpoint has None. A tier known from
+    the job's saves has no copies here (``{}``): the measurement reads its save events."""
     import glob as globlib
 
     from drillbit.spec.placeholders import expand
 
     out: dict[str, dict[str, int | None]] = {}
     for name, spec in tiers.items():
+        if isinstance(spec, SavedTier):
+            out[name] = {}
+            continue
         pattern = expand(spec.dir, {"rank": "*", "node": "*", **values})  # every rank's, every node's copy
         copies = sorted(globlib.glob(pattern)) if globlib.has_magic(pattern) else [pattern]
         out[name] = {}

@@ -9,20 +9,27 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from drillbit import netns
 from tests.integration.cli import drill_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.jax, pytest.mark.xdist_group("jax")]
 HERE = Path(__file__).parent / "drills"
 
 
-def drill(tmp_path: Path, spec: str, job: str, timeout: float = 300) -> tuple[int, dict]:
+def drill(tmp_path: Path, spec: str, job: str, timeout: float = 300, isolated: bool = False) -> tuple[int, dict]:
+    """`drill run SPEC --job JOB --json`; isolated: in a private network namespace with only lo
+    (Orbax's P2P server binds every interface)."""
     pytest.importorskip("orbax.checkpoint")
+    if isolated and not netns.available():
+        pytest.skip("Orbax's P2P server binds every interface; no private network namespace here (needs root)")
     tmp_path.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([drill_script(), "run", str(HERE / spec), "--job", job, "--cluster", "local-process",
+    wrap = [sys.executable, "-m", "drillbit.netns"] if isolated else []
+    proc = subprocess.run([*wrap, drill_script(), "run", str(HERE / spec), "--job", job, "--cluster", "local-process",
                            "--reports", str(tmp_path / "reports"), "--json"], capture_output=True, text=True,
                           timeout=timeout, cwd=tmp_path)
     assert proc.stdout.strip(), proc.stderr[-3000:]
@@ -73,3 +80,58 @@ def test_a_stall_is_caught_by_the_coordination_heartbeat_and_missed_with_the_def
     code, r = drill(tmp_path / "default", "stall-jax-broken-fast.yaml", "jax-orbax-slowheartbeat")
     assert code == 1 and r["verdict"] == "fail", r["reasons"]
     assert any("no detection within 30 s" in reason for reason in r["reasons"]), r["reasons"]
+
+
+def test_a_lost_local_tier_is_fetched_from_a_peer_with_orbax_p2p(tmp_path):
+    """Orbax's P2P manager: every process keeps a local copy and serves it to its peers. With
+    process 1's host gone, process 1 fetches process 0's copy over TCP: the newest local step,
+    not the older persistent one."""
+    code, r = drill(tmp_path, "lose-local-tier-fast.yaml", "jax-orbax-p2p", isolated=True)
+    m = r["measurements"]
+    assert code == 0 and r["verdict"] == "pass", r["reasons"]
+    assert m["restored_from"] == "peer" and m["best_available_tier"] == "local"
+    assert m["restored_step"] == m["best_available_step"] and m["steps_behind_best"] == 0
+    assert m["restored_step"] % 5 == 0 and m["lost_copies"][0].endswith(os.path.join("local", "p1"))
+    assert r["fault"]["heals"][0]["verified"]
+
+
+def test_peers_that_cannot_reach_each_other_hang_the_restore_and_fail(tmp_path):
+    """Found by drilling it: when process 1's fetch from its peer fails, Orbax 0.12.8's P2P
+    manager never reaches its persistent fallback — process 0, which found its own copy,
+    waits in the restore's barrier while process 1 waits in the fallback vote. The restart
+    never steps again."""
+    code, r = drill(tmp_path, "lose-local-tier-p2p-broken-fast.yaml", "jax-orbax-p2p-unreachable", isolated=True)
+    assert code == 1 and r["verdict"] == "fail", r["reasons"]
+    assert any(reason.startswith("no first step after recovery within 40 s") for reason in r["reasons"]), r["reasons"]
+    assert r["measurements"]["restored_from"] is None, r["measurements"]
+    tier = next(s for s in r["slos"] if s["name"] == "restore_tier")
+    assert tier["status"] == "unknown" and "never stepped again" in tier["detail"], tier
+    assert r["fault"]["heals"][0]["verified"]
+
+
+def test_a_corrupted_orbax_checkpoint_crash_loops_the_plain_manager_and_is_put_back(tmp_path):
+    """corrupt-checkpoint on Orbax's layout: the flipped bytes land in the merged OCDBT data
+    file a restore reads (step/default/d/…). Orbax notices (tensorstore: "Data corruption
+detected") but its plain manager
+    retries the same newest step on every restart instead of falling back to the one before:
+    the restart budget runs out and the job never steps again."""
+    code, r = drill(tmp_path, "corrupt-checkpoint-jax-fast.yaml", "jax-orbax-plain")
+    m = r["measurements"]
+    assert code == 1 and r["verdict"] == "fail", r["reasons"]
+    assert m["corrupted_checkpoint"] == "20" and m["time_to_first_step"] is None and m["restarts"] >= 2
+    heal = r["fault"]["heals"][0]
+    assert heal["verified"] and "byte for byte" in heal["detail"], heal
+    assert os.path.join("20", "default", "d") in heal["detail"], heal  # the merged tree's data, not a leftover
+    [launcher] = (tmp_path / "reports").glob("*-corrupt-checkpoint-jax-fast/job/launcher.log")
+    assert "Data corruption detected" in launcher.read_text(errors="replace")
+    history = (launcher.parent.parent / "history.jsonl").read_text().splitlines()
+    failed = [json.loads(line) for line in history if '"restore.failed"' in line]
+    assert failed and failed[0]["data"]["reason"] == "Data corruption detected", failed[:1]
+
+
+def test_a_hung_orbax_restore_fails_and_heals(tmp_path):
+    code, r = drill(tmp_path, "restore-hang-jax-fast.yaml", "jax-orbax-plain")
+    assert code == 1 and r["verdict"] == "fail", r["reasons"]
+    assert any(reason.startswith("no first step after recovery within 30 s") for reason in r["reasons"]), r["reasons"]
+    heal = r["fault"]["heals"][0]
+    assert heal["verified"], heal

@@ -29,6 +29,7 @@ ISOLATED = netns.available()
 def drill(tmp_path: Path, *args: str, timeout: float = 300) -> tuple[int, dict]:
     """`drill ARGS --json` in its own network namespace (where this machine allows one)."""
     wrap = [sys.executable, "-m", "drillbit.netns"] if ISOLATED else []
+    tmp_path.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([*wrap, drill_script(), *args, "--reports", str(tmp_path / "reports"), "--json"],
                           capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
     assert proc.stdout.strip(), proc.stderr[-3000:]
@@ -55,6 +56,7 @@ def test_compare_torchft_heals_and_blames_one_rank_its_ddp_wrapper_does_not(tmp_
     assert m["attribution"]["correct"] and m["attribution"]["blamed"] == [1]
     assert "torchft-lighthouse" in m["attribution"]["by"]
     assert m["lost_steps"] == 0  # healed from the peer replica: nothing rolled back
+    assert m["restored_from"] == "peer"
     assert m["restored_step"] >= m["step_at_fault"] - 1
 
     ddp = cells["torchft-ddp"]
@@ -104,3 +106,32 @@ def test_dlrover_never_notices_a_stopped_rank(tmp_path):
     assert r["fault"]["healed"]
     # the job's launcher took back what DLRover wrote there
     assert {d: sorted(os.listdir(d)) if os.path.isdir(d) else None for d in fixed} == before
+
+
+def test_dlrover_flash_checkpoints_restore_from_memory_and_old_resume_code_falls_back_to_disk(tmp_path):
+    """DLRover's flash checkpoints: the state in the agent's shared memory every 2 steps, on
+    disk every 10. A killed worker comes back from memory — the newest step any tier held.
+    The same job with its old resume code (torch.load of the newest file on disk) restores
+    step 10 while memory held 16: restore_tier FAILs."""
+    pytest.importorskip("dlrover")
+    binds_everywhere()
+    from drillbit.stacks.dlrover_job import SHM_DIR, _shm_ours
+
+    fixed = ("/tmp/dlrover", "/tmp/ckpt_sock")
+    before = {d: sorted(os.listdir(d)) if os.path.isdir(d) else None for d in fixed}
+    shm_before = {n for n in os.listdir(SHM_DIR) if _shm_ours(n)}
+    spec = str(Path(__file__).parent / "drills" / "restore-tier-kill-fast.yaml")
+    code, r = drill(tmp_path / "flash", "run", spec, "--job", "dlrover-flash", "--cluster", "local-process")
+    m = r["measurements"]
+    assert code == 0 and r["verdict"] == "pass", r["reasons"]
+    assert m["restored_from"] == "memory" and m["best_available_tier"] == "memory"
+    assert m["restored_step"] == m["best_available_step"] == 16 and m["steps_behind_best"] == 0
+    code, r = drill(tmp_path / "disk", "run", spec, "--job", "dlrover-flash-diskonly", "--cluster", "local-process")
+    m = r["measurements"]
+    assert code == 1 and r["verdict"] == "fail", r["reasons"]
+    assert (m["restored_from"], m["restored_step"], m["best_available_step"]) == ("disk", 10, 16)
+    assert any("restored step 10 from disk while step 16 survived in the memory tier" in reason
+               for reason in r["reasons"]), r["reasons"]
+    # the job's launcher took back what DLRover wrote there, its shared memory included
+    assert {d: sorted(os.listdir(d)) if os.path.isdir(d) else None for d in fixed} == before
+    assert {n for n in os.listdir(SHM_DIR) if _shm_ours(n)} == shm_before

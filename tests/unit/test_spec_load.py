@@ -115,6 +115,29 @@ def test_config_errors_and_builtins(tmp_path):
     assert "local" in config.clusters and "reference-nowatchdog" in config.jobs
 
 
+def test_a_tier_is_a_folder_or_known_from_saves_and_a_bad_one_names_only_its_own_fields(tmp_path):
+    path = write(tmp_path, """
+        jobs:
+          mine:
+            ranks: {cmdline: train.py}
+            logs: [out.log]
+            tiers:
+              memory: {known_from: saves}
+              disk: {dir: /c, layout: orbax}
+              bad: {known_from: memory}
+              worse: {dir: /c, layout: nope}
+    """, name="drill.yaml")
+    with pytest.raises(SpecError) as info:
+        load_config(path)
+    found = {(p.line, p.path) for p in info.value.problems}
+    assert found == {(8, "jobs.mine.tiers.bad.known_from"), (9, "jobs.mine.tiers.worse.layout")}, found
+    good = path.read_text().replace("known_from: memory", "known_from: saves").replace("nope", "glob, glob: '*', "
+                                                                                          "step_regex: '(\\d+)'")
+    path.write_text(good)
+    tiers = load_config(path).jobs["mine"].tiers
+    assert list(tiers) == ["memory", "disk", "bad", "worse"] and tiers["memory"].lost_with == "node"
+
+
 @pytest.mark.parametrize("text,seconds", [("60s", 60), ("10m", 600), ("1.5h", 5400), ("250ms", 0.25), (7, 7)])
 def test_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)

@@ -62,6 +62,7 @@ def test_torchft_lighthouse_quorums_blame_the_killed_replica_and_healing_is_a_re
     assert [m["rank"] for m in members] == [0, 1] and all(":" in m["id"] for m in members)
     restores = [d for k, d in hits if k == "restore"]
     assert restores and restores[-1]["by"] == "torchft" and restores[-1]["step"] > 0
+    assert restores[-1]["tier"] == "peer"  # healing copies a live peer's state
     a = blame_of(h, "killed")
     assert a is not None and a.correct and a.blamed == [1]
     assert set(a.by) == {"torchft-lighthouse", "torchrun"}
@@ -137,3 +138,19 @@ def test_a_stack_that_says_nothing_is_not_judged_and_a_node_blame_covers_its_ran
 def test_bad_list_signals_are_refused(bad, says):
     with pytest.raises(ValueError, match=says):
         Signal.model_validate(bad)
+
+
+def test_dlrover_flash_checkpoint_restores_name_their_tier():
+    """DLRover 0.6.1's own lines, as its flash checkpoints printed them here: a restarted worker
+    loading the agent's shared memory, and a new job loading the newest checkpoint on disk."""
+    m = matcher(load("dlrover").signals)
+    memory = ("[2026-11-30 18:17:54,027] [INFO] [engine.py:389:get_state_dict_from_memory] "
+              "Load checkpoint at step 16 from memory.")
+    cpu = "[2026-11-30 18:17:54,027] [INFO] [full_ckpt_engine.py:158:load] Load the state dict from the CPU memory buffer."
+    disk = ("[2026-11-30 18:19:09,195] [INFO] [full_ckpt_engine.py:202:_load_from_storage] "
+            "Load the state dict from /tmp/fl/job/ckpt/184/rank_0.pt")
+    [(kind, t, data)] = m.match(memory)
+    assert (kind, data["step"], data["tier"], data["by"]) == ("restore", 16, "memory", "dlrover") and t is not None
+    assert m.match(cpu) == []  # the same restore, said again without its step
+    [(kind, _, data)] = m.match(disk)
+    assert (kind, data["step"], data["tier"], data["path"]) == ("restore", 184, "disk", "/tmp/fl/job/ckpt/184/rank_0.pt")

@@ -1,5 +1,6 @@
 """Multi-tier checkpoints without JAX: what each tier held (tier_steps, on real folders in
-Orbax's layout), the restore-tier measurement and SLO from scripted histories, and
+Orbax's layout), the restore-tier measurement and SLO from scripted histories, Orbax's
+P2P lines (as Orbax 0.12.8 printed them here) read as restores from a tier, and
 lose-local-tier on a real process and folder — killed, taken away, put back.
 (tests/integration/test_jax.py drills the real thing.)"""
 from __future__ import annotations
@@ -11,9 +12,10 @@ from pathlib import Path
 
 from drillbit.checkpoints import CheckpointSpec, tier_steps
 from drillbit.checks import check
-from drillbit.checks.recovery import measure
+from drillbit.checks.recovery import measure, restored_tier
 from drillbit.faults.lose_local_tier import LoseLocalTier, LoseLocalTierParams
 from drillbit.history import History
+from drillbit.probes.preset import load, matcher
 from drillbit.proc import ProcRef
 from drillbit.spec.models import DrillSpec
 
@@ -110,3 +112,101 @@ def test_lose_local_tier_kills_takes_the_folder_away_and_puts_back_what_the_job_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# Orbax 0.12.8's P2P CheckpointManager, two processes restarting after process 1's host was
+# lost: process 0 finds its own copy, process 1 fetches process 0's over TCP.
+P2P_PEER = """INFO:absl:P2P latest_step=165
+INFO:absl:Targeting restore step: 165
+INFO:absl:Attempting to restore step 165 from local or P2P.
+INFO:absl:Step 165 found in local storage.
+INFO:absl:Attempting to restore step 165 from local or P2P.
+WARNING:absl:Local scan: No steps found in /tmp/p2p/job/local/p1.
+INFO:absl:Step 165 not found locally, fetching from P2P.
+INFO:absl:P2P transfer complete: 0.00 MB in 0.04s (0.09 MB/s) | Step: 165
+INFO:absl:Restoration finished using P2P in 0.10s
+INFO:absl:Restoration finished using P2P in 0.11s"""
+# the same with peers that advertise an address the other cannot reach
+P2P_UNREACHABLE = """INFO:absl:Step 430 found in local storage.
+INFO:absl:Step 430 not found locally, fetching from P2P.
+ERROR:absl:Failed to connect to or communicate with 192.0.2.1:48351 for opcode=1: [Errno 101] Network is unreachable
+ERROR:absl:Local/P2P restore for step 430 failed: Failed to fetch step 430 from P2P network."""
+
+
+def read_lines(text: str, t0: float = 2000.0) -> History:
+    m = matcher(load("orbax").signals)
+    h = History()
+    for i, line in enumerate(text.splitlines()):
+        for kind, _t, data in m.match(line):
+            h.record("probe:logs", kind, t=t0 + i * 0.01, **data)
+    return h
+
+
+def test_orbax_p2p_lines_name_the_tier_each_process_restored_from():
+    h = read_lines(P2P_PEER)
+    got = [(e.kind, e.data["step"], e.data["tier"]) for e in h]
+    assert got == [("restore", 165, "local"), ("restore", 165, "peer")]
+    first = next(iter(h))
+    # one process took its own copy, the other a peer's: the job's state came from a peer
+    assert restored_tier(list(h), first, None, ["local", "persistent"]) == "peer"
+
+
+def test_a_persistent_fallback_is_farther_than_a_peer_and_a_failed_fetch_is_no_restore():
+    h = read_lines(P2P_UNREACHABLE)
+    events = list(h)
+    assert [(e.kind, e.data.get("tier")) for e in events] == [
+        ("restore", "local"), ("restore", "peer"), ("restore.failed", "peer")]
+    # the fetch failed and nothing came after: no tier restored the job
+    assert restored_tier(events, events[0], None, ["local", "persistent"]) is None
+    h.record("probe:logs", "restore", t=2001.0, step=430, tier="persistent")
+    h.record("probe", "step", t=2002.0, n=431)
+    assert restored_tier(list(h), events[0], 2002.0, ["local", "persistent"]) == "persistent"
+
+
+def test_a_signal_sets_constant_fields_and_a_group_of_the_same_name_wins():
+    from drillbit.spec.signals import Signal
+
+    m = matcher([Signal(kind="restore", pattern=r"from (?P<tier>\w+) at (?P<step>\d+)", ints=["step"],
+                        fields={"tier": "peer", "src": "line"})])
+    assert m.match("from disk at 3")[0][2] == {"tier": "disk", "step": 3, "src": "line", "t_source": "read"}
+    m = matcher([Signal(kind="restore", pattern=r"fetching (?P<step>\d+)", ints=["step"], fields={"tier": "peer"})])
+    assert m.match("fetching 4")[0][2]["tier"] == "peer"
+
+
+def flash_drilled(restored: int, tier: str, hurts: str = "rank") -> History:
+    """DLRover's flash checkpoints: memory every 2 steps (known only from the job's save lines),
+    disk every 10 (a folder); killed at step 17."""
+    h = History()
+    t = 3000.0
+    for n in range(1, 18):
+        h.record("probe", "step", t=t + n * 0.25, n=n)
+        if n % 10 == 0:
+            h.record("probe", "ckpt.save", t=t + n * 0.25 + 0.01, step=n, tier="disk")
+        elif n % 2 == 0:
+            h.record("probe", "ckpt.save", t=t + n * 0.25 + 0.01, step=n, tier="memory")
+    h.record("harness", "steady", t=t + 1.0, baseline_step_s=0.25, step=4)
+    h.record("harness", "ckpt.tiers", t=t + 4.3, tiers={"memory": {}, "disk": {"/r/ckpt": 10}},
+             saved={"memory": "node"})
+    h.record("harness", "fault.confirmed", t=t + 4.4, expects="crash", hurts=hurts, evidence=[])
+    h.record("probe", "restart", t=t + 5.0, attempt=1, by="torchrun")
+    h.record("probe", "restore", t=t + 8.0, step=restored, tier=tier)
+    h.record("probe", "step", t=t + 9.0, n=restored + 1)
+    h.record("harness", "observe.end", t=t + 10.0, reason="recovered")
+    return h
+
+
+def test_a_tier_known_from_saves_holds_the_newest_step_saved_there_and_outlives_a_killed_process():
+    m = measure(flash_drilled(16, "memory"))
+    assert (m.restored_from, m.best_available_step, m.best_available_tier, m.steps_behind_best) == (
+        "memory", 16, "memory", 0)
+    assert check(SPEC, flash_drilled(16, "memory")).verdict == "pass"
+    result = check(SPEC, flash_drilled(10, "disk"))  # the old resume code: torch.load of the newest file
+    assert result.verdict == "fail"
+    assert any("restored step 10 from disk while step 16 survived in the memory tier: 6 step(s) behind" in r
+               for r in result.reasons), result.reasons
+
+
+def test_a_fault_that_takes_the_node_takes_a_shared_memory_tier_with_it():
+    m = measure(flash_drilled(10, "disk", hurts="node"))
+    assert m.lost_copies == ["memory (the job's saves)"]
+    assert (m.best_available_step, m.best_available_tier, m.steps_behind_best) == (10, "disk", 0)

@@ -49,6 +49,7 @@ class Measurements(BaseModel):
     replace_failures: int = 0
     replacement_node: str | None = None
     corrupted_checkpoint: str | None = None
+    corrupted_step: int | None = None
     restored_path: str | None = None
     rejected_corrupted: bool | None = None
     # kill-during-save: where the crash landed and what the restart made of it
@@ -135,6 +136,7 @@ def measure(history: History) -> Measurements:
         d = evidence.get("data", {})
         if d.get("checkpoint"):
             m.corrupted_checkpoint = os.path.basename(str(d["checkpoint"]).rstrip("/"))
+            m.corrupted_step = d.get("step")
         if d.get("point"):
             m.crash_point, m.crash_lag_s = d["point"], d.get("lag_s")
             m.crashed_checkpoint, m.crashed_step = d.get("crashed"), d.get("crashed_step")
@@ -151,7 +153,7 @@ def measure(history: History) -> Measurements:
     if done:
         m.replacement_node = done.data.get("node_name")
     if restore:
-        m.restored_path = str(restore.data.get("path"))
+        m.restored_path = str(restore.data["path"]) if restore.data.get("path") else None
         m.time_to_restore = restore.t - t0
         step = restore.data.get("step")  # a stack that names only the path (Lightning's last.ckpt)
         m.restored_step = int(step) if step is not None else None
@@ -208,9 +210,11 @@ def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: f
                    restore: Event | None) -> None:
     """Which tier the restore came from, and how far behind the best copy that survived the
     fault (the tiers as they were when it hit, less the copies it took away)."""
-    if restore is not None and restore.data.get("tier"):
-        m.restored_from = str(restore.data["tier"])
     snapshot = next((e for e in reversed(events) if e.kind == "ckpt.tiers" and e.t <= t0), None)
+    order = list((snapshot.data.get("tiers") or {}) if snapshot is not None else {})
+    if restore is not None:
+        m.restored_from = restored_tier(events, restore, t0 + m.time_to_first_step
+                                        if m.time_to_first_step is not None else None, order)
     if snapshot is None:
         return
     lost: set[str] = set()
@@ -218,9 +222,19 @@ def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: f
         d = evidence.get("data", {}) if isinstance(evidence, dict) else {}
         if d.get("lost"):
             lost.add(str(d["lost"]).rstrip("/"))
+    tiers = {name: dict(copies) for name, copies in (snapshot.data.get("tiers") or {}).items()}
+    for name, lost_with in (snapshot.data.get("saved") or {}).items():
+        # a tier with no folder (shared memory): the newest step the job said it saved there
+        saves = [e for e in events if e.kind == "ckpt.save" and e.t <= t0 and e.data.get("tier") == name
+                 and e.data.get("step") is not None]
+        copy = f"{name} (the job's saves)"
+        tiers[name] = {copy: max(int(e.data["step"]) for e in saves)} if saves else {}
+        took_node = confirmed.data.get("hurts") == "node"
+        if saves and (took_node or (lost_with == "process" and confirmed.data.get("expects") == "crash")):
+            lost.add(copy)
     m.lost_copies = sorted(lost)
     best: tuple[int, str] | None = None
-    for tier, copies in (snapshot.data.get("tiers") or {}).items():
+    for tier, copies in tiers.items():
         for path, step in copies.items():
             if step is not None and path.rstrip("/") not in lost and (best is None or step > best[0]):
                 best = (int(step), tier)
@@ -228,6 +242,37 @@ def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: f
         m.best_available_step, m.best_available_tier = best
         if m.restored_step is not None:
             m.steps_behind_best = max(0, best[0] - m.restored_step)
+
+
+def tier_rank(tier: str, order: list[str]) -> int:
+    """How far a tier is from the job: the profile's tiers in their order, nearest first; a
+    peer's copy (fetched from another process's local tier) just after the nearest tier."""
+    if tier in order:
+        i = order.index(tier)
+        return i if i == 0 else i + 1
+    return 1 if tier == "peer" else len(order) + 1
+
+
+def restored_tier(events: list[Event], restore: Event, until: float | None, order: list[str]) -> str | None:
+    """The tier one restart restored from: each process may name its own (one its local copy,
+    another a peer's), and a fallback of all of them names another; the farthest tier named
+    between the first restore and the first step after it, less a tier whose restore then
+    failed (restore.failed), is where the job's state came from."""
+    named: list[tuple[float, str]] = []
+    failed_at = None
+    for e in events:
+        if e.t < restore.t or (until is not None and e.t > until) or not e.data.get("tier"):
+            continue
+        if e.kind == "restore":
+            named.append((e.t, str(e.data["tier"])))
+        elif e.kind == "restore.failed":
+            named = [(t, tier) for t, tier in named if tier != str(e.data["tier"])]
+            failed_at = e.t
+    if until is None and failed_at is not None and all(t < failed_at for t, _ in named):
+        return None  # a restore failed, nothing was tried after it, and the job never stepped again
+    if not named:
+        return None
+    return max((tier for _, tier in named), key=lambda tier: tier_rank(tier, order))
 
 
 def _judge_crash_restore(m: Measurements, restarted: bool) -> None:

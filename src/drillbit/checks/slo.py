@@ -125,8 +125,11 @@ def evaluate(slo: SLO, m: Measurements, history: History,
     if m.corrupted_checkpoint is not None:
         # An invariant, not an option: restoring the checkpoint the harness corrupted is a failure.
         restored = os.path.basename(m.restored_path.rstrip("/")) if m.restored_path else None
-        if restored is None:
-            status: Status = "unknown"
+        if restored is None and m.restored_step is not None and m.corrupted_step is not None:
+            restored = f"step {m.restored_step}"  # a restore line that names its step, not its path
+            status: Status = "fail" if m.restored_step == m.corrupted_step else "pass"
+        elif restored is None:
+            status = "unknown"
         else:
             status = "fail" if restored == m.corrupted_checkpoint else "pass"
         results.append(SLOResult(name="restore_skipped_corrupted", measurement="restored_path", limit=1,
@@ -200,6 +203,10 @@ def _restore_tier(limit: int, m: Measurements, watched: float, reasons: list[str
     if m.restored_step is None:
         return SLOResult(name="restore_tier", measurement="steps_behind_best", limit=limit, measured=None,
                          status="unknown", detail=f"no restore seen in {watched:.0f} s")
+    if m.time_to_first_step is None:  # a restore began (a line named its step) and the job never stepped
+        return SLOResult(name="restore_tier", measurement="steps_behind_best", limit=limit, measured=None,
+                         status="unknown", detail=f"a restore of step {m.restored_step} began and the job never "
+                                                  f"stepped again in {watched:.0f} s: nothing was restored")
     behind = m.steps_behind_best or 0
     ok = behind <= limit
     where = f" from {m.restored_from}" if m.restored_from else ""

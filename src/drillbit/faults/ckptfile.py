@@ -66,6 +66,7 @@ class Backup(State):
     file: str
     backup: str
     original_sha256: str
+    step: int | None = None  # the checkpoint's step, where its layout names one
 
 
 def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None) -> Backup:

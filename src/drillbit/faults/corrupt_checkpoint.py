@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from drillbit.checkpoints import CheckpointSpec
+from drillbit.checkpoints import Checkpoint, CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
 from drillbit.faults.ckptfile import (Backup, data_of, discard, marker_of, metadata_of, pick, put_back, sha256,
                                       take_aside, wait_gone)
@@ -44,15 +44,15 @@ class CorruptState(Backup):
     killed: bool = False
 
 
-def victim_of(params: CorruptParams, fault: str) -> tuple[Path, Path]:
+def victim_of(params: CorruptParams, fault: str) -> tuple[Checkpoint, Path]:
     """(the checkpoint, the file of it that the mode touches), through the job's layout."""
     ckpt = pick(params.checkpoint, params.nth_newest, fault)
     layout = params.checkpoint.layout if params.checkpoint else "?"
     if params.mode == "drop-marker":
-        return ckpt.path, marker_of(ckpt, layout)
+        return ckpt, marker_of(ckpt, layout)
     if params.mode == "corrupt-metadata":
-        return ckpt.path, metadata_of(ckpt, layout)
-    return ckpt.path, data_of(ckpt)
+        return ckpt, metadata_of(ckpt, layout)
+    return ckpt, data_of(ckpt)
 
 
 class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
@@ -76,8 +76,8 @@ class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
 
     def prepare(self, target: ProcRef, params: CorruptParams) -> CorruptState:
         ckpt, victim = victim_of(params, self.name)
-        backup = take_aside(victim, self.scratch or ckpt.parent, ckpt)
-        return CorruptState(**backup.model_dump(), mode=params.mode)
+        backup = take_aside(victim, self.scratch or ckpt.path.parent, ckpt.path)
+        return CorruptState(**{**backup.model_dump(), "step": ckpt.step}, mode=params.mode)
 
     def unprepare(self, target: ProcRef, params: CorruptParams, intent: CorruptState) -> None:
         discard(intent)
@@ -111,7 +111,7 @@ class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
         if params.then_kill and not (state.killed and wait_gone(target)):
             return None
         return Evidence(what=f"{state.mode}: {Path(state.file).name} changed",
-                        data={"checkpoint": state.checkpoint, "file": state.file,
+                        data={"checkpoint": state.checkpoint, "step": state.step, "file": state.file,
                               "original_sha256": state.original_sha256, "now_sha256": now,
                               "killed_pid": target.pid if state.killed else None})
 

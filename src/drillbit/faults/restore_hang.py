@@ -67,7 +67,8 @@ class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
     def prepare(self, target: ProcRef, params: RestoreHangParams) -> RestoreHangState:
         ckpt = pick(params.checkpoint, params.nth_newest, self.name)
         shard = data_of(ckpt)
-        return RestoreHangState(**take_aside(shard, self.scratch or ckpt.path.parent, ckpt.path).model_dump())
+        return RestoreHangState(**{**take_aside(shard, self.scratch or ckpt.path.parent, ckpt.path).model_dump(),
+                                   "step": ckpt.step})
 
     def unprepare(self, target: ProcRef, params: RestoreHangParams, intent: RestoreHangState) -> None:
         discard(intent)
@@ -86,7 +87,7 @@ class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
             return None
         if params.then_kill and not (state.killed and wait_gone(target)):
             return None
-        return Evidence(what="checkpoint read now blocks", data={"checkpoint": state.checkpoint,
+        return Evidence(what="checkpoint read now blocks", data={"checkpoint": state.checkpoint, "step": state.step,
                                                                 "file": state.file, "hang": True})
 
     def heal(self, target: ProcRef, params: RestoreHangParams, state: RestoreHangState) -> HealReport:

@@ -115,10 +115,15 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
         if during.files and "point" not in spec.fault.params:
             update["point"] = f"close * #{during.files}"
         params = params.model_copy(update=update)
-    if getattr(params, "folder", "unset") is None and getattr(params, "tier", None) in job.tiers:
-        params = params.model_copy(update={"folder": expand(job.tiers[params.tier].dir, values)})
+    tier = job.tiers.get(getattr(params, "tier", None) or "")
+    if getattr(params, "folder", "unset") is None and tier is not None and hasattr(tier, "dir"):
+        params = params.model_copy(update={"folder": expand(tier.dir, values)})
     elif isinstance(getattr(params, "folder", None), str):
         params = params.model_copy(update={"folder": expand(params.folder, values)})
+    if getattr(params, "folder", "unset") is None and getattr(params, "tier", None) is not None:
+        raise ConfigError(f"{spec.fault.type} takes a tier's folder away: the job profile has no folder for "
+                          f"tiers.{params.tier} ({', '.join(job.tiers) or 'no tiers'}); name one in the profile "
+                          "or the drill's params.folder")
     if getattr(params, "launcher", "unset") is None and job.launcher is not None:
         params = params.model_copy(update={"launcher": job.launcher})
     if getattr(params, "hook", "unset") is None and job.replacement is not None:
@@ -356,7 +361,11 @@ class DrillRunner:
         if self.job.tiers and not self.cluster.logs_on_agents:  # what each tier held when the fault hit
             from drillbit.checkpoints import tier_steps
 
-            self.record("ckpt.tiers", tiers=tier_steps(self.job.tiers, {"run_dir": str(self.run_dir)}))
+            from drillbit.checkpoints import SavedTier
+
+            saved = {name: t.lost_with for name, t in self.job.tiers.items() if isinstance(t, SavedTier)}
+            self.record("ckpt.tiers", tiers=tier_steps(self.job.tiers, {"run_dir": str(self.run_dir)}),
+                        **({"saved": saved} if saved else {}))
         self.nemesis.inject(self.targets)
         self.nemesis.confirm(self.progress)
 

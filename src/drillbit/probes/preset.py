@@ -56,6 +56,8 @@ class Matcher:
             for name, item in lists.items():
                 if name in data:
                     data[name] = [_item(m) for m in item.finditer(data[name])]
+            for k, v in sig.fields.items():
+                data.setdefault(k, v)
             if sig.by and "by" not in data:
                 data["by"] = sig.by
             hits.append((sig.kind, t, data))

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from drillbit.checkpoints import CheckpointSpec
+from drillbit.checkpoints import CheckpointSpec, SavedTier, Tier
 from drillbit.spec.models import Duration, Span, Strict
 from drillbit.spec.signals import Signal
 
@@ -197,11 +197,12 @@ class JobProfile(Strict):
                                                                "(corrupt-checkpoint, restore-hang, drill probe)")
     replacement: ReplacementHook | None = Field(None, description="the job's node-replacement command "
                                                                   "(fail-node-replacement)")
-    tiers: dict[str, CheckpointSpec] = Field(
-        default_factory=dict, description="multi-tier checkpoints: tier name (local, peer, persistent) -> where its "
-                                          "copies are; a dir may be a glob, each match one copy (a node's or a "
-                                          "process's local tier). Read when the fault hits: the newest step each "
-                                          "copy held (best_available_step)")
+    tiers: dict[str, Tier] = Field(
+        default_factory=dict, description="multi-tier checkpoints, nearest first: tier name (local, memory, "
+                                          "persistent) -> where its copies are; a dir may be a glob, each match one "
+                                          "copy (a node's or a process's local tier); {known_from: saves} for a tier "
+                                          "with no folder (shared memory), known from the job's save lines. Read "
+                                          "when the fault hits: the newest step each copy held (best_available_step)")
 
 
 class DrillConfig(Strict):
@@ -273,7 +274,9 @@ def _torchft(description: str, *flags: str) -> JobProfile:
 _LOOP_SIGNALS = [
     Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) ", ints=["n", "rank"]),
     Signal(kind="ckpt.save", pattern=r"^saved step=(?P<step>\d+) path=(?P<path>\S+)", ints=["step"]),
-    Signal(kind="restore", pattern=r"^restored step=(?P<step>\d+) path=(?P<path>\S+)", ints=["step"]),
+    Signal(kind="ckpt.save", pattern=r"^saved step=(?P<step>\d+) tier=(?P<tier>\w+)", ints=["step"]),
+    Signal(kind="restore", pattern=r"^restored step=(?P<step>\d+) path=(?P<path>\S+)(?: tier=(?P<tier>\w+))?",
+           ints=["step"]),
 ]
 _LOOP_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="step_*.pt", step_regex=r"step_(\d+)\.pt")
 
@@ -304,6 +307,17 @@ def _dlrover(description: str, *flags: str) -> JobProfile:
     """Two ranks under DLRover's dlrover-run with its job master."""
     return _loop_job("dlrover", "dlrover-run", ["{run_dir}/job/agent.log", "{run_dir}/job/master.log"], description,
                      "--master", "{head}:{port}", *flags)
+
+
+def _dlrover_flash(description: str, *flags: str) -> JobProfile:
+    """The DLRover job with flash checkpoints: a memory tier in the agent's shared memory
+    (known from the job's save lines) and a disk tier (DIR/ckpt/<step>/rank_0.pt)."""
+    job = _dlrover(description, "--ckpt", "flash", *flags)
+    return job.model_copy(update={
+        "checkpoint": CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="[0-9]*", step_regex=r"^(\d+)$"),
+        "tiers": {"memory": SavedTier(known_from="saves", lost_with="node"),
+                  "disk": CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="[0-9]*", step_regex=r"^(\d+)$")},
+    })
 
 
 def _reference_slurm(description: str, *flags: str) -> JobProfile:
@@ -392,6 +406,11 @@ BUILTIN_JOBS.update({
                         "with its job master on loopback, a checkpoint every 10 steps"),
     "dlrover-norestarts": _dlrover("the DLRover job with --max-restarts 0: a lost worker ends the job",
                                    "--max-restarts", "0"),
+    "dlrover-flash": _dlrover_flash("the DLRover job with flash checkpoints: the state in the agent's shared memory "
+                                    "every 2 steps, on disk every 10; a restarted worker loads memory"),
+    "dlrover-flash-diskonly": _dlrover_flash("the flash-checkpoint DLRover job whose restart loads the newest disk "
+                                             "checkpoint, whatever memory holds: it falls back further than it "
+                                             "needs to", "--restore", "disk"),
     "jax-orbax": _jax("JAX 0.10.2 with Orbax 0.12.8's emergency checkpoints: 2 processes under torchrun, a local "
                       "tier per process every 5 steps, a persistent tier every 10, a 10 s coordination heartbeat"),
     "jax-orbax-persistent": _jax("the JAX job whose restart restores the newest persistent checkpoint, whatever "
@@ -399,6 +418,15 @@ BUILTIN_JOBS.update({
                                  "--restore", "persistent"),
     "jax-orbax-slowheartbeat": _jax("the JAX job with JAX's default 100 s coordination heartbeat: a dead peer "
                                     "holds the survivor for over a minute", "--heartbeat", "100"),
+    "jax-orbax-plain": _jax("the JAX job with Orbax's plain CheckpointManager: one persistent tier, every 10 steps",
+                            "--ckpt", "plain"),
+    "jax-orbax-p2p": _jax("the JAX job with Orbax's P2P CheckpointManager: a local tier per process every 5 steps, "
+                          "peers serving their copies over TCP, a persistent tier every 10 (its P2P server binds "
+                          "every interface: drill it under python -m drillbit.netns)", "--ckpt", "p2p"),
+    "jax-orbax-p2p-unreachable": _jax("the P2P JAX job whose processes tell their peers an address the others "
+                                      "cannot reach (a host name resolving to the wrong interface): a lost "
+                                      "local copy cannot be fetched from a peer", "--ckpt", "p2p",
+                                      "--peer-host", "192.0.2.1"),
     "raytrain": _raytrain("4 Ray Train workers (TorchTrainer, CPU, gloo) with FailureConfig(max_failures=3), "
                           "checkpoints through train.report, a 10 s collective timeout; Ray clusters only"),
     "raytrain-nofailover": _raytrain("the Ray Train job with FailureConfig(max_failures=0): a lost worker ends "

@@ -131,7 +131,8 @@ RENAMED = {"node_pool": "; the job's replacement provider is now replacement: {c
 def problems_from(exc: ValidationError, path: Path, lines: dict[Loc, int], prefix: Loc = ()) -> list[Problem]:
     problems = []
     for err in exc.errors():
-        loc = prefix + tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        loc = prefix + tuple(p for p in err["loc"] if not (isinstance(p, str) and (
+            p.startswith("function-") or (p.startswith("<") and p.endswith(">")))))  # validators, union tags
         message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = "unknown field" + RENAMED.get(str(loc[-1]) if loc else "", "")
@@ -244,7 +245,8 @@ def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
         texts += [(("replacement", "declare_dead", i), a) for i, a in enumerate(job.replacement.declare_dead or [])]
     if job.ranks.pidfiles:
         texts.append((("ranks", "pidfiles"), job.ranks.pidfiles))
-    texts += [(("tiers", name, "dir"), spec.dir.replace("{rank}", "")) for name, spec in job.tiers.items()]
+    texts += [(("tiers", name, "dir"), spec.dir.replace("{rank}", "")) for name, spec in job.tiers.items()
+              if hasattr(spec, "dir")]
     for loc, text in texts:
         bad = unknown(text)
         if bad:

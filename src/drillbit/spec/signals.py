@@ -26,7 +26,10 @@ KINDS: dict[str, str] = {
     "detect": "the stack noticed the fault (by: who) — detect_within, time_to_detect",
     "restart": "the stack restarted the job or worker group (attempt) — time_to_restart, restarts",
     "restore.begin": "a checkpoint load started",
-    "restore": "a checkpoint was loaded; groups step and path — time_to_restore, lost steps, restore checks",
+    "restore": "a checkpoint was loaded; groups step and path (tier: where from) — time_to_restore, lost steps, "
+               "restore checks, restore_tier",
+    "restore.failed": "one way of restoring failed (tier, reason) and the job may fall back to another — shown on "
+                      "the timeline",
     "ckpt.save.begin": "a checkpoint save started (step, path)",
     "ckpt.save": "a checkpoint save finished; groups step, path, seconds — cadence, checkpoint-save badput",
     "ckpt.reject": "the stack refused a checkpoint (path, reason) — corrupt-checkpoint's restore_skipped_corrupted",
@@ -51,6 +54,9 @@ class Signal(Strict):
     time_format: str | None = Field(None, description="how group t is written: iso8601, or a strptime format; "
                                                       "none: epoch seconds")
     timezone: str | None = Field(None, description="for stamps without a zone: UTC, +02:00 or an IANA name")
+    fields: dict[str, str | int | float | bool] = Field(default_factory=dict, description=(
+        "fields every event of this signal carries, for what the line says by its words rather than a group: "
+        "{tier: peer} for 'fetching from P2P'; a group of the same name wins"))
     lists: dict[str, str] = Field(default_factory=dict, description=(
         "groups read as lists: group -> a regex found again and again in that group's text; each find is one "
         "item, its named groups the item's fields (rank is read as a number; id names the item, default the "
@@ -83,6 +89,9 @@ class Signal(Strict):
         reserved = sorted(groups & {"source", "kind"})
         if reserved:
             raise ValueError(f"group name(s) {reserved} are reserved (every event has them); rename the group")
+        reserved = sorted(set(self.fields) & {"source", "kind", "t", "t_source"})
+        if reserved:
+            raise ValueError(f"fields {reserved} are reserved (every event has them); rename them")
         missing = [g for g in self.lists if g not in groups]
         if missing:
             raise ValueError(f"lists name groups the pattern does not have: {missing}")

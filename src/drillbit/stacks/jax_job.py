@@ -24,6 +24,7 @@ import argparse
 import os
 import shutil
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -32,8 +33,6 @@ from drillbit.stacks.supervise import Group
 
 
 def launch(args: argparse.Namespace) -> int:
-    import socket
-
     run_dir = Path(args.run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     with socket.socket() as s:  # the coordinator's first port; each restart attempt takes the next
@@ -48,7 +47,7 @@ def launch(args: argparse.Namespace) -> int:
          "-m", "drillbit.stacks.jax_job", "train", "--run-dir", str(run_dir), "--port", str(port),
          "--ckpt", args.ckpt, "--restore", args.restore, "--heartbeat", str(args.heartbeat),
          "--local-every", str(args.local_every), "--persistent-every", str(args.persistent_every),
-         "--step-ms", str(args.step_ms)],
+         "--step-ms", str(args.step_ms), "--peer-host", args.peer_host],
         run_dir / "launcher.log")
     code = group.wait_any([main])
     group.stop_all()
@@ -130,6 +129,25 @@ def train(args: argparse.Namespace) -> int:
 
         def save(n: int, st) -> None:
             manager.save(n, args=ocp.args.Composite(state=ocp.args.PyTreeSave(st)))
+    elif args.ckpt == "p2p":
+        from orbax.checkpoint.experimental.emergency.p2p import args as p2p_args
+        from orbax.checkpoint.experimental.emergency.p2p import checkpoint_manager as p2p_cm
+        from orbax.checkpoint.experimental.emergency.p2p import options as p2p_options
+
+        options = p2p_options.CheckpointManagerOptions(
+            local=p2p_options.LocalCheckpointOptions(save_interval_steps=args.local_every, max_to_keep=3),
+            persistent=p2p_options.PersistentCheckpointOptions(save_interval_steps=args.persistent_every,
+                                                               max_to_keep=3))
+        from orbax.checkpoint.experimental.emergency.p2p import service as p2p_service
+
+        # the address this process's P2P node tells its peers: Orbax takes the host name's first
+        # address; one machine's processes pin it (--peer-host), a host whose name resolves to an
+        # address its peers cannot reach is the broken path (--peer-host 192.0.2.1)
+        p2p_service._get_primary_ip = lambda: (socket.AF_INET, args.peer_host)
+        manager = p2p_cm.CheckpointManager(mesh, abstract, local, persistent, options=options)
+
+        def save(n: int, st) -> None:
+            manager.save(n, args=p2p_args.Composite(state=ocp.args.PyTreeSave(st)))
     else:
         manager = ocp.CheckpointManager(persistent, options=ocp.CheckpointManagerOptions(
             save_interval_steps=args.persistent_every, max_to_keep=3, enable_async_checkpointing=False))
@@ -167,7 +185,12 @@ def restore(args: argparse.Namespace, manager, abstract, persistent: Path, ocp):
     latest = manager.latest_step()
     if latest is None:
         return None
-    state = manager.restore(latest)
+    if args.ckpt == "p2p":
+        from orbax.checkpoint.experimental.emergency.p2p import args as p2p_args
+
+        state = manager.restore(latest, args=p2p_args.Composite(state=ocp.args.PyTreeRestore(abstract)))
+    else:
+        state = manager.restore(latest)
     if hasattr(state, "state"):
         state = state.state
     elif isinstance(state, dict) and "state" in state:
@@ -185,12 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--run-dir", required=True)
     tr.add_argument("--port", type=int, required=True)
     for sp in (la, tr):
-        sp.add_argument("--ckpt", choices=["emergency", "plain"], default="emergency")
+        sp.add_argument("--ckpt", choices=["emergency", "p2p", "plain"], default="emergency")
         sp.add_argument("--restore", choices=["auto", "persistent"], default="auto")
         sp.add_argument("--heartbeat", type=float, default=10.0, help="JAX's coordination heartbeat timeout, s")
         sp.add_argument("--local-every", type=int, default=5)
         sp.add_argument("--persistent-every", type=int, default=10)
         sp.add_argument("--step-ms", type=float, default=250.0)
+        sp.add_argument("--peer-host", default="127.0.0.1", help="--ckpt p2p: the address peers fetch from")
     args = p.parse_args(argv)
     return launch(args) if args.role == "launch" else train(args)
 

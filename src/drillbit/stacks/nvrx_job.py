@@ -59,7 +59,7 @@ def train(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from drillbit.stacks.loop import cli
 
-    p, la = cli(__doc__)
+    p, la, _ = cli(__doc__)
     la.add_argument("--heartbeat-timeout", type=float, default=10.0)
     la.add_argument("--initial-heartbeat-timeout", type=float, default=30.0)
     la.add_argument("--default-timeouts", action="store_true",
