@@ -35,7 +35,7 @@ from drillbit.spec.models import SuiteSpec
 # the distribution behind each signal preset, for the versions line
 PRESET_PACKAGES = {"torchrun": "torch", "torchft": "torchft", "nvrx": "nvidia-resiliency-ext",
                    "dlrover": "dlrover", "ray-train": "ray", "hf-trainer": "transformers",
-                   "lightning": "lightning", "reference": "drillbit"}
+                   "lightning": "lightning", "reference": "drillbit", "orbax": "orbax-checkpoint"}
 
 
 @dataclass
@@ -162,13 +162,17 @@ def rows(comp: Comparison) -> list[dict[str, str]]:
         else:
             blame = "nobody named"
         verdict = c.verdict + (" (known)" if c.known and c.verdict == "fail" else "")
+        restored = "—" if m.get("restored_step") is None or m.get("time_to_first_step") is None else \
+            str(m["restored_step"]) + (f" ({m['restored_from']})" if m.get("restored_from") else "")
         out.append({"job": c.job, "drill": c.drill, "detect s": _fmt(m.get("time_to_detect")),
-                    "first step s": _fmt(m.get("time_to_first_step")), "lost steps": _fmt(m.get("lost_steps")),
+                    "first step s": _fmt(m.get("time_to_first_step")), "restored": restored,
+                    "lost steps": _fmt(m.get("lost_steps")),
                     "goodput": _fmt(m.get("goodput")), "blamed": blame, "verdict": verdict, "why": c.note()})
     return out
 
 
-COLUMNS = ("job", "drill", "detect s", "first step s", "lost steps", "goodput", "blamed", "verdict", "why")
+COLUMNS = ("job", "drill", "detect s", "first step s", "restored", "lost steps", "goodput", "blamed", "verdict",
+           "why")
 NUMERIC = ("detect s", "first step s", "lost steps", "goodput")
 
 

@@ -11,6 +11,7 @@ def payload(verdict: str, reasons: list[str] | None = None, error_kind: str | No
     return {"verdict": verdict, "reasons": reasons or [], "error": "boom" if error_kind else None,
             "error_kind": error_kind,
             "measurements": {"time_to_detect": 0.5, "time_to_first_step": 3.0, "lost_steps": 0, "goodput": 0.9,
+                             "restored_step": 20, "restored_from": "peer" if verdict == "pass" else None,
                              "attribution": {"correct": list(blamed) == [1], "blamed": list(blamed), "hurt": [1]}}}
 
 
@@ -38,7 +39,7 @@ def test_tables_show_each_job_and_drill_with_whom_it_blamed():
                       Cell("nvrx", "blame-kill-rank", payload("fail", ["a | b"], blamed=(0, 1)), known="k"),
                       Cell("torchft", "corrupt-checkpoint", na="does not apply: no checkpoints"))
     md = markdown(comp)
-    assert "| torchft | blame-kill-rank | 0.50 | 3.00 | 0 | 0.90 | ✓ 1 (hurt 1) | pass | all SLOs met |" in md
+    assert "| torchft | blame-kill-rank | 0.50 | 3.00 | 20 (peer) | 0 | 0.90 | ✓ 1 (hurt 1) | pass | all SLOs met |" in md
     assert "| nvrx | blame-kill-rank |" in md and "✗ 0, 1 (hurt 1) | fail (known) | known defect: k. a \\| b |" in md
     assert "| n/a | does not apply: no checkpoints |" in md
     page = html(comp)
