@@ -195,10 +195,13 @@ def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0:
     m.failed_nodes = sorted({str(e["data"]["node"]) for e in confirmed.data.get("evidence", [])
                              if isinstance(e, dict) and e.get("data", {}).get("node")}
                             if confirmed.data.get("hurts") == "node" else set())
-    requeue = next((e for e in events if e.kind == "requeue" and e.t >= t0), None)
+    # the scheduler can requeue before the harness has recorded its own confirmation (node-down:
+    # scontrol's DOWN and the requeue land in the same few milliseconds): from the injection on
+    injected = next((e.t for e in events if e.kind == "fault.inject" and e.t <= t0), t0)
+    requeue = next((e for e in events if e.kind == "requeue" and e.t >= injected), None)
     if requeue is None:
         return
-    m.time_to_requeue = requeue.t - t0
+    m.time_to_requeue = max(0.0, requeue.t - t0)
     rerun = next((e for e in events if e.kind == "job.nodes" and e.t >= requeue.t), None)
     if rerun is not None:
         m.rerun_nodes = list(rerun.data.get("nodes", []))

@@ -24,7 +24,7 @@ _TIMED = {
     "restart_within": ("time_to_restart", "restart"),
     "restore_within": ("time_to_restore", "restore"),
     "first_step_within": ("time_to_first_step", "first step after recovery"),
-    "requeue_within": ("time_to_requeue", "the scheduler's requeue"),
+    "requeue_within": ("time_to_requeue", "requeue by the scheduler"),
 }
 
 
