@@ -94,6 +94,14 @@ def _size(path: Path) -> int | None:
         return None
 
 
+def _stat(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
 def _open_anywhere(paths: list[str]) -> set[str]:
     """Which of ``paths`` some process on this machine holds open (from /proc/*/fd): a file
     found already there when a watch is set is still being written only if so."""
@@ -333,6 +341,11 @@ class DirWatch:
         # Held still for one interval is not closed when the writer only paused (a loaded
         # machine, a slow filesystem): a file some process here still holds open waits
         held = _open_anywhere([os.path.join(self.root, r) for r in still]) if still else set()
+        # ... and a file the scan found closed is closed only if it still is as listed: the
+        # writer may have written and closed it between the listing and the scan (its close is
+        # then the next interval's, at its real size, not this one's at the old)
+        held |= {os.path.join(self.root, r) for r in still if os.path.join(self.root, r) not in held
+                 and _stat(os.path.join(self.root, r)) != current[r][1:]}
         for rel in sorted(current, key=lambda p: (p.count("/"), p)):
             is_dir, size, _ = current[rel]
             before = self._known.get(rel)

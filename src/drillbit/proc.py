@@ -6,7 +6,9 @@ every signal goes through :meth:`ProcRef.send`, which re-checks the start time.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import sys
 
 import psutil
 from pydantic import BaseModel, ConfigDict
@@ -69,3 +71,10 @@ class ProcRef(BaseModel):
             if fd is not None:
                 os.close(fd)
         return True
+
+
+def which(name: str, path: str | None = None) -> str | None:
+    """A command drillbit runs on a job's behalf: on ``path`` (default: PATH), else installed
+    beside the interpreter drillbit runs under — a virtual environment's ``bin/``, which is
+    not on PATH when ``drill`` is started by its absolute path (cron, systemd)."""
+    return shutil.which(name, path=path) or shutil.which(name, path=os.path.dirname(sys.executable))

@@ -76,9 +76,23 @@ def test_a_profile_without_a_replacement_hook_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_fallback_policy_recovers_within_the_slo(tmp_path):
-    from drillbit.session import execute, resolve
+    """Run as the README's cron line and systemd unit run it: ``drill`` by its absolute path, the
+    virtual environment not activated and not on PATH. The replacement shim and the reference
+    job find the node pool's command beside the interpreter (it once failed every call, "not
+    found on PATH", and the healthy path FAILed)."""
+    import json
 
-    payload, _ = execute(resolve(str(HERE / "fail-node-replacement-fast.yaml")), reports_dir=str(tmp_path))
+    from tests.integration.cli import drill_cli, drill_script
+
+    venv_bin = str(Path(drill_script()).parent)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+                           if p and os.path.realpath(p) != os.path.realpath(venv_bin))
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = path
+    proc = drill_cli("run", str(HERE / "fail-node-replacement-fast.yaml"), "--reports", str(tmp_path), "--json",
+                     env=env, cwd=Path(__file__).parents[2], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads(proc.stdout)
     assert payload["verdict"] == "pass", payload["reasons"]
     m = payload["measurements"]
     assert m["replace_failures"] >= 1 and m["replacement_node"] == "spare-1"

@@ -171,6 +171,34 @@ def test_timeline_labels_of_close_marks_do_not_overlap():
             assert ay != by or a1 < b0 or b1 < a0, (boxes, labels)
 
 
+def test_every_mark_on_the_timeline_is_its_measurement():
+    """The quickstart's report once marked "restart +2.0s" (torchrun's own line, the first
+    restart event) beside a table saying time_to_restart 3.56 s (the job's line: a launcher's
+    count only when the job prints none). The chart draws the measurements, not its own picks."""
+    import re
+
+    from drillbit.checks.recovery import measure
+    from drillbit.history import History
+    from drillbit.report.timeline import timeline_svg
+
+    rows = [(100.0, "drill.start"), (100.1, "job.launch"), (101.0, "steady", {"baseline_step_s": 0.25})]
+    rows += [(100.0 + 0.25 * i, "step", {"n": i}) for i in range(1, 41)]
+    rows += [(110.05, "fault.inject"), (110.06, "fault.confirmed", {"expects": "crash"}),
+             (110.3, "detect", {"by": "torchrun"}), (112.06, "restart", {"attempt": 1, "by": "torchrun"}),
+             (113.62, "restart", {"attempt": 1}), (114.5, "restore", {"step": 30, "path": "p", "seconds": 0.4})]
+    rows += [(115.3 + 0.25 * i, "step", {"n": 30 + i}) for i in range(1, 12)]
+    rows += [(119.0, "observe.end")]
+    history = History.build(rows)
+    m = measure(history)
+    svg = timeline_svg(history, m)
+    marks = {label: float(v) for label, v in re.findall(r'class="mark-label"[^>]*>([a-z ]+) \+([\d.]+)s<', svg)}
+    expected = {"detect": m.time_to_detect, "restart": m.time_to_restart, "restore": m.time_to_restore,
+                "first step": m.time_to_first_step}
+    assert m.time_to_restart == pytest.approx(3.56)
+    assert marks == {k: round(v, 1) for k, v in expected.items()}, (marks, expected)
+    assert svg == timeline_svg(history)  # the same, measured here or handed over
+
+
 @pytest.mark.skipif(_chromium() is None, reason="Debian chromium not installed (.ci/run installs it)")
 def test_trends_page_renders_runs_and_the_baseline_in_headless_chromium(tmp_path):
     from drillbit.report.store import Store

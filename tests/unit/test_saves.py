@@ -344,3 +344,39 @@ def test_an_armed_fault_that_never_fires_is_unconfirmed_with_its_reason_and_heal
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_file_its_killed_writer_still_held_open_is_torn_although_the_kernel_closed_it(tmp_path):
+    """A `create` point of a one-file save: the writer is killed right after creating the file;
+    the kernel then closes it (inotify reports a close-write for the dead writer's fd). Complete
+    means the writer finished: a file a victim held open for writing at the kill is torn."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    from drillbit.faults.kill_during_save import held_open
+    from drillbit.proc import ProcRef
+
+    (tmp_path / "step_00000005.pt").write_bytes(b"an older, finished save")
+    writer = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'wb'); f.write(b'half');"
+                               " f.flush(); print('open', flush=True); time.sleep(60)", str(tmp_path / "step_00000010.pt")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "open"
+        ref = ProcRef.of(psutil.Process(writer.pid))
+        ref.send(signal.SIGSTOP)
+        held = held_open([ref], tmp_path)
+        ref.send(signal.SIGKILL)
+        writer.wait(timeout=10)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    assert held == {"step_00000010.pt"}
+    spec = CheckpointSpec(dir=str(tmp_path), layout="glob", glob="step_*.pt", step_regex=r"step_(\d+)")
+    save = Save(1, [FileEvent(0, "create", "step_00000010.pt"), FileEvent(1, "close", "step_00000010.pt", size=4)])
+    assert judge_crash(str(tmp_path), spec, save, None)["crashed_complete"] is True  # what a close alone says
+    judged = judge_crash(str(tmp_path), spec, save, None, held)
+    assert judged["crashed_complete"] is False and "killed writer" in judged["crashed_why"], judged
+    assert judged["best_complete_step"] == 5

@@ -135,7 +135,8 @@ class AgentService:
 
     def _heal_reported(self, handle):  # agent-clock times, as the records expect
         report = self.agent.heal(handle)
-        return report.model_copy(update={"t": report.t + self.skew_s})
+        seen = [o.model_copy(update={"t": o.t + self.skew_s}) for o in report.observations]
+        return report.model_copy(update={"t": report.t + self.skew_s, "observations": seen})
 
     def _records(self, req: api.Empty) -> api.Records:
         return api.Records(records=read_records(self.agent.log_path))

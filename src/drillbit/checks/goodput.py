@@ -22,7 +22,7 @@ buckets where they mean the same (``BUCKETS``).
 """
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from drillbit.checks.recovery import Measurements
 from drillbit.history import History
@@ -49,6 +49,8 @@ class Ledger(BaseModel):
     checkpoint_save_s: float = 0.0
     slowdown_s: float = 0.0
     other_s: float = 0.0
+    # the disruption's intervals (category, start, end): what the timeline shades
+    spans: list[tuple[str, float, float]] = Field(default_factory=list, exclude=True)
 
     def categories(self) -> dict[str, float]:
         return {name: getattr(self, f"{name}_s") for name in BUCKETS}
@@ -98,6 +100,8 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
             t_restore_begin = d1
         led.infrastructure_recovery_s = t_restore_begin - t_detect
         led.checkpoint_restore_s = d1 - t_restore_begin
+        led.spans = [("detection", d0, t_detect), ("infrastructure_recovery", t_detect, t_restore_begin),
+                     ("checkpoint_restore", t_restore_begin, d1)]
     for save in history.of("ckpt.save"):
         t1, t0 = save.t, save.t - float(save.data.get("seconds", 0.0))
         inside = _overlap(t0, t1, start, end)
@@ -110,6 +114,7 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
         active_end = min(heal.t if heal else end, end)
         active = [e for e in steps if m.t_fault < e.t <= active_end]
         slowdown = sum(max(0.0, float(e.data.get("dt", base)) - base) for e in active)
+        led.spans = [("slowdown", max(start, m.t_fault), active_end)]
     # the training time is shared out in this order, each category capped by what is left,
     # so no category is negative and together they are the window exactly (steps faster than
     # the baseline make productive all of the time they took, not more)

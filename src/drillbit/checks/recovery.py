@@ -12,6 +12,7 @@ import statistics
 from pydantic import BaseModel
 
 from drillbit.checks.attribution import Attribution, attribute
+from drillbit.checks.witness import DamagedRestore, judge_damaged_restore, relation
 from drillbit.history import Event, History
 
 
@@ -48,10 +49,12 @@ class Measurements(BaseModel):
     time_to_escalate: float | None = None
     replace_failures: int = 0
     replacement_node: str | None = None
-    corrupted_checkpoint: str | None = None
+    corrupted_checkpoint: str | None = None   # its name (the folder's, or the file's)
+    corrupted_path: str | None = None
     corrupted_step: int | None = None
     restored_path: str | None = None
     rejected_corrupted: bool | None = None
+    damaged_restore: DamagedRestore | None = None  # did the restart load it: the witnesses (checks/witness.py)
     # kill-during-save: where the crash landed and what the restart made of it
     crash_point: str | None = None
     crash_lag_s: float | None = None          # the crash point's file event -> the kill
@@ -132,18 +135,21 @@ def measure(history: History) -> Measurements:
     if m.expects == "slow":
         _measure_slow(m, events, confirmed, t0)
         return m
+    damaged: dict | None = None
     for evidence in confirmed.data.get("evidence", []):
         d = evidence.get("data", {})
         if d.get("checkpoint"):
-            m.corrupted_checkpoint = os.path.basename(str(d["checkpoint"]).rstrip("/"))
+            damaged = d
+            m.corrupted_path = str(d["checkpoint"]).rstrip("/")
+            m.corrupted_checkpoint = os.path.basename(m.corrupted_path)
             m.corrupted_step = d.get("step")
         if d.get("point"):
             m.crash_point, m.crash_lag_s = d["point"], d.get("lag_s")
             m.crashed_checkpoint, m.crashed_step = d.get("crashed"), d.get("crashed_step")
             m.crashed_complete, m.crashed_why = d.get("crashed_complete"), d.get("crashed_why") or None
             m.best_complete_step, m.best_complete = d.get("best_complete_step"), d.get("best_complete")
-    if m.corrupted_checkpoint is not None:
-        m.rejected_corrupted = any(os.path.basename(str(e.data.get("path", "")).rstrip("/")) == m.corrupted_checkpoint
+    if m.corrupted_path is not None:
+        m.rejected_corrupted = any(e.data.get("path") and relation(str(e.data["path"]), m.corrupted_path) == "same"
                                    for e in events if e.kind == "ckpt.reject" and e.t >= t0)
     escalate = first("escalate")
     if escalate:
@@ -177,6 +183,9 @@ def measure(history: History) -> Measurements:
         m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
         if m.restored_step is None and (restart or restore):
             m.restored_step = m.first_step - 1
+    if damaged is not None:
+        m.damaged_restore = judge_damaged_restore(events, t0, damaged, restore, recovered[0] if recovered else None,
+                                                  restart is not None)
     if m.crash_point is not None:
         _judge_crash_restore(m, restore is not None or restart is not None)
     _measure_tiers(m, events, confirmed, t0, restore)

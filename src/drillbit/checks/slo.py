@@ -122,23 +122,8 @@ def evaluate(slo: SLO, m: Measurements, history: History,
                                      measured=None, status="unknown", detail=f"observation ended after {watched:.0f} s"))
     if slo.attribution is not None:
         results.append(_attribution(slo.attribution, m, reasons))
-    if m.corrupted_checkpoint is not None:
-        # An invariant, not an option: restoring the checkpoint the harness corrupted is a failure.
-        restored = os.path.basename(m.restored_path.rstrip("/")) if m.restored_path else None
-        if restored is None and m.restored_step is not None and m.corrupted_step is not None:
-            restored = f"step {m.restored_step}"  # a restore line that names its step, not its path
-            status: Status = "fail" if m.restored_step == m.corrupted_step else "pass"
-        elif restored is None:
-            status = "unknown"
-        else:
-            status = "fail" if restored == m.corrupted_checkpoint else "pass"
-        results.append(SLOResult(name="restore_skipped_corrupted", measurement="restored_path", limit=1,
-                                 measured=None if restored is None else int(status == "pass"), status=status,
-                                 detail=f"corrupted {m.corrupted_checkpoint}; restored {restored or 'nothing'}"
-                                        + ("; the corrupted one was rejected" if m.rejected_corrupted else "")))
-        if status == "fail":
-            reasons.append(f"the job restored {restored}, the checkpoint the harness had corrupted: nothing "
-                           "verified it before loading")
+    if m.damaged_restore is not None:
+        results.append(_skipped_damaged(m.damaged_restore, m.rejected_corrupted, reasons))
     if m.crash_point is not None:
         results += _crash_invariants(m, reasons)
     if slo.max_lost_steps is not None:
@@ -234,6 +219,22 @@ def _attribution(rule: str, m: Measurements, reasons: list[str]) -> SLOResult:
                                        else ""))
     return SLOResult(name="attribution", measurement="attribution", limit=1, measured=int(ok),
                      status="pass" if ok else "fail", detail=f"{rule}: {a.describe()}")
+
+
+def _skipped_damaged(d, rejected: bool | None, reasons: list[str]) -> SLOResult:
+    """An invariant, not an option: the restart must not load the checkpoint the harness
+    damaged. Judged from the witnesses (checks/witness.py); unknown when none could tell."""
+    status: Status = "unknown" if d.loaded is None else ("fail" if d.loaded else "pass")
+    name = os.path.basename(d.checkpoint)
+    detail = f"damaged {name}" + (f" (step {d.step})" if d.step is not None else "") + f": {d.why}"
+    if rejected:
+        detail += "; the job's own line rejected it"
+    if status == "fail":
+        tail = ("" if d.resumed else "; the job never trained again")
+        reasons.append(f"the job did not skip {name}, the checkpoint the harness had corrupted: {d.why}{tail} — "
+                       "nothing verified it before loading")
+    return SLOResult(name="restore_skipped_corrupted", measurement="damaged_restore", limit=1,
+                     measured=None if d.loaded is None else int(not d.loaded), status=status, detail=detail)
 
 
 def _crash_invariants(m: Measurements, reasons: list[str]) -> list[SLOResult]:

@@ -78,11 +78,23 @@ class Evidence(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class Observation(BaseModel):
+    """Something the fault saw on its node while it was active, for the history: a
+    ``ckpt.read`` (which process read which file of the damaged checkpoint's folder)."""
+
+    t: float
+    kind: str
+    rank: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
 class HealReport(BaseModel):
     t: float = Field(default_factory=time.time)
     healed: bool
     verified: bool
     detail: str
+    # what the fault watched on its node until the heal (recorded as events of its agent)
+    observations: list[Observation] = Field(default_factory=list)
 
 
 class Fault(Generic[P, S]):

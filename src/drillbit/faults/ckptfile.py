@@ -12,10 +12,13 @@ import stat
 import time
 from pathlib import Path
 
+from contextlib import nullcontext
+
 from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan, where
 from drillbit.errors import FaultError
-from drillbit.faults.base import HealReport, State
+from drillbit.faults.base import HealReport, Observation, State
 from drillbit.proc import ProcRef
+from drillbit.readwatch import ReadWatch
 
 
 def sha256(path: Path) -> str | None:
@@ -122,3 +125,44 @@ def wait_gone(target: ProcRef, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.01)
     return not target.alive()
+
+
+class ReadWitness:
+    """A file fault's witness of what the job read: from the damage until the heal, a
+    :class:`~drillbit.readwatch.ReadWatch` on the job's checkpoint folder (on this node, the
+    one that holds the file); its reads go back with the heal report as ``ckpt.read``
+    observations, and the evidence says how the reads were seen and which checkpoints (and
+    steps) were there to read."""
+
+    _watch: ReadWatch | None = None
+
+    def watch_reads(self, spec: CheckpointSpec | None) -> None:
+        if spec is None or self._watch is not None:
+            return
+        self._watch = ReadWatch(spec.dir).start()
+
+    def own_reads(self):
+        """A block whose reads are this agent's, not the job's (a hash, a put-back)."""
+        return self._watch.own() if self._watch is not None else nullcontext()
+
+    def read_evidence(self, spec: CheckpointSpec | None) -> dict:
+        w = self._watch
+        found = scan(spec) if spec is not None else []
+        return {"root": spec.dir if spec is not None else None,
+                "checkpoints": {str(c.path): c.step for c in found},
+                "reads": w.mode if w is not None else "none",
+                "reads_local": w.local if w is not None else None,
+                "reads_why": (w.why if w is not None else "the read watch was not started")
+                + (f"; the folder is on {w.network_fs}, whose other hosts' reads no watch here sees"
+                   if w is not None and not w.local else "")}
+
+    def read_observations(self, *, final: bool) -> list[Observation]:
+        w = self._watch
+        if w is None:
+            return []
+        if final:
+            w.stop()
+            self._watch = None
+        return [Observation(t=r.t, kind="ckpt.read", rank=r.rank,
+                            data={"pid": r.pid, "file": r.path, "cmdline": r.cmdline, "how": w.mode})
+                for r in w.drain()]

@@ -22,8 +22,8 @@ from pydantic import Field
 
 from drillbit.checkpoints import Checkpoint, CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
-from drillbit.faults.ckptfile import (Backup, data_of, discard, marker_of, metadata_of, pick, put_back, sha256,
-                                      take_aside, wait_gone)
+from drillbit.faults.ckptfile import (Backup, ReadWitness, data_of, discard, marker_of, metadata_of, pick, put_back,
+                                      sha256, take_aside, wait_gone)
 from drillbit.proc import ProcRef
 
 Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata"]
@@ -55,7 +55,7 @@ def victim_of(params: CorruptParams, fault: str) -> tuple[Checkpoint, Path]:
     return ckpt, data_of(ckpt)
 
 
-class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
+class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
     name = "corrupt-checkpoint"
     needs_checkpoint = True
     fault_class = "recovery-path"
@@ -100,22 +100,28 @@ class CorruptCheckpoint(Fault[CorruptParams, CorruptState]):
         else:  # corrupt-metadata: what a torn write leaves (JSON, a tracker's number, or a binary header)
             victim.write_bytes(b'{"step": "not-a-step", "truncated": tru')
         state = intent.model_copy(update={"corrupted_sha256": sha256(victim)})
+        self.watch_reads(params.checkpoint)  # from the damage on: who reads what
         if params.then_kill:
             state.killed = target.send(signal.SIGKILL)
         return state
 
     def confirm(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> Evidence | None:
-        now = sha256(Path(state.file))
+        with self.own_reads():
+            now = sha256(Path(state.file))
         if now == state.original_sha256:
             return None
         if params.then_kill and not (state.killed and wait_gone(target)):
             return None
+        with self.own_reads():
+            reads = self.read_evidence(params.checkpoint)
         return Evidence(what=f"{state.mode}: {Path(state.file).name} changed",
                         data={"checkpoint": state.checkpoint, "step": state.step, "file": state.file,
                               "original_sha256": state.original_sha256, "now_sha256": now,
-                              "killed_pid": target.pid if state.killed else None})
+                              "killed_pid": target.pid if state.killed else None, **reads})
 
     def heal(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> HealReport:
-        # no corrupted_sha256: the act was cut short, and whatever is there is our damage
-        ours = state.corrupted_sha256 is None or sha256(Path(state.file)) == state.corrupted_sha256
-        return put_back(state, still_ours=ours)
+        with self.own_reads():
+            # no corrupted_sha256: the act was cut short, and whatever is there is our damage
+            ours = state.corrupted_sha256 is None or sha256(Path(state.file)) == state.corrupted_sha256
+            report = put_back(state, still_ours=ours)
+        return report.model_copy(update={"observations": self.read_observations(final=report.healed)})

@@ -231,6 +231,11 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
             victims = [target] + siblings(target)
         else:
             victims = [target]
+        # frozen first, so no writer can close a file between the look and the kill: a file a
+        # victim holds open now was not finished, whatever close the kernel reports for it after
+        for v in victims:
+            v.send(signal.SIGSTOP)
+        open_at_kill = held_open(victims, Path(state.dir))
         t_kill = time.time()
         for v in victims:
             v.send(signal.SIGKILL)
@@ -246,12 +251,13 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
             except OSError as exc:
                 torn = {"path": hit.path, "error": str(exc)}
         crashed = Save(save.number, save.events + watch.events(0.0))  # and what the dying writers still finished
-        judged = judge_crash(state.dir, params.checkpoint, crashed, torn)
+        judged = judge_crash(state.dir, params.checkpoint, crashed, torn, open_at_kill)
         kept = keep_after_crash(Path(state.dir), Path(state.keep), crashed, params.keep_copy) if state.keep else None
         return {"point": point.label(), "save": save.number, "watch": watch.mode, "gone": gone,
                 "killed": [v.pid for v in victims], "scope": params.scope,
                 "t_event": hit.t, "t_kill": t_kill, "lag_s": round(t_kill - hit.t, 6),
                 "since_save_start_s": round(t_kill - save.started, 6), "file": hit.path, "torn": torn,
+                "open_at_kill": sorted(open_at_kill),
                 "events": [_rel(e, save.started) for e in crashed.events], "kept": kept, **judged}
 
     def confirm(self, target: ProcRef, params: KillDuringSaveParams, state: KillDuringSaveState) -> Evidence | None:
@@ -292,6 +298,28 @@ def siblings(target: ProcRef) -> list[ProcRef]:
         return []
 
 
+def held_open(victims: list[ProcRef], folder: Path) -> set[str]:
+    """The files under ``folder`` (relative paths) that the victims hold open for writing:
+    what the kill cuts short. Read from /proc/PID/fd and its flags."""
+    root = os.path.realpath(folder)
+    out: set[str] = set()
+    for v in victims:
+        try:
+            fds = os.listdir(f"/proc/{v.pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{v.pid}/fd/{fd}")
+                info = Path(f"/proc/{v.pid}/fdinfo/{fd}").read_text().splitlines()
+                flags = int(next(line.split()[1] for line in info if line.startswith("flags:")), 8)
+            except (OSError, StopIteration, ValueError, IndexError):
+                continue
+            if flags & (os.O_WRONLY | os.O_RDWR) and target.startswith(root + os.sep):
+                out.add(os.path.relpath(target, root))
+    return out
+
+
 def writer_of(path: Path, target: ProcRef) -> dict[str, Any]:
     """Which of the job's processes on this node holds ``path`` open as it is created: the
     target, or another child of the target's launcher (best effort: a file written and
@@ -329,21 +357,27 @@ def _rel(e: FileEvent, t0: float) -> dict[str, Any]:
     return {"t": round(e.t - t0, 6), "kind": e.kind, "path": e.path, "is_dir": e.is_dir, "size": e.size}
 
 
-def judge_crash(ckpt_dir: str, spec: CheckpointSpec | None, save: Save, torn: dict | None) -> dict[str, Any]:
+def judge_crash(ckpt_dir: str, spec: CheckpointSpec | None, save: Save, torn: dict | None,
+                open_at_kill: set[str] | None = None) -> dict[str, Any]:
     """Right after the crash: which checkpoints the job could restore, which one the cut-short
     save left behind, and whether that one is complete.
 
-    The cut-short save is complete only if every file it created was closed, none was torn,
+    The cut-short save is complete only if every file it created was closed by its writer
+    before the kill (a file a killed writer still held open is torn, although the kernel
+    reports a close for it as the process dies), none was torn,
     the layout's marker (if any) is there, and it holds every file name the newest other
     complete checkpoint holds."""
     if spec is None:
         return {}
     found = scan(spec.model_copy(update={"dir": ckpt_dir}))
-    tops = save.tops()
+    open_at_kill = open_at_kill or set()
+    tops = save.tops() | {p.split("/", 1)[0] for p in open_at_kill}
     published = {e.path for e in save.events if e.kind == "publish"}
     crashed = next((c for c in found if c.path.name in tops), None)
     files = save.files()
-    unclosed = sorted(p for p, f in files.items() if not f["closed"] and (Path(ckpt_dir) / p).exists())
+    unclosed = sorted(p for p, f in files.items() if not f["closed"] and p not in open_at_kill
+                      and (Path(ckpt_dir) / p).exists())
+    cut = sorted(p for p in open_at_kill if (Path(ckpt_dir) / p).exists())
     others = [c for c in found if c is not crashed and c.complete is not False]
 
     def names(path: Path) -> set[str]:
@@ -353,6 +387,9 @@ def judge_crash(ckpt_dir: str, spec: CheckpointSpec | None, save: Save, torn: di
     if crashed is not None:
         if unclosed:
             reasons.append(f"{', '.join(Path(u).name for u in unclosed)} still being written")
+        if cut:
+            reasons.append(f"{', '.join(Path(u).name for u in cut)} still open for writing by a killed writer "
+                           "(the kernel closed it, the writer never finished it)")
         if torn and "cut_to" in torn:
             reasons.append(f"{Path(torn['path']).name} torn to {torn['cut_to']} of {torn['size']} bytes")
         if crashed.complete is False:

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from drillbit.proc import which
+
 STATE, CALLS, HUNG = "state.json", "calls.jsonl", "hung"
 
 
@@ -57,9 +59,10 @@ def _real(shim_dir: Path, command: str, args: list[str]) -> int:
     here = os.path.realpath(shim_dir)
     path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
                            if p and os.path.realpath(p) != here)
-    found = shutil.which(command, path=path)
-    if found is None:
-        print(f"{command}: not found on PATH (drillbit's replacement shim passes calls through to it)",
+    found = which(command, path=path)  # PATH less the shim, else beside this interpreter
+    if found is None or os.path.realpath(os.path.dirname(found)) == here:
+        print(f"{command}: not found on PATH or beside {sys.executable} (drillbit's replacement shim passes "
+              "calls through to it)",
               file=sys.stderr)
         return 127
     os.environ["PATH"] = path

@@ -23,7 +23,8 @@ from pydantic import Field
 
 from drillbit.checkpoints import CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
-from drillbit.faults.ckptfile import Backup, data_of, discard, pick, put_back, sha256, take_aside, wait_gone
+from drillbit.faults.ckptfile import (Backup, ReadWitness, data_of, discard, pick, put_back, sha256, take_aside,
+                                      wait_gone)
 from drillbit.proc import ProcRef
 
 
@@ -44,7 +45,7 @@ class RestoreHangState(Backup):
     killed: bool = False
 
 
-class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
+class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
     name = "restore-hang"
     needs_checkpoint = True
     fault_class = "fail-hang"
@@ -79,6 +80,7 @@ class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
         tmp = shard.with_name(f".{shard.name}.fifo")
         os.mkfifo(tmp)
         os.replace(tmp, shard)
+        self.watch_reads(params.checkpoint)  # from the swap on: who reads what
         state.killed = params.then_kill and target.send(signal.SIGKILL)
         return state
 
@@ -87,10 +89,17 @@ class RestoreHang(Fault[RestoreHangParams, RestoreHangState]):
             return None
         if params.then_kill and not (state.killed and wait_gone(target)):
             return None
+        with self.own_reads():
+            reads = self.read_evidence(params.checkpoint)
         return Evidence(what="checkpoint read now blocks", data={"checkpoint": state.checkpoint, "step": state.step,
-                                                                "file": state.file, "hang": True})
+                                                                "file": state.file, "hang": True, **reads})
 
     def heal(self, target: ProcRef, params: RestoreHangParams, state: RestoreHangState) -> HealReport:
+        with self.own_reads():
+            report = self._put_back(state)
+        return report.model_copy(update={"observations": self.read_observations(final=report.healed)})
+
+    def _put_back(self, state: RestoreHangState) -> HealReport:
         path = Path(state.file)
         if not _is_fifo(path):
             if sha256(path) == state.original_sha256:  # never swapped (cut short), or already put back

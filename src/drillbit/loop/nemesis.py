@@ -124,6 +124,9 @@ class Nemesis:
         target = handle.target
         for attempt in (1, 2):
             report = heal_with_deadline(self.nodes.heal, handle, self.heal_timeout)
+            for seen in report.observations:  # what the fault watched on its node (ckpt.read)
+                self.history.record(f"agent:{target.node}", seen.kind, t=seen.t, node=target.node, rank=seen.rank,
+                                    **seen.data)
             if report.healed:
                 self.history.record(HARNESS, "fault.heal", t=report.t, node=target.node, rank=target.rank,
                                     pid=target.pid, fault=handle.fault, healed=True, verified=report.verified,

@@ -98,13 +98,14 @@ class SyntheticBatches(IterableDataset):
 
 def replace_node(pool: Path, node: str, policy: str, timeout: float, log: EventLog) -> str:
     """Get a healthy node for a restarting worker group from the provider (rank 0 only)."""
-    import shutil
     import subprocess
+
+    from drillbit.proc import which
 
     tries = 3 if policy == "fallback" else 1
     failed = node
     # the provider's command, found on PATH as a real stack finds its scheduler's CLI
-    found = shutil.which("drillbit-ref-nodepool")
+    found = which("drillbit-ref-nodepool")
     provider = [found] if found else [sys.executable, "-m", "drillbit.reference.nodepool"]
     for attempt in range(1, tries + 1):
         log.emit("replace.request", failed=failed, attempt=attempt, policy=policy)

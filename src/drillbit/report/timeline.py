@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from html import escape
 
+from drillbit.checks.goodput import ledger
+from drillbit.checks.recovery import Measurements, measure
 from drillbit.history import History
 
 MARKS = (  # (event kind or measurement, label, colour)
@@ -18,7 +20,8 @@ SHADES = {"detection": "#fecaca", "infrastructure_recovery": "#e9d5ff", "checkpo
 STEP_COLOUR = "#2563eb"
 
 
-def timeline_svg(history: History, width: int = 900, height: int = 320) -> str:
+def timeline_svg(history: History, measurements: Measurements | None = None, width: int = 900,
+                 height: int = 320) -> str:
     steps = [(e.t, e.data["n"]) for e in history.of("step")]
     start_ev = history.first("job.launch") or history.first("drill.start")
     end_ev = history.first("observe.end") or history.last("drill.end")
@@ -40,42 +43,22 @@ def timeline_svg(history: History, width: int = 900, height: int = 320) -> str:
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" role="img" '
              f'aria-label="training steps over time">',
              f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#ffffff" stroke="#d1d5db"/>']
-    # badput shading from the ledger's intervals
-    confirmed = history.first("fault.confirmed")
+    # the marks are the measurements the checks made, and the shading is the ledger's own
+    # intervals: the chart never picks events of its own (it once marked torchrun's restart
+    # while the table gave the job's)
+    m = measurements if measurements is not None else measure(history)
     marks: dict[str, float] = {}
-    if confirmed is not None and confirmed.data.get("expects") == "slow":
-        # fail-slow: shade while the fault was active, mark when the straggler was named
-        marks["fault"] = confirmed.t
-        named = history.first("straggler", after=confirmed.t, before=end_ev.t)
-        heal = history.first("fault.heal", after=confirmed.t)
-        until = min(heal.t if heal else end_ev.t, end_ev.t)
-        parts.append(f'<rect class="badput" x="{x(confirmed.t):.1f}" y="{top}" '
-                     f'width="{max(x(until) - x(confirmed.t), 1):.1f}" height="{ph}" fill="{SHADES["slowdown"]}" '
-                     f'opacity="0.8"><title>slowed: {until - confirmed.t:.2f} s</title></rect>')
-        if named is not None:
-            marks["detect"] = named.t
-    elif confirmed is not None:
-        marks["fault"] = confirmed.t
-        for kind in ("detect", "restart", "restore"):
-            ev = history.first(kind, after=confirmed.t, before=end_ev.t)
-            if ev is not None:
-                marks[kind] = ev.t
-        restore = history.first("restore", after=confirmed.t, before=end_ev.t)
-        floor = int(restore.data["step"]) if restore is not None and restore.data.get("step") is not None else None
-        after_marker = marks.get("restore", marks.get("restart", confirmed.t))
-        for t, n in steps:
-            if t > after_marker and (floor is None or n > floor) and t <= end_ev.t:
-                marks["first_step"] = t
-                break
-        t_detect = marks.get("detect", marks.get("first_step", end_ev.t))
-        t_resume = marks.get("restore", marks.get("restart", marks.get("first_step", end_ev.t)))
-        t_restore_begin = (marks["restore"] - float(restore.data.get("seconds", 0.0))) if restore is not None else t_resume
-        for name, a, b in (("detection", marks["fault"], t_detect), ("infrastructure_recovery", t_detect, t_restore_begin),
-                           ("checkpoint_restore", t_restore_begin, t_resume)):
-            if b > a:
-                parts.append(f'<rect class="badput" x="{x(a):.1f}" y="{top}" width="{max(x(b) - x(a), 1):.1f}" '
-                             f'height="{ph}" fill="{SHADES[name]}" opacity="0.8"><title>{escape(name)}: '
-                             f'{b - a:.2f} s</title></rect>')
+    if m.t_fault is not None:
+        marks["fault"] = m.t_fault
+        times = {"detect": m.time_to_straggler if m.expects == "slow" else m.time_to_detect,
+                 "restart": m.time_to_restart, "restore": m.time_to_restore, "first_step": m.time_to_first_step}
+        marks.update({k: m.t_fault + v for k, v in times.items() if v is not None})
+    led = ledger(history, m)
+    for name, a, b in (led.spans if led is not None else []):
+        if b > a:
+            parts.append(f'<rect class="badput" x="{x(a):.1f}" y="{top}" width="{max(x(b) - x(a), 1):.1f}" '
+                         f'height="{ph}" fill="{SHADES[name]}" opacity="0.8"><title>{escape(name)}: '
+                         f'{b - a:.2f} s</title></rect>')
     # axes
     for i in range(6):
         n = n_max * i / 5

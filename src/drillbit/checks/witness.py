@@ -1,0 +1,192 @@
+"""Did the job load the checkpoint the harness damaged? Three witnesses, judged together.
+
+corrupt-checkpoint and restore-hang damage one checkpoint; their defining invariant is that
+the restart does not load it. Each witness answers yes, no or cannot tell:
+
+- **reads**: the ``ckpt.read`` events the fault's agent recorded on the node that holds the
+  file (which process read which file, from the damage on). A rank whose last checkpoint read
+  before training resumed was the damaged one loaded it; one that went on to read another
+  checkpoint rejected it; a job that never opened it on a local filesystem cannot have
+  loaded it.
+- **resumed**: the step training resumed from — the first step after the restart, less one.
+- **restore line**: the job's own restore line, its path compared by containment (a restore
+  from the folder that holds the damaged checkpoint, at its step, *is* that checkpoint) and
+  by step, never by name.
+
+All that speak agree: that is the answer. None speaks: unknown, with what each lacked.
+They disagree: unknown, saying so — unless the job never opened the damaged checkpoint on a
+local filesystem, which settles it (no process can load bytes it never read). Pure.
+"""
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel
+
+from drillbit.history import Event
+
+
+class Witness(BaseModel):
+    name: Literal["reads", "resumed", "restore line"]
+    loaded: bool | None        # did the job load the damaged checkpoint, in this witness's view
+    says: str                  # in words, naming the evidence
+
+
+class DamagedRestore(BaseModel):
+    """The judgement of restore_skipped_corrupted, with every witness."""
+
+    checkpoint: str            # the damaged checkpoint's path (a folder, or the file itself)
+    step: int | None
+    loaded: bool | None
+    resumed: bool              # training stepped again after the fault
+    witnesses: list[Witness]
+    why: str
+
+    def words(self) -> str:
+        return "; ".join(f"{w.name}: {w.says}" for w in self.witnesses)
+
+
+def _norm(path: str) -> str:
+    return os.path.normpath(path).rstrip("/") or "/"
+
+
+def within(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or inside it (both absolute; no basename guessing)."""
+    p, f = _norm(path), _norm(folder)
+    return p == f or p.startswith(f if f.endswith("/") else f + "/")
+
+
+def relation(path: str, checkpoint: str) -> Literal["same", "parent", "other"]:
+    """What a restore line's path is to the damaged checkpoint: the checkpoint itself (or a
+    file in it), a folder above it (Megatron names its load folder), or something else. A
+    relative path is matched by its trailing components."""
+    if not os.path.isabs(path):
+        tail, ck = _norm(path), _norm(checkpoint)
+        if ck == tail or ck.endswith("/" + tail) or within(tail, os.path.basename(ck)):
+            return "same"
+        return "parent" if os.path.dirname(ck).endswith("/" + tail) else "other"
+    if within(path, checkpoint):
+        return "same"
+    if within(checkpoint, path):
+        return "parent"
+    return "other"
+
+
+def _short(path: str, root: str | None) -> str:
+    if root and within(path, root):
+        return os.path.relpath(path, root)
+    return path
+
+
+def _who(e: Event) -> str:
+    if e.rank is not None:
+        return f"rank {e.rank}"
+    pid = e.data.get("pid")
+    return f"pid {pid}" if pid else "a process (inotify names no reader)"
+
+
+def _reads_witness(evidence: dict, reads: list[Event], checkpoint: str, until: float | None) -> Witness:
+    how = evidence.get("reads") or "none"
+    root = evidence.get("root")
+    name = _short(checkpoint, root)
+    if how == "none":
+        return Witness(name="reads", loaded=None, says=f"not watched ({evidence.get('reads_why') or 'no read watch'})")
+    others = {p: s for p, s in (evidence.get("checkpoints") or {}).items() if not within(p, checkpoint)
+              and not within(checkpoint, p)}
+
+    def ckpt_of(path: str) -> str | None:
+        if within(path, checkpoint):
+            return checkpoint
+        return max((p for p in others if within(path, p)), key=len, default=None)
+
+    seen = [e for e in reads if until is None or e.t <= until]
+    damaged = [e for e in seen if ckpt_of(str(e.data.get("file", ""))) == checkpoint]
+    if not damaged:
+        if evidence.get("reads_local") is False:
+            return Witness(name="reads", loaded=None, says=f"no read of {name} seen here ({evidence.get('reads_why')})")
+        return Witness(name="reads", loaded=False, says=f"no process opened {name} after it was damaged ({how})")
+    by_reader: dict[object, list[Event]] = {}
+    for e in seen:
+        if ckpt_of(str(e.data.get("file", ""))) is not None:
+            by_reader.setdefault(e.rank if e.rank is not None else e.data.get("pid"), []).append(e)
+    loaded_by, rejected_by = [], []
+    for reader, events in by_reader.items():
+        events.sort(key=lambda e: e.t)
+        first_damaged = next((e for e in events if ckpt_of(str(e.data["file"])) == checkpoint), None)
+        if first_damaged is None:
+            continue
+        last = events[-1]
+        where = ckpt_of(str(last.data["file"]))
+        if where == checkpoint:
+            loaded_by.append(f"{_who(first_damaged)} read {_short(str(first_damaged.data['file']), root)}")
+        else:
+            step = others.get(where or "")
+            rejected_by.append(f"{_who(first_damaged)} read {_short(str(first_damaged.data['file']), root)}, then "
+                               f"{_short(str(last.data['file']), root)}" + (f" (step {step})" if step is not None else ""))
+    if loaded_by:
+        return Witness(name="reads", loaded=True, says="; ".join(loaded_by) + " after it was damaged, and no other "
+                                                                              "checkpoint after that")
+    return Witness(name="reads", loaded=False, says="; ".join(rejected_by) + ": the damaged one was rejected")
+
+
+def judge_damaged_restore(events: list[Event], t0: float, evidence: dict, restore: Event | None,
+                          first_step: Event | None, restarted: bool) -> DamagedRestore:
+    """restore_skipped_corrupted's three witnesses and their answer (module docstring)."""
+    checkpoint = str(evidence["checkpoint"])
+    step = evidence.get("step")
+    root = evidence.get("root")
+    name = _short(checkpoint, root)
+    t_damage = min((e.t for e in events if e.kind == "fault.inject"), default=t0)
+    reads = [e for e in events if e.kind == "ckpt.read" and e.t >= t_damage - 1.0]
+    witnesses = [_reads_witness(evidence, reads, checkpoint, first_step.t if first_step is not None else None)]
+    if first_step is not None and (restarted or restore is not None):
+        resumed = int(first_step.data["n"]) - 1
+        if step is None:
+            witnesses.append(Witness(name="resumed", loaded=None, says=f"training resumed from step {resumed}; the "
+                                     f"damaged checkpoint's layout names no step"))
+        else:
+            witnesses.append(Witness(name="resumed", loaded=resumed == step,
+                                     says=f"training resumed from step {resumed} (the damaged one is step {step})"))
+    else:
+        witnesses.append(Witness(name="resumed", loaded=None, says="training never stepped again after a restart"))
+    if restore is None:
+        witnesses.append(Witness(name="restore line", loaded=None, says="the job printed no restore line we read"))
+    else:
+        path, rstep = restore.data.get("path"), restore.data.get("step")
+        rstep = int(rstep) if rstep is not None else None
+        rel = relation(str(path), checkpoint) if path else None
+        if rel == "same":
+            loaded: bool | None = True
+        elif rel == "other":
+            loaded = False
+        elif rstep is not None and step is not None:  # a folder above it, or no path: the step decides
+            loaded = rstep == step
+        else:
+            loaded = None
+        said = " ".join(x for x in (f"from {path}" if path else "", f"at step {rstep}" if rstep is not None else "") if x)
+        witnesses.append(Witness(name="restore line", loaded=loaded, says=f"restored {said or '(no path, no step)'}"
+                                 + (f", which holds {name}" if rel == "parent" and loaded else "")))
+    yes = [w for w in witnesses if w.loaded is True]
+    no = [w for w in witnesses if w.loaded is False]
+    resumed_ok = first_step is not None
+    reads = witnesses[0]
+    if yes and not no:
+        answer: bool | None = True
+        why = ", and ".join(w.says for w in yes)
+    elif no and not yes:
+        answer, why = False, ", and ".join(w.says for w in no)
+    elif yes and no and reads.loaded is False and reads.says.startswith("no process opened"):
+        answer = False
+        why = f"{reads.says}, so it cannot have loaded it (although " + "; ".join(f"{w.name}: {w.says}" for w in yes) + ")"
+    elif yes and no:
+        answer = None
+        why = ("the witnesses disagree: " + "; ".join(f"{w.name} says {'loaded' if w.loaded else 'not loaded'} "
+                                                      f"({w.says})" for w in yes + no))
+    else:
+        answer = None
+        why = ("nothing shows what the restart loaded: " + "; ".join(f"{w.name}: {w.says}" for w in witnesses)
+               + ". Give the job a restore signal with its path or step (a preset, or signals: in the profile), "
+                 "a step signal, or run the agent as root so fanotify can name the readers")
+    return DamagedRestore(checkpoint=checkpoint, step=step, loaded=answer, resumed=resumed_ok, witnesses=witnesses,
+                          why=why)

@@ -1,0 +1,118 @@
+"""restore_skipped_corrupted from hand-built histories: the three witnesses (what the job read
+after the damage, the step it resumed from, its restore line), compared by containment and
+step, never by name; unknown when none can tell, which makes the drill inconclusive."""
+from __future__ import annotations
+
+from drillbit.checks import check
+from drillbit.checks.witness import relation, within
+from drillbit.history import History
+from drillbit.spec.models import DrillSpec
+from tests.unit.test_checks import BASE, prelude, steps
+
+T = BASE + 5 + 24 * 0.25 + 0.1
+ROOT = "/runs/r1/ckpt"
+DAMAGED = f"{ROOT}/iter_0000020"
+OLDER = f"{ROOT}/iter_0000010"
+
+
+def spec() -> DrillSpec:
+    return DrillSpec.model_validate({
+        "name": "t", "class": "recovery-path", "summary": "s",
+        "fault": {"type": "corrupt-checkpoint", "trigger": {"at_step": 25}},
+        "slo": {"detect_within": 60, "first_step_within": 90}})
+
+
+def evidence(reads: str = "fanotify", local: bool = True) -> dict:
+    return {"evidence": [{"t": T, "what": "flip-bytes", "data": {
+        "checkpoint": DAMAGED, "step": 20, "file": f"{DAMAGED}/mp_rank_00/model_optim_rng.pt", "root": ROOT,
+        "checkpoints": {DAMAGED: 20, OLDER: 10}, "reads": reads, "reads_local": local,
+        "reads_why": "" if reads != "none" else "fanotify and inotify refused"}}], "expects": "crash"}
+
+
+def read(t: float, path: str, rank: int = 0) -> tuple:
+    return (t, "ckpt.read", {"file": path, "pid": 4242, "rank": rank})
+
+
+def history(resume_from: int, reads: list[tuple], restore: dict | None, how: str = "fanotify",
+            local: bool = True) -> History:
+    rows = prelude()
+    rows += [(T - 0.01, "fault.inject"), (T, "fault.confirmed", evidence(how, local)),
+             (T + 0.3, "detect", {"by": "torchrun"}), (T + 2, "restart", {"attempt": 1})]
+    rows += reads
+    if restore is not None:
+        rows.append((T + 4, "restore", restore))
+    rows += steps(resume_from + 1, resume_from + 10, T + 5)
+    rows += [(T + 9, "observe.end"), (T + 9.1, "drill.end")]
+    return History.build(sorted(rows, key=lambda r: r[0]))
+
+
+def slo_of(result):
+    return next(s for s in result.slos if s.name == "restore_skipped_corrupted")
+
+
+MEGATRON_LINE = {"path": ROOT, "step": 20}  # 'successfully loaded checkpoint from {load_dir} … at iteration 20'
+
+
+def test_a_restore_line_naming_the_load_folder_at_the_damaged_step_fails():
+    """Megatron's line names the folder above the checkpoint: by basename it looked like another
+    checkpoint and passed. By containment and step it is the damaged one."""
+    h = history(20, [read(T + 3, f"{DAMAGED}/mp_rank_00/model_optim_rng.pt")], MEGATRON_LINE)
+    result = check(spec(), h)
+    assert result.verdict == "fail", result.reasons
+    s = slo_of(result)
+    assert s.status == "fail"
+    assert any("rank 0 read iter_0000020/mp_rank_00/model_optim_rng.pt after it was damaged" in r
+               and "training resumed from step 20" in r for r in result.reasons), result.reasons
+
+
+def test_the_line_alone_still_fails_when_reads_cannot_be_seen():
+    h = history(20, [], MEGATRON_LINE, how="none")
+    assert slo_of(check(spec(), h)).status == "fail"
+
+
+def test_a_verifier_that_reads_the_damaged_one_then_an_older_one_passes():
+    h = history(10, [read(T + 3, f"{DAMAGED}/mp_rank_00/model_optim_rng.pt"),
+                     read(T + 3.2, f"{OLDER}/mp_rank_00/model_optim_rng.pt")], {"path": ROOT, "step": 10})
+    result = check(spec(), h)
+    assert result.verdict == "pass", result.reasons
+    assert "the damaged one was rejected" in slo_of(result).detail
+
+
+def test_no_witness_is_unknown_and_the_drill_inconclusive():
+    """No read watch, no restore line, no restart that stepped: nothing says what was loaded."""
+    rows = prelude()
+    rows += [(T - 0.01, "fault.inject"), (T, "fault.confirmed", evidence("none")),
+             (T + 0.3, "detect", {"by": "torchrun"}), (T + 9, "observe.end"), (T + 9.1, "drill.end")]
+    result = check(DrillSpec.model_validate({"name": "t", "class": "recovery-path", "summary": "s",
+                                             "fault": {"type": "corrupt-checkpoint", "trigger": {"at_step": 25}},
+                                             "slo": {"detect_within": 60}}), History.build(rows))
+    s = slo_of(result)
+    assert s.status == "unknown" and result.verdict == "inconclusive", (s, result.reasons)
+    assert "restore signal" in s.detail  # how to supply the missing evidence
+
+
+def test_witnesses_that_disagree_are_unknown_and_say_so():
+    # the line claims step 10, but the job read only the damaged checkpoint and resumed from 20
+    h = history(20, [read(T + 3, f"{DAMAGED}/mp_rank_00/model_optim_rng.pt")], {"path": OLDER, "step": 10})
+    s = slo_of(check(spec(), h))
+    assert s.status == "unknown" and "the witnesses disagree" in s.detail, s
+
+
+def test_never_opening_the_damaged_checkpoint_settles_it():
+    # a local tier held step 20 too: resumed from 20, but the damaged persistent copy was never opened
+    h = history(20, [read(T + 3, f"{OLDER}/x.pt")], None)
+    s = slo_of(check(spec(), h))
+    assert s.status == "pass" and "cannot have loaded it" in s.detail, s
+
+
+def test_never_opened_on_a_network_filesystem_proves_nothing():
+    h = history(20, [], None, local=False)
+    s = slo_of(check(spec(), h))
+    assert s.status == "fail" and "resumed from step 20" in s.detail  # the resumed step alone decides
+
+
+def test_containment_not_basename():
+    assert within(f"{DAMAGED}/mp_rank_00/x.pt", DAMAGED) and not within(f"{DAMAGED}0/x", DAMAGED)
+    assert relation(ROOT, DAMAGED) == "parent" and relation(f"{DAMAGED}/", DAMAGED) == "same"
+    assert relation("/elsewhere/iter_0000020", DAMAGED) == "other"  # same name, another folder
+    assert relation("iter_0000020", DAMAGED) == "same" and relation("ckpt", DAMAGED) == "parent"
