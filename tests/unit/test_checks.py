@@ -170,3 +170,29 @@ def test_a_step_number_going_back_is_a_restart_even_unannounced():
     assert m.lost_steps == 25 and m.time_to_first_step == pytest.approx(4.0)
     result = check(spec(max_lost_steps=5), History.build(rows))
     assert result.verdict == "fail"
+
+
+def test_a_failed_restart_quotes_the_jobs_own_error_per_attempt():
+    """Restarts that never stepped: the verdict quotes what the job printed for each failed
+    attempt (the first error line per rank per attempt, merged across attempts that said the
+    same; ports differ), not just "no restart ever produced a step"."""
+    from drillbit.probes.preset import matcher, signals_of
+
+    m = matcher(signals_of(["torchrun"]), kinds={"error"})
+    line = ("[rank3]: RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/"
+            "pair.cc:144] no error; connect to 127.0.0.1:{port} failed: Connection refused")
+    rows = prelude()
+    rows += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed"), (T_FAULT + 0.2, "detect", {"by": "torchrun"})]
+    for attempt in (1, 2, 3):
+        t = T_FAULT + 3 * attempt
+        rows.append((t, "restart", {"attempt": attempt}))
+        [(kind, _, data)] = m.match(line.format(port=40000 + attempt))
+        rows.append((t + 1, kind, data))
+        rows.append((t + 1.1, kind, m.match("[rank3]: ValueError: a later line of the same attempt")[0][2]))
+    rows += [(T_FAULT + 12, "job.exit", {"code": 1}), (T_FAULT + 12.5, "observe.end"), (T_FAULT + 13, "drill.end")]
+    result = check(spec(), History.build(rows))
+    assert result.verdict == "fail"
+    first = result.reasons[0]
+    assert first.startswith("detected after 0.2 s, restarted 3 times but no restart ever produced a step"), first
+    assert "attempts 1–3, rank 3: RuntimeError: Gloo connectFullMesh failed" in first, first
+    assert "ValueError" not in first  # the first exception line per rank per attempt only

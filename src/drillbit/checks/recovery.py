@@ -16,6 +16,24 @@ from drillbit.checks.witness import DamagedRestore, judge_damaged_restore, relat
 from drillbit.history import Event, History
 
 
+class JobError(BaseModel):
+    """The job's own error for one or more failed attempts (attempt 0: the run the fault hit;
+    N: the N-th restart), one rank's or an unnamed one's, deduplicated by its words."""
+
+    attempts: list[int]
+    rank: int | None = None
+    message: str
+    by: str | None = None
+
+    def quote(self) -> str:
+        a = self.attempts
+        span = (f"attempt {a[0]}" if len(a) == 1 else f"attempts {a[0]}–{a[-1]}" if a == list(range(a[0], a[-1] + 1))
+                else "attempts " + ", ".join(map(str, a)))
+        who = f", rank {self.rank}" if self.rank is not None else ""
+        text = self.message if len(self.message) <= 160 else self.message[:157] + "…"
+        return f"{span}{who}: {text}"
+
+
 class Measurements(BaseModel):
     t_fault: float | None = None
     t_observe_end: float | None = None
@@ -66,6 +84,8 @@ class Measurements(BaseModel):
     best_complete: str | None = None
     restored_incomplete: bool | None = None
     fell_back_further_than_needed: bool | None = None
+    # the job's own errors after the fault, the first per rank per attempt (error signals)
+    job_errors: list[JobError] = []
     # whom the stack blamed, against whom the fault hurt (checks/attribution.py)
     attribution: Attribution | None = None
     # a scheduler's requeue (Slurm): the fault -> the job requeued -> running again, and where
@@ -119,6 +139,7 @@ def measure(history: History) -> Measurements:
     restarts = [e for e in restarts if e.data.get("by") is None] or restarts
     restart = restarts[0] if restarts else None
     m.restarts = len({e.data.get("attempt", f"event-{e.seq}") for e in restarts})
+    m.job_errors = job_errors(events, t0, [e.t for e in restarts])
     if detect:
         m.time_to_detect = detect.t - t0
     if restart:
@@ -196,6 +217,29 @@ def measure(history: History) -> Measurements:
     if after:
         m.last_step_s = after[-1].t - t0
     return m
+
+
+def job_errors(events: list[Event], t0: float, restarts_at: list[float]) -> list[JobError]:
+    """The first error line per rank per attempt after the fault, merged across attempts that
+    said the same (digits aside: ports, pids and addresses change between attempts)."""
+    import re
+
+    first: dict[tuple[int, int | None], Event] = {}
+    for e in events:
+        if e.kind != "error" or e.t < t0:
+            continue
+        attempt = sum(1 for t in restarts_at if t <= e.t)
+        rank = e.rank if e.rank is not None else e.data.get("rank")
+        first.setdefault((attempt, rank if isinstance(rank, int) else None), e)
+    merged: dict[tuple[int | None, str], JobError] = {}
+    for (attempt, rank), e in sorted(first.items(), key=lambda kv: (kv[0][0], kv[1].t)):
+        message = str(e.data.get("message", ""))
+        key = (rank, re.sub(r"\d+", "#", message))
+        if key in merged:
+            merged[key].attempts.append(attempt)
+        else:
+            merged[key] = JobError(attempts=[attempt], rank=rank, message=message, by=e.data.get("by"))
+    return list(merged.values())
 
 
 def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0: float) -> None:

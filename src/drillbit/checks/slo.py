@@ -230,9 +230,9 @@ def _skipped_damaged(d, rejected: bool | None, reasons: list[str]) -> SLOResult:
     if rejected:
         detail += "; the job's own line rejected it"
     if status == "fail":
-        tail = ("" if d.resumed else "; the job never trained again")
-        reasons.append(f"the job did not skip {name}, the checkpoint the harness had corrupted: {d.why}{tail} — "
-                       "nothing verified it before loading")
+        tail = (" — nothing verified it before loading" if d.resumed else
+                " — the job never got past it and never trained again")
+        reasons.append(f"the job did not skip {name}, the checkpoint the harness had corrupted: {d.why}{tail}")
     return SLOResult(name="restore_skipped_corrupted", measurement="damaged_restore", limit=1,
                      measured=None if d.loaded is None else int(not d.loaded), status=status, detail=detail)
 

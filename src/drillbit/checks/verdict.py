@@ -35,7 +35,19 @@ def _diagnosis(history: History, m: Measurements) -> str | None:
     tail = "but no restart ever produced a step" if m.restarts else "but the job never made a step again"
     if m.job_exit_s is not None:
         tail += f"; the job exited (code {m.job_exit_code}) {m.job_exit_s:.0f} s after the fault"
-    return f"{said} {tail}".strip()
+    return f"{said} {tail}".strip() + _quoted(m)
+
+
+def _quoted(m: Measurements, most: int = 3) -> str:
+    """The job's own words for why its attempts failed: the restarts' errors where it
+    restarted (the run the fault hit fails by design), else that run's."""
+    errors = ([e.model_copy(update={"attempts": [a for a in e.attempts if a >= 1]}) for e in m.job_errors
+               if any(a >= 1 for a in e.attempts)] if m.restarts else m.job_errors)
+    if not errors:
+        return ""
+    said = "; ".join(e.quote() for e in errors[:most])
+    more = f" (and {len(errors) - most} more)" if len(errors) > most else ""
+    return f". The job said — {said}{more}"
 
 
 def _left_in_place(event) -> str:

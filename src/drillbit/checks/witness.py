@@ -74,7 +74,7 @@ def relation(path: str, checkpoint: str) -> Literal["same", "parent", "other"]:
 
 
 def _short(path: str, root: str | None) -> str:
-    if root and within(path, root):
+    if root and within(path, root) and _norm(path) != _norm(root):
         return os.path.relpath(path, root)
     return path
 
@@ -110,24 +110,37 @@ def _reads_witness(evidence: dict, reads: list[Event], checkpoint: str, until: f
     for e in seen:
         if ckpt_of(str(e.data.get("file", ""))) is not None:
             by_reader.setdefault(e.rank if e.rank is not None else e.data.get("pid"), []).append(e)
-    loaded_by, rejected_by = [], []
-    for reader, events in by_reader.items():
+    loaded_by: dict[str, list[Event]] = {}    # what they read -> the readers (the first damaged read each)
+    rejected_by: dict[str, list[Event]] = {}
+    for events in by_reader.values():
         events.sort(key=lambda e: e.t)
         first_damaged = next((e for e in events if ckpt_of(str(e.data["file"])) == checkpoint), None)
         if first_damaged is None:
             continue
         last = events[-1]
         where = ckpt_of(str(last.data["file"]))
+        read = _short(str(first_damaged.data["file"]), root)
         if where == checkpoint:
-            loaded_by.append(f"{_who(first_damaged)} read {_short(str(first_damaged.data['file']), root)}")
+            loaded_by.setdefault(read, []).append(first_damaged)
         else:
             step = others.get(where or "")
-            rejected_by.append(f"{_who(first_damaged)} read {_short(str(first_damaged.data['file']), root)}, then "
-                               f"{_short(str(last.data['file']), root)}" + (f" (step {step})" if step is not None else ""))
+            then = f"{read}, then {_short(str(last.data['file']), root)}" + (f" (step {step})" if step is not None else "")
+            rejected_by.setdefault(then, []).append(first_damaged)
     if loaded_by:
-        return Witness(name="reads", loaded=True, says="; ".join(loaded_by) + " after it was damaged, and no other "
-                                                                              "checkpoint after that")
-    return Witness(name="reads", loaded=False, says="; ".join(rejected_by) + ": the damaged one was rejected")
+        return Witness(name="reads", loaded=True, says="; ".join(f"{_readers(who)} read {what}" for what, who in
+                                                                  loaded_by.items())
+                       + " after it was damaged, and no other checkpoint after that")
+    return Witness(name="reads", loaded=False, says="; ".join(f"{_readers(who)} read {what}" for what, who in
+                                                               rejected_by.items()) + ": the damaged one was rejected")
+
+
+def _readers(events: list[Event]) -> str:
+    ranks = sorted({e.rank for e in events if e.rank is not None})
+    if ranks and len(ranks) == len(events):
+        if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+            return f"ranks {ranks[0]}–{ranks[-1]}"
+        return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    return ", ".join(_who(e) for e in events)
 
 
 def judge_damaged_restore(events: list[Event], t0: float, evidence: dict, restore: Event | None,
@@ -164,7 +177,8 @@ def judge_damaged_restore(events: list[Event], t0: float, evidence: dict, restor
             loaded = rstep == step
         else:
             loaded = None
-        said = " ".join(x for x in (f"from {path}" if path else "", f"at step {rstep}" if rstep is not None else "") if x)
+        said = " ".join(x for x in (f"from {_short(str(path), root)}" if path else "",
+                                    f"at step {rstep}" if rstep is not None else "") if x)
         witnesses.append(Witness(name="restore line", loaded=loaded, says=f"restored {said or '(no path, no step)'}"
                                  + (f", which holds {name}" if rel == "parent" and loaded else "")))
     yes = [w for w in witnesses if w.loaded is True]
@@ -173,9 +187,9 @@ def judge_damaged_restore(events: list[Event], t0: float, evidence: dict, restor
     reads = witnesses[0]
     if yes and not no:
         answer: bool | None = True
-        why = ", and ".join(w.says for w in yes)
+        why = "; ".join(w.says for w in yes)
     elif no and not yes:
-        answer, why = False, ", and ".join(w.says for w in no)
+        answer, why = False, "; ".join(w.says for w in no)
     elif yes and no and reads.loaded is False and reads.says.startswith("no process opened"):
         answer = False
         why = f"{reads.says}, so it cannot have loaded it (although " + "; ".join(f"{w.name}: {w.says}" for w in yes) + ")"

@@ -13,10 +13,27 @@ from drillbit.spec.signals import Signal
 PRESET_DIR = Path(__file__).parent / "presets"
 
 
+class ErrorPattern(Strict):
+    """A line that reports the job's own error (``errors:`` in a preset): the verdict of a
+    failed restart quotes it. Group ``message`` is quoted (else the whole line); ``rank``,
+    where the line names one."""
+
+    pattern: str
+    by: str | None = None
+
+    def signal(self, preset: str) -> Signal:
+        return Signal(kind="error", pattern=self.pattern, ints=["rank"] if "(?P<rank>" in self.pattern else [],
+                      by=self.by or preset)
+
+
 class Preset(Strict):
     name: str
     description: str = ""
     signals: list[Signal]
+    errors: list[ErrorPattern] = []
+
+    def all_signals(self) -> list[Signal]:
+        return self.signals + [e.signal(self.name) for e in self.errors]
 
 
 class Matcher:
@@ -32,6 +49,8 @@ class Matcher:
         cannot be read is kept, with the time it was read."""
         hits = []
         for sig, rx, lists in self._signals:
+            if sig.kind == "error" and any(kind == "error" for kind, _, _ in hits):
+                continue  # one error per line: the first pattern that names it
             m = rx.search(line)
             if not m:
                 continue
@@ -60,6 +79,8 @@ class Matcher:
                 data.setdefault(k, v)
             if sig.by and "by" not in data:
                 data["by"] = sig.by
+            if sig.kind == "error":
+                data["message"] = (data.get("message") or line).strip()[:300]
             hits.append((sig.kind, t, data))
         return hits
 
@@ -105,7 +126,7 @@ def load(name: str) -> Preset:
 
 def signals_of(presets: list[str], inline: list[Signal] | None = None) -> list[Signal]:
     """Every signal a job profile reads its logs with: its presets', then its own."""
-    return [s for name in presets for s in load(name).signals] + list(inline or [])
+    return [s for name in presets for s in load(name).all_signals()] + list(inline or [])
 
 
 def matcher(signals: list[Signal], kinds: set[str] | None = None, exclude: set[str] | None = None) -> Matcher:

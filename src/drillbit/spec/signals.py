@@ -40,6 +40,8 @@ KINDS: dict[str, str] = {
     "replace.done": "a replacement node arrived (node_name) — fail-node-replacement",
     "blame": "the stack named a culprit (restarted, excluded or flagged it): group rank, pid or blamed_node — "
              "attribution",
+    "error": "the job's own error line (group message, else the whole line; rank where the line names one): the "
+             "first per rank per failed attempt is quoted in the verdict",
     "members": "the stack's membership now (a quorum, a worker group): group members, read with lists; a member "
                "that drops out or comes back as a new incarnation was blamed — attribution",
 }
