@@ -18,6 +18,9 @@ megatron       ``iter_NNNNNNN/`` (``mp_rank_*/model_optim_rng.pt`` or a dist-ckp
 deepspeed      ``global_stepN/`` with ``*_model_states.pt`` first; the tracker ``latest``
 orbax          ``N/`` folders; ``_CHECKPOINT_METADATA`` inside marks it complete
 glob           plain files or folders matching ``glob``, the step from ``step_regex``
+file           one file (or a few fixed names, ``files``) rewritten in place on every save:
+               ``ckpt.pt``, ``last.pt``, ``checkpoint.pth``; no step in the name — the step is
+               the one the job's save and restore lines name
 custom         ``glob`` + ``step_regex``, with an optional ``marker`` and ``metadata``
                (names inside a checkpoint folder) and ``data`` (a glob of its data files)
 =============  =====================================================================
@@ -34,7 +37,8 @@ from pydantic import Discriminator, Field, Tag, model_validator
 
 from drillbit.spec.models import Strict
 
-LayoutName = Literal["reference", "dcp", "hf", "lightning", "megatron", "deepspeed", "orbax", "glob", "custom"]
+LayoutName = Literal["reference", "dcp", "hf", "lightning", "megatron", "deepspeed", "orbax", "glob", "custom",
+                     "file"]
 
 
 @dataclass(frozen=True)
@@ -81,9 +85,22 @@ class CheckpointSpec(Strict):
     marker: str | None = Field(None, description="custom: a file inside a checkpoint folder that marks it complete")
     metadata: str | None = Field(None, description="custom: the metadata file inside a checkpoint folder")
     data: str | None = Field(None, description="custom: glob of the data files inside a checkpoint folder")
+    files: list[str] | None = Field(None, description="file: the fixed names under dir the job rewrites in place "
+                                                      "(ckpt.pt); newest first by modification time")
 
     @model_validator(mode="after")
     def _complete(self) -> "CheckpointSpec":
+        if self.layout == "file":
+            if not self.files:
+                raise ValueError("layout file needs files: the names the job rewrites in place, e.g. [ckpt.pt]")
+            bad = [f for f in self.files if not f or "/" in f or f in (".", "..") or any(c in f for c in "*?[")]
+            if bad:
+                raise ValueError(f"files are plain names inside dir (no folders, no wildcards): {bad}")
+            if any(getattr(self, k) is not None for k in ("glob", "step_regex", "marker", "metadata", "data")):
+                raise ValueError("layout file takes files only (the step comes from the job's save and restore lines)")
+            return self
+        if self.files is not None:
+            raise ValueError(f"files is for layout file, not {self.layout}")
         if self.layout in ("glob", "custom"):
             missing = [k for k in ("glob", "step_regex") if getattr(self, k) is None]
             if missing:
@@ -103,6 +120,8 @@ class CheckpointSpec(Strict):
         return self
 
     def rules(self) -> Rules:
+        if self.layout == "file":
+            return Rules(glob="*", step_regex=r"(?!)", by_mtime=True)
         if self.layout in BUILTIN:
             return BUILTIN[self.layout]
         return Rules(glob=self.glob or "*", step_regex=self.step_regex or r"(\d+)", marker=self.marker,
@@ -180,6 +199,8 @@ def scan(spec: CheckpointSpec) -> list[Checkpoint]:
     rx = re.compile(rules.step_regex)
     out: list[Checkpoint] = []
     for entry in root.iterdir():
+        if spec.files is not None and entry.name not in spec.files:
+            continue
         if not fnmatch.fnmatch(entry.name, rules.glob) or entry.name.startswith("."):
             continue
         step = _step(rx, entry.name)
@@ -223,6 +244,17 @@ def _tracked(tracker: Path, ckpt: Checkpoint) -> bool | None:
 
 def where(spec: CheckpointSpec) -> str:
     return f"{spec.dir} (layout {spec.layout})"
+
+
+def unmatched(spec: CheckpointSpec) -> list[str]:
+    """Names in the checkpoint folder that the layout does not take for checkpoints, when it
+    takes none of them: a description that does not fit the job (an empty list otherwise)."""
+    root = Path(spec.dir)
+    try:
+        names = sorted(e.name for e in root.iterdir() if not e.name.startswith("."))
+    except OSError:
+        return []
+    return names if names and not scan(spec) else []
 
 
 

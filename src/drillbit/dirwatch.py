@@ -3,7 +3,8 @@ polling otherwise.
 
 A save is a burst of file events under the job's checkpoint folder: a folder appears (a
 temporary one, or the final one), files are created, written and closed, and often a rename
-publishes the whole. :class:`DirWatch` turns those into :class:`FileEvent` records —
+publishes the whole. A file rewritten in place (``ckpt.pt`` opened with truncate on every
+save) is created anew when its first write after a close comes. :class:`DirWatch` turns those into :class:`FileEvent` records —
 ``create``, ``close`` (written and closed), ``publish`` (renamed into place), ``delete`` —
 with the path relative to the watched root and, when known, the file's size.
 
@@ -42,7 +43,7 @@ IN_IGNORED = 0x8000
 IN_ISDIR = 0x40000000
 IN_NONBLOCK = 0o4000
 IN_CLOEXEC = 0o2000000
-MASK = IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF
+MASK = IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MODIFY
 _HEADER = struct.Struct("iIII")
 
 
@@ -145,6 +146,7 @@ class DirWatch:
         self._pending: list[FileEvent] = []
         self._closed_by_scan: dict[str, int | None] = {}  # inotify: files a scan found closed
         self._moving: dict[int, str] = {}  # inotify: rename cookie -> the folder's old name
+        self._writing: set[str] = set()  # inotify: files created (or rewritten) and not closed since
         self._started = False
         if self.mode == "inotify":
             self._fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
@@ -234,6 +236,8 @@ class DirWatch:
             out.append(FileEvent(now, "create", child, is_dir, size))
             if is_dir:
                 out += self._scan_existing(child)
+            elif entry.path in open_now:
+                self._writing.add(child)  # still being written: its close is to come
             elif self.mode == "inotify" and entry.path not in open_now:
                 # written and closed before the folder's watch was set: its close came unseen
                 # (or comes late, when the watch just caught it: that one is dropped)
@@ -270,11 +274,23 @@ class DirWatch:
             is_dir = bool(mask & IN_ISDIR)
             path = self.root / rel
             if mask & IN_CREATE:
+                if not is_dir and (rel in self._closed_by_scan or rel in self._writing):
+                    continue  # the scan that found it already reported its create
                 out.append(FileEvent(now, "create", rel, is_dir, None if is_dir else _size(path)))
                 if is_dir:
                     self._add_tree(rel)
                     out += self._scan_existing(rel)
+                else:
+                    self._writing.add(rel)
+            elif mask & IN_MODIFY:
+                # (a file a scan found already closed sends the rest of that same write late: not a rewrite)
+                if not is_dir and rel not in self._writing and rel not in self._closed_by_scan:
+                    # a file written again in place (opened with truncate, or over its old bytes):
+                    # its rewrite begins here, as a create would begin a new one
+                    self._writing.add(rel)
+                    out.append(FileEvent(now, "create", rel, False, _size(path)))
             elif mask & IN_CLOSE_WRITE:
+                self._writing.discard(rel)
                 size = _size(path)
                 if rel in self._closed_by_scan and self._closed_by_scan.pop(rel) == size:
                     continue  # already reported closed by the scan that found it
@@ -288,6 +304,8 @@ class DirWatch:
                 if is_dir:
                     self._moving[cookie] = rel
             elif mask & IN_DELETE:
+                self._writing.discard(rel)
+                self._closed_by_scan.pop(rel, None)
                 out.append(FileEvent(now, "delete", rel, is_dir))
         return out
 
@@ -356,6 +374,8 @@ class DirWatch:
                 out.append(FileEvent(now, "close", rel, False, size))
                 self._settled.add(rel)
             elif before != current[rel]:
+                if rel in self._settled and not is_dir:  # a closed file written again in place
+                    out.append(FileEvent(now, "create", rel, False, size))
                 self._settled.discard(rel)
         for rel in sorted(gone):
             out.append(FileEvent(now, "delete", rel, self._known[rel][0]))

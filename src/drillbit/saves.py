@@ -85,8 +85,8 @@ class Save:
         for e in self.events:
             if e.is_dir:
                 continue
-            if e.kind == "create":
-                out.setdefault(e.path, {"size": e.size, "closed": False})
+            if e.kind == "create":  # a write begins (a new file, or one rewritten in place)
+                out[e.path] = {"size": e.size, "closed": False}
             elif e.kind == "close":
                 out.setdefault(e.path, {"size": e.size, "closed": False}).update(size=e.size, closed=True)
         return out

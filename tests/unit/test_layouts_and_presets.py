@@ -159,3 +159,33 @@ def test_torchrun_detects_a_failure_when_it_starts_stopping_the_other_workers():
             "multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 2 (pid: 18510) of binary: python3")
     assert [(k, d["pid"]) for k, _, d in m.match(first)] == [("detect", 18508)]
     assert [(k, d["exitcode"]) for k, _, d in m.match(late)] == [("detect", -9), ("blame", -9)]  # that, and who
+
+
+def test_a_file_rewritten_in_place_is_a_layout_and_a_layout_that_fits_nothing_is_a_description_error(tmp_path):
+    """layout: file names the fixed files a job rewrites in place (newest first by time, no step
+    in the name); a folder whose files the layout takes none of is the profile's problem (exit
+    2, with what to write), not a harness error."""
+    import os
+
+    import pytest as _pytest
+
+    from drillbit.checkpoints import CheckpointSpec, scan
+    from drillbit.errors import ConfigError
+    from drillbit.faults.ckptfile import pick
+
+    (tmp_path / "ckpt.prev.pt").write_bytes(b"older")
+    (tmp_path / "ckpt.pt").write_bytes(b"newer")
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    os.utime(tmp_path / "ckpt.prev.pt", (1, 1))
+    spec = CheckpointSpec(dir=str(tmp_path), layout="file", files=["ckpt.pt", "ckpt.prev.pt"])
+    found = scan(spec)
+    assert [(c.name, c.step, c.data) for c in found] == [("ckpt.pt", None, [tmp_path / "ckpt.pt"]),
+                                                         ("ckpt.prev.pt", None, [tmp_path / "ckpt.prev.pt"])]
+    for bad, words in (({"layout": "file"}, "needs files"), ({"layout": "file", "files": ["*.pt"]}, "no wildcards"),
+                       ({"layout": "file", "files": ["../x"]}, "plain names"),
+                       ({"layout": "glob", "glob": "*", "step_regex": "(\\d+)", "files": ["a"]}, "for layout file")):
+        with _pytest.raises(ValueError, match=words):
+            CheckpointSpec(dir="x", **bad)
+    wrong = CheckpointSpec(dir=str(tmp_path), layout="glob", glob="step_*", step_regex=r"step_(\d+)")
+    with _pytest.raises(ConfigError, match=r"takes none of them.*layout: file, files: \[ckpt.prev.pt\]"):
+        pick(wrong, 0, "corrupt-checkpoint")

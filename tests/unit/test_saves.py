@@ -380,3 +380,32 @@ def test_a_file_its_killed_writer_still_held_open_is_torn_although_the_kernel_cl
     judged = judge_crash(str(tmp_path), spec, save, None, held)
     assert judged["crashed_complete"] is False and "killed writer" in judged["crashed_why"], judged
     assert judged["best_complete_step"] == 5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_file_rewritten_in_place_is_a_save_of_its_own(tmp_path, mode):
+    """ckpt.pt opened with truncate and written again on every save creates no file: the first
+    write after its close begins the rewrite (a create), its close ends it; each is one save
+    with its crash points."""
+    from drillbit.saves import SaveTracker, crash_points
+
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    (root / "ckpt.pt").write_bytes(b"0" * 1000)
+
+    def rewrite() -> None:
+        for _ in range(2):
+            with open(root / "ckpt.pt", "wb") as fh:
+                for _ in range(5):
+                    fh.write(b"x" * 1000)
+                    fh.flush()
+                    time.sleep(0.02)
+            time.sleep(0.5)
+    events = watch_while(root, mode, rewrite)
+    assert [(e.kind, e.path) for e in events] == [("create", "ckpt.pt"), ("close", "ckpt.pt")] * 2
+    tracker = SaveTracker(0.3)
+    for e in events:
+        tracker.feed(e)
+    assert len(tracker.saves) == 2
+    assert [p.label() for p in crash_points(tracker.saves[1])] == ["create ckpt.pt", "close ckpt.pt", "torn ckpt.pt"]
+    assert tracker.saves[1].files() == {"ckpt.pt": {"size": tracker.saves[1].events[-1].size, "closed": True}}

@@ -201,7 +201,7 @@ METHODS: dict[str, Method] = {
 
 
 class RemoteError(BaseModel):
-    kind: Literal["unknown-method", "bad-request", "refused", "failed"]
+    kind: Literal["unknown-method", "bad-request", "refused", "failed", "config"]  # config: the description is wrong
     message: str
 
 

@@ -28,6 +28,7 @@ from drillbit.agent.deadman import DeadmanLog, orphan, read_records
 from drillbit.agent.logtail import LogTail
 from drillbit.agent.jobproc import LaunchedJob, free_port, start_job
 from drillbit.agent.node import NodeAgent
+from drillbit.errors import ConfigError
 from drillbit.faults import registry as fault_registry
 from drillbit.proc import ProcRef
 
@@ -68,6 +69,8 @@ class AgentService:
             reply = self._handlers[method](request)
         except Refused as exc:
             return api.Envelope(error=api.RemoteError(kind="refused", message=str(exc))).model_dump(mode="json")
+        except ConfigError as exc:  # the job's description does not fit what the node holds (exit 2)
+            return api.Envelope(error=api.RemoteError(kind="config", message=str(exc))).model_dump(mode="json")
         except Exception as exc:  # the error goes back to the controller; the agent lives on
             return api.Envelope(error=api.RemoteError(
                 kind="failed", message=f"{exc.__class__.__name__}: {exc}")).model_dump(mode="json")

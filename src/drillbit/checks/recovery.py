@@ -157,6 +157,7 @@ def measure(history: History) -> Measurements:
         _measure_slow(m, events, confirmed, t0)
         return m
     damaged: dict | None = None
+    crash_dir = ""
     for evidence in confirmed.data.get("evidence", []):
         d = evidence.get("data", {})
         if d.get("checkpoint"):
@@ -169,6 +170,20 @@ def measure(history: History) -> Measurements:
             m.crashed_checkpoint, m.crashed_step = d.get("crashed"), d.get("crashed_step")
             m.crashed_complete, m.crashed_why = d.get("crashed_complete"), d.get("crashed_why") or None
             m.best_complete_step, m.best_complete = d.get("best_complete_step"), d.get("best_complete")
+            crash_dir = str(d.get("dir") or "")
+    injected = next((e.t for e in events if e.kind == "fault.inject"), t0)
+    if m.corrupted_path is not None and m.corrupted_step is None:
+        # a checkpoint with no step in its name (one file rewritten in place): the step the
+        # job's last save line before the damage named
+        m.corrupted_step = saved_step(events, m.corrupted_path, injected)
+        if damaged is not None:
+            damaged = {**damaged, "step": m.corrupted_step}
+    if m.crash_point is not None and m.crashed_checkpoint is not None and m.crashed_step is None:
+        # the save the crash cut short: the step its begin line named
+        m.crashed_step = saved_step(events, os.path.join(crash_dir, m.crashed_checkpoint), t0, "ckpt.save.begin")
+    if m.crash_point is not None and m.best_complete is not None and m.best_complete_step is None:
+        m.best_complete_step = (m.crashed_step if m.best_complete == m.crashed_checkpoint else
+                                saved_step(events, os.path.join(crash_dir, m.best_complete), injected, "ckpt.save"))
     if m.corrupted_path is not None:
         m.rejected_corrupted = any(e.data.get("path") and relation(str(e.data["path"]), m.corrupted_path) == "same"
                                    for e in events if e.kind == "ckpt.reject" and e.t >= t0)
@@ -217,6 +232,15 @@ def measure(history: History) -> Measurements:
     if after:
         m.last_step_s = after[-1].t - t0
     return m
+
+
+def saved_step(events: list[Event], path: str, before: float, kind: str = "ckpt.save") -> int | None:
+    """The step of the job's last save line (``kind``) before ``before`` that names ``path``
+    (or, where the lines name no path, the last one with a step)."""
+    saves = [e for e in events if e.kind == kind and e.t <= before and e.data.get("step") is not None]
+    named = [e for e in saves if e.data.get("path") and relation(str(e.data["path"]), path) == "same"]
+    pick = (named or [e for e in saves if not e.data.get("path")] or [None])[-1]
+    return int(pick.data["step"]) if pick is not None else None
 
 
 def job_errors(events: list[Event], t0: float, restarts_at: list[float]) -> list[JobError]:

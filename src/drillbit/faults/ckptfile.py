@@ -14,8 +14,8 @@ from pathlib import Path
 
 from contextlib import nullcontext
 
-from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan, where
-from drillbit.errors import FaultError
+from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan, unmatched, where
+from drillbit.errors import ConfigError, FaultError
 from drillbit.faults.base import HealReport, Observation, State
 from drillbit.proc import ProcRef
 from drillbit.readwatch import ReadWatch
@@ -36,6 +36,12 @@ def pick(spec: CheckpointSpec | None, nth_newest: int, fault: str) -> Checkpoint
     if spec is None:
         raise FaultError(f"{fault} needs the job's checkpoints: set checkpoint: {{dir, layout}} in the job profile")
     found = scan(spec)
+    if not found and (names := unmatched(spec)):
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        raise ConfigError(f"{fault}: {spec.dir} holds {shown}, but the job profile's checkpoint layout "
+                          f"({spec.layout}) takes none of them for a checkpoint. Describe them: a file the job "
+                          f"rewrites in place is checkpoint: {{dir: ..., layout: file, files: [{names[0]}]}}; files "
+                          "with a step in the name are layout: glob with glob and step_regex")
     if len(found) <= nth_newest:
         raise FaultError(f"only {len(found)} checkpoint(s) in {where(spec)}; cannot use #{nth_newest}")
     return found[nth_newest]

@@ -398,10 +398,11 @@ def judge_crash(ckpt_dir: str, spec: CheckpointSpec | None, save: Save, torn: di
             missing = sorted(names(others[0].path) - names(crashed.path))
             if missing:
                 reasons.append(f"missing {', '.join(missing)} (in {others[0].name})")
-    complete = [c for c in found if c.step is not None and c.complete is not False
+    complete = [c for c in found if (c.step is not None or spec.layout == "file") and c.complete is not False
                 and not (c is crashed and reasons)]
-    best = max(complete, key=lambda c: c.step) if complete else None
-    return {"crashed": crashed.name if crashed else None,
+    # newest first: by step; a file rewritten in place has none, and scan() put the newest first
+    best = (max(complete, key=lambda c: c.step) if spec.layout != "file" else complete[0]) if complete else None
+    return {"dir": ckpt_dir, "crashed": crashed.name if crashed else None,
             "crashed_step": crashed.step if crashed else None,
             "crashed_complete": None if crashed is None else not reasons,
             "crashed_why": "; ".join(reasons),

@@ -29,6 +29,10 @@ class VersionMismatch(AgentError, ConfigError):
     """Controller and agent run different drillbit releases (or fault registries)."""
 
 
+class AgentConfigError(AgentError, ConfigError):
+    """The agent found the job's description wrong for what its node holds (exit 2)."""
+
+
 class AgentClient:
     def __init__(self, node: str) -> None:
         self.node = node
@@ -55,7 +59,8 @@ class AgentClient:
         except ValueError as exc:
             raise AgentError(f"agent on {self.node}: {method}: an answer that is not an envelope ({exc})") from None
         if envelope.error is not None:
-            cls = VersionMismatch if "version mismatch" in envelope.error.message else AgentError
+            cls = (VersionMismatch if "version mismatch" in envelope.error.message else
+                   AgentConfigError if envelope.error.kind == "config" else AgentError)
             raise cls(f"agent on {self.node}: {method} {envelope.error.kind}: {envelope.error.message}")
         return spec.reply.model_validate(envelope.ok or {})
 

@@ -1,0 +1,107 @@
+"""One checkpoint file rewritten in place (tests/integration/jobs/inplace_loop.py: ``ckpt.bin``,
+no step in its name, as nanoGPT's ``ckpt.pt``), described by ``layout: file`` and the job's own
+lines alone. corrupt-checkpoint FAILs the script that loads whatever the file holds — from
+what each rank read after the damage, the step it resumed from and its restore line — and
+PASSes the same script verifying a checksum with a previous copy to fall back to; the heal
+keeps the job's own newer rewrite. A sweep of one in-place save finds the points where the
+rewrite was cut short (the file torn) and the restart can never load it again."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from drillbit.session import execute, resolve
+from drillbit.sweep import run_sweep
+from tests.integration.short import short_window
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent
+LOOP = HERE / "jobs" / "inplace_loop.py"
+
+SIGNALS = [
+    {"kind": "step", "pattern": r"^step (?P<n>\d+) loss", "ints": ["n"]},
+    {"kind": "ckpt.save.begin", "pattern": r"^saving checkpoint (?P<path>\S+) at step (?P<step>\d+)", "ints": ["step"]},
+    {"kind": "ckpt.save", "pattern": r"^saved checkpoint (?P<path>\S+) at step (?P<step>\d+) in (?P<seconds>[\d.]+) s",
+     "ints": ["step"], "floats": ["seconds"]},
+    {"kind": "restore", "pattern": r"^resumed from (?P<path>\S+) at step (?P<step>\d+)", "ints": ["step"]},
+    {"kind": "ckpt.reject", "pattern": r"^checkpoint (?P<path>\S+) rejected: (?P<reason>.*)"},
+]
+
+
+def config(tmp_path: Path, *extra: str) -> Path:
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "3",
+               "--monitor-interval", "0.5", str(LOOP), "--ckpt", "{run_dir}/ckpt", *extra]
+    job = {"presets": ["torchrun"], "signals": SIGNALS,
+           "launch": {"command": command, "env": {"LOGLEVEL": "INFO"}},
+           "ranks": {"cmdline": "inplace_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
+           "logs": ["{run_dir}/job.out"],
+           "checkpoint": {"dir": "{run_dir}/ckpt", "layout": "file", "files": ["ckpt.bin", "ckpt.prev.bin"]}}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "drill.yaml"
+    path.write_text(json.dumps({"jobs": {"inplace": job}}))
+    return path
+
+
+CORRUPT = """name: corrupt-inplace
+class: recovery-path
+summary: flip bytes in the one checkpoint file, kill a rank, expect no load of it
+fault:
+  type: corrupt-checkpoint
+  targets: {ranks: [1]}
+  params: {mode: flip-bytes}
+  trigger: {at_step: 23}   # saves at 5, 10, 15, 20: ckpt.bin holds step 20, its previous copy 15
+steady: {warmup_steps: 3}
+observe: {until_steps_after_recovery: 5, window: 60s}
+slo: {detect_within: 30s, first_step_within: 45s}
+abort: {max_duration: 3m}
+"""
+
+
+def corrupt(tmp_path: Path, *extra: str) -> dict:
+    spec = tmp_path / "corrupt-inplace.yaml"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    spec.write_text(CORRUPT)
+    payload, _ = execute(resolve(str(spec), cluster="local-process", job="inplace",
+                                 config_path=str(config(tmp_path, *extra))), reports_dir=str(tmp_path / "reports"))
+    return payload
+
+
+def test_corrupt_checkpoint_fails_the_script_that_loads_its_damaged_file(tmp_path):
+    r = corrupt(tmp_path)
+    assert r["verdict"] == "fail", r["reasons"]
+    m = r["measurements"]
+    assert (m["corrupted_checkpoint"], m["corrupted_step"], m["restored_step"]) == ("ckpt.bin", 20, 20)
+    slo = next(s for s in r["slos"] if s["name"] == "restore_skipped_corrupted")
+    assert slo["status"] == "fail", slo
+    witnesses = {w["name"]: w for w in m["damaged_restore"]["witnesses"]}
+    assert witnesses["reads"]["loaded"] is True and "ckpt.bin after it was damaged" in witnesses["reads"]["says"]
+    assert witnesses["resumed"]["loaded"] is True and witnesses["restore line"]["loaded"] is True
+    [heal] = r["fault"]["heals"]
+    # the job rewrote ckpt.bin after its restart (step 25): its newer bytes are kept, not ours put over them
+    assert heal["verified"] and "replaced or removed by the job" in heal["detail"], heal
+
+
+def test_corrupt_checkpoint_passes_the_script_that_verifies_and_falls_back(tmp_path):
+    r = corrupt(tmp_path, "--verify", "--keep-previous")
+    assert r["verdict"] == "pass", r["reasons"]
+    m = r["measurements"]
+    assert (m["corrupted_checkpoint"], m["restored_step"], m["rejected_corrupted"]) == ("ckpt.bin", 15, True)
+    slo = next(s for s in r["slos"] if s["name"] == "restore_skipped_corrupted")
+    assert slo["status"] == "pass" and "then ckpt.prev.bin" in slo["detail"], slo
+
+
+def test_a_sweep_of_the_in_place_save_finds_the_torn_points_that_hard_fail(tmp_path):
+    resolved = resolve("kill-during-save", cluster="local-process", job="inplace", config_path=str(config(tmp_path)))
+    report, folder = run_sweep(short_window(resolved, 25), reports_dir=str(tmp_path / "reports"))
+    assert [(e["kind"], e["path"]) for e in report["recorded"]["events"]] == [("create", "ckpt.bin"),
+                                                                               ("close", "ckpt.bin")]
+    classes = {row["point"]: row["class"] for row in report["rows"]}
+    assert classes == {"create ckpt.bin": "hard-fail", "close ckpt.bin": "pass", "torn ckpt.bin": "hard-fail"}, \
+        report["rows"]
+    assert report["exit_code"] == 1
+    text = (folder / "sweep.md").read_text()
+    assert "| create ckpt.bin | HARD-FAIL |" in text, text
