@@ -31,11 +31,25 @@ SLO_NEEDS = {"detect_within": "detect", "restart_within": "restart", "restore_wi
 FILE_FAULTS = ("corrupt-checkpoint", "restore-hang")
 
 
+def label_of(kind: str, by: str | None, source: str, pattern: str, name: str | None = None) -> str:
+    """A signal by a name a person can tell from its neighbours: the kind, who says it, and the
+    words of its pattern (groups shown as <name>): 'detect (torchrun): Worker group FAILED. <left>/<max> …'."""
+    if name:
+        return f"{kind} ({by or source}): {name}"
+    text = re.sub(r"\(\?P<(\w+)>((?:[^()]|\([^()]*\))*)\)",
+                  lambda m: m.group(2).replace(".*", "…") if m.group(1) == "message" else f"<{m.group(1)}>", pattern)
+    text = re.sub(r"\(\?:[^()]*\)\??", "", text)
+    text = re.sub(r"\\([^\w\s])", r"\1", text).replace("^", "").replace("$", "").replace(" +", " ").strip()
+    text = re.sub(r"\\[dswSDW][+*]?", "…", text)
+    return f"{kind} ({by or source}): {text[:70] + ('…' if len(text) > 70 else '')}"
+
+
 @dataclass
 class Tally:
     kind: str
     source: str
     pattern: str
+    label: str = ""
     count: int = 0
     sample: str | None = None
     fields: dict[str, Any] = field(default_factory=dict)
@@ -43,7 +57,8 @@ class Tally:
     last_t: float | None = None
 
     def as_dict(self, seconds: float) -> dict:
-        return {"kind": self.kind, "source": self.source, "pattern": self.pattern, "count": self.count,
+        return {"kind": self.kind, "source": self.source, "label": self.label, "pattern": self.pattern,
+                "count": self.count,
                 "per_s": round(self.count / seconds, 3) if seconds > 0 else None, "sample": self.sample,
                 "fields": self.fields}
 
@@ -54,10 +69,13 @@ class Watcher:
     def __init__(self, job: JobProfile, paths: list[Path]) -> None:
         self.tallies: list[tuple[Tally, Any, re.Pattern]] = []
         for name in job.presets:
-            for sig in load_preset(name).signals:
-                self.tallies.append((Tally(sig.kind, name, sig.pattern), sig, re.compile(sig.pattern)))
+            for sig in load_preset(name).all_signals():
+                self.tallies.append((Tally(sig.kind, name, sig.pattern, label_of(sig.kind, sig.by, name, sig.pattern, sig.name)),
+                                     sig, re.compile(sig.pattern)))
         for sig in job.signals:
-            self.tallies.append((Tally(sig.kind, "profile", sig.pattern), sig, re.compile(sig.pattern)))
+            self.tallies.append((Tally(sig.kind, "profile", sig.pattern,
+                                       label_of(sig.kind, sig.by, "profile", sig.pattern, sig.name)), sig,
+                                 re.compile(sig.pattern)))
         self.followers = [FileFollower(p) for p in paths]
         self.paths = paths
         self.lines = 0
@@ -109,10 +127,60 @@ class Watcher:
         return statistics.median(gaps) if gaps else None
 
 
+class SaveWatch:
+    """The job's saves during the probe, seen as kill-during-save sees them (a burst of file
+    events in the checkpoint folder, an in-place rewrite included), where this machine sees the
+    folder; ``count`` is None where it cannot."""
+
+    def __init__(self, job: JobProfile, values: dict[str, str], cluster: ClusterSpec) -> None:
+        from drillbit.dirwatch import DirWatch
+        from drillbit.saves import SaveTracker
+
+        self.watch = None
+        self.tracker = SaveTracker()
+        if job.checkpoint is not None and not cluster.logs_on_agents:
+            self.watch = DirWatch(expand(job.checkpoint.dir, values))
+
+    def poll(self) -> None:
+        if self.watch is not None:
+            for event in self.watch.events(0.0):
+                self.tracker.feed(event)
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+
+    def count(self) -> int | None:
+        return None if self.watch is None else len(self.tracker.saves)
+
+
 def readiness(spec: DrillSpec, job: JobProfile, kinds: set[str], ranks: list[ProcRef],
-              checkpoints: list | None) -> list[str]:
-    """What this job lacks for this drill (empty: it can run it)."""
+              checkpoints: list | None, *, engine: str | None = None, saves_seen: int | None = None,
+              run_dir: Path | None = None) -> list[str]:
+    """What this job lacks for this drill on this cluster (empty: it can run it): what the
+    drill's own preflight would refuse (the fault's engine, its binding to the profile — a
+    checkpoint, a tier's folder, a replacement hook), and what the probe saw missing (signals,
+    ranks, checkpoints on disk, saves seen as saves)."""
+    from drillbit.faults import get as get_fault
+    from drillbit.loop.runner import job_params
+
     missing = []
+    fault_cls = get_fault(spec.fault.type)
+    if engine is not None and fault_cls.needs_engine is not None and engine != fault_cls.needs_engine:
+        missing.append(f"a cluster of engine {fault_cls.needs_engine} ({spec.fault.type} works only there; this "
+                       f"one is {engine})")
+    try:
+        job_params(spec, job, run_dir or Path("."))
+    except ConfigError as exc:
+        missing.append(str(exc))
+    if spec.slo.restore_tier is not None and not job.tiers:
+        missing.append("tiers: in the profile (where each copy of a checkpoint lives)")
+    if fault_cls.arms_on_save:
+        if job.checkpoint is None:
+            missing.append("checkpoint: {dir, layout} in the profile (the save is watched there)")
+        elif saves_seen == 0:
+            missing.append(f"a save seen in {job.checkpoint.dir} during the probe (no file was written or rewritten "
+                           "there: watch longer, or check dir)")
     if "step" not in kinds and not job.heartbeat_file:
         missing.append("a step signal (or heartbeat_file)")
     if not ranks:
@@ -163,10 +231,12 @@ def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfil
         else:
             attached = attach_root(job.attach_pid or 0, job.attach_start_time, cluster.engine)
         watcher = Watcher(job, nodes.log_paths(job))
+        saves = SaveWatch(job, nodes.values, cluster)
         exit_code = None
         ranks: list[ProcRef] = []
         while time.time() - started < seconds and watcher.distinct_steps() < steps + 1:
             watcher.poll()
+            saves.poll()
             if launched is not None and (exit_code := launched.exit_code()) is not None:
                 break
             if status:
@@ -181,6 +251,8 @@ def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfil
         if job.checkpoint is not None:
             ckpt_spec = job.checkpoint.model_copy(update={"dir": expand(job.checkpoint.dir, nodes.values)})
         checkpoints = scan(ckpt_spec) if ckpt_spec is not None else None
+        saves.poll()
+        saves.close()
     finally:
         try:
             if launched is not None:
@@ -189,6 +261,7 @@ def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfil
             nodes.close()
             lease.release()
     watched = time.time() - started
+    saves_seen = saves.count()
     kinds = {t.kind for t, _, _ in watcher.tallies}
     fired = [t for t, _, _ in watcher.tallies if t.count]
     per_node: dict[str, list[int | None]] = {}
@@ -196,7 +269,8 @@ def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfil
         per_node.setdefault(r.node or "?", []).append(r.rank)
     catalogue = {}
     for name, spec in sorted(drills.items()):
-        missing = readiness(spec, job, kinds, ranks, checkpoints)
+        missing = readiness(spec, job, kinds, ranks, checkpoints, engine=cluster.engine, saves_seen=saves_seen,
+                            run_dir=run_dir)
         catalogue[name] = {"fault": spec.fault.type, "ready": not missing, "missing": missing}
     step_fired = any(t.kind == "step" for t in fired)
     return {
@@ -211,6 +285,7 @@ def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfil
         "checkpoints": None if checkpoints is None else {
             "dir": ckpt_spec.dir if ckpt_spec else None, "layout": ckpt_spec.layout if ckpt_spec else None,
             "found": [c.as_dict() for c in checkpoints[:5]], "count": len(checkpoints)},
+        "saves_seen": saves_seen,
         "catalogue": catalogue,
         "step_signal_fired": step_fired,
     }

@@ -189,3 +189,31 @@ def test_a_file_rewritten_in_place_is_a_layout_and_a_layout_that_fits_nothing_is
     wrong = CheckpointSpec(dir=str(tmp_path), layout="glob", glob="step_*", step_regex=r"step_(\d+)")
     with _pytest.raises(ConfigError, match=r"takes none of them.*layout: file, files: \[ckpt.prev.pt\]"):
         pick(wrong, 0, "corrupt-checkpoint")
+
+
+def test_readiness_is_what_the_drills_own_preflight_would_say():
+    """drill probe's "ready": the fault's engine, its binding to the profile (a tier's folder),
+    and saves seen as saves — not just a step signal (it once said yes to kill-during-save on a
+    job whose saves it never saw, to lose-local-tier without tiers, to node-down off Slurm)."""
+    from drillbit.onboard import readiness
+    from drillbit.proc import ProcRef
+    from drillbit.spec.config import JobProfile
+    from drillbit.spec.load import catalogue, load_drill
+    from drillbit.spec.load import load_config
+
+    config = load_config(None)
+    drills = {name: load_drill(path, config) for name, path in catalogue(None).items()}
+    job = JobProfile.model_validate({"launch": {"command": ["python", "train.py"]}, "presets": ["torchrun"],
+                                     "ranks": {"cmdline": "train"}, "logs": ["/tmp/x.log"],
+                                     "checkpoint": {"dir": "/tmp/x", "layout": "file", "files": ["ckpt.pt"]}})
+    ranks = [ProcRef(pid=1, start_time=0.0, rank=r) for r in range(4)]
+    kinds = {"step", "detect", "restart", "restore"}
+
+    def missing(name: str, **kw) -> str:
+        return "; ".join(readiness(drills[name], job, kinds, ranks, [object()], engine="process", **kw))
+
+    assert "a save seen in /tmp/x" in missing("kill-during-save", saves_seen=0)
+    assert missing("kill-during-save", saves_seen=2) == ""
+    assert "tiers" in missing("lose-local-tier") and "tiers" in missing("restore-tier-kill")
+    assert "engine slurm" in missing("node-down") and "engine slurm" in missing("node-crash")
+    assert missing("kill-rank") == "" and missing("corrupt-checkpoint") == ""

@@ -64,11 +64,11 @@ def show(f: dict) -> None:
         if not log["exists"]:
             out.print(f"log not found: {log['path']}", markup=False)
     table = Table(title="signals", show_edge=False)
-    for col in ("kind", "from", "count", "per s", "sample → fields"):
+    for col in ("signal", "from", "count", "per s", "sample → fields"):
         table.add_column(col, overflow="fold")
     for s in f["signals"]:
         sample = f"{s['sample']}\n→ {s['fields']}" if s["sample"] else "-"
-        table.add_row(s["kind"], s["source"], str(s["count"]), str(s["per_s"] or 0), sample)
+        table.add_row(s.get("label") or s["kind"], s["source"], str(s["count"]), str(s["per_s"] or 0), sample)
     out.print(table)
     if f["unmatched_sample"]:
         out.print("no step signal fired; the first lines that matched nothing:", markup=False)
@@ -79,6 +79,8 @@ def show(f: dict) -> None:
         out.print("checkpoints: none described (checkpoint: {dir, layout} in the profile)", markup=False)
     else:
         out.print(f"checkpoints: {ck['count']} in {ck['dir']} (layout {ck['layout']})", markup=False)
+        if f.get("saves_seen") is not None:
+            out.print(f"saves seen while probing: {f['saves_seen']}", markup=False)
         for c in ck["found"]:
             done = {True: "complete", False: "INCOMPLETE", None: "completeness unknown"}[c["complete"]]
             out.print(f"  step {c['step']}: {c['path']} ({done}; {len(c['data'])} data file(s))", markup=False)

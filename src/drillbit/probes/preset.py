@@ -20,10 +20,11 @@ class ErrorPattern(Strict):
 
     pattern: str
     by: str | None = None
+    name: str | None = None
 
     def signal(self, preset: str) -> Signal:
         return Signal(kind="error", pattern=self.pattern, ints=["rank"] if "(?P<rank>" in self.pattern else [],
-                      by=self.by or preset)
+                      by=self.by or preset, name=self.name)
 
 
 class Preset(Strict):

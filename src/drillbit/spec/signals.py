@@ -50,6 +50,8 @@ KINDS: dict[str, str] = {
 class Signal(Strict):
     kind: str
     pattern: str
+    name: str | None = Field(None, description="what the line is, in words, where its pattern does not say "
+                                               "(shown by drill probe)")
     ints: list[str] = Field(default_factory=list)
     floats: list[str] = Field(default_factory=list)
     by: str | None = None
