@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from drillbit.evidence import SaveRecorded, effects
 from drillbit import exitcodes
 from drillbit.checks.recovery import Measurements, crash_class
 from drillbit.checks.verdict import interrupted, worst
@@ -49,13 +50,13 @@ def record_save(resolved, *, reports_dir: str | None, db: str | None, ui=None) -
     payload, outcome = execute(with_params(resolved, name=f"{resolved.spec.name}-record", window=1.0, record=True),
                                reports_dir=reports_dir, db=db, ui=ui)
     confirmed = outcome.history.first("fault.confirmed")
-    data = next((e.get("data", {}) for e in (confirmed.data.get("evidence", []) if confirmed else [])
-                 if e.get("data", {}).get("recorded")), None)
-    if data is None:
+    recorded = next((e for e in effects(confirmed.data) if isinstance(e, SaveRecorded)), None) if confirmed else None
+    if recorded is None:
         why = next((e.data.get("reason") for e in outcome.history.of("fault.unconfirmed")), None)
         raise ConfigError(f"the first pass saw no save to record ({why or payload.get('error') or payload['verdict']}); "
                           f"see {outcome.run_dir}")
-    save = Save(data["save"], [FileEvent(e["t"], e["kind"], e["path"], e["is_dir"], e["size"]) for e in data["events"]])
+    save = Save(recorded.save, [FileEvent(e["t"], e["kind"], e["path"], e["is_dir"], e["size"])
+                                for e in recorded.events])
     return save, outcome.run_dir
 
 

@@ -152,3 +152,20 @@ def test_harness_error_in_a_drill_that_also_breached_an_slo_exits_5(tmp_path):
                     history=outcome.history, result=outcome.result, error=outcome.error,
                     error_kind=outcome.error_kind)
     assert payload["exit_code"] == 5 == exit_code("fail", "harness")  # ... but the harness broke: 5, not 1
+
+
+def test_an_interrupt_inside_an_in_process_agent_call_is_the_operators_stop_not_a_harness_error(tmp_path):
+    """SIGTERM landed while the controller was inside the in-process agent's confirm: the
+    service's catch-all turned it into "harness error: confirm failed: Interrupted", so the
+    verdict was not "interrupted" and a sweep went on to its next drill."""
+    from drillbit.agent.service import AgentService
+    from drillbit.loop.runner import Interrupted
+
+    service = AgentService("n0", tmp_path)
+
+    def stopped(_req):
+        raise Interrupted("interrupted by SIGTERM")
+    service._handlers["info"] = stopped
+    with pytest.raises(Interrupted):
+        service.dispatch("info", {})
+    assert service.dispatch("no-such-method", {})["error"]["kind"] == "unknown-method"  # the agent lives on

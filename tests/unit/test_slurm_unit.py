@@ -101,7 +101,7 @@ def drilled(rerun_on: str, requeue_at: float = 1.4) -> History:
     if requeue_at < 1.3:  # the scheduler's requeue seen before the harness recorded its confirmation
         h.record("slurm", "requeue", t=t + requeue_at, restarts=1)
     h.record("harness", "fault.confirmed", t=t + 1.3, expects="crash", hurts="node", verb="taken down",
-             evidence=[{"t": t + 1.3, "what": "DOWN", "data": {"node": "n1"}}])
+             evidence=[{"t": t + 1.3, "what": "DOWN", "kind": "node-state", "data": {"node": "n1", "state": "DOWN"}}])
     if requeue_at >= 1.3:
         h.record("slurm", "requeue", t=t + requeue_at, restarts=1)
     h.record("slurm", "detect", t=t + 1.4, by="slurm")

@@ -52,7 +52,8 @@ def drilled(restored: int, tier: str, lost: str | None = None) -> History:
     h.record("harness", "steady", t=t + 1.0, baseline_step_s=0.25, step=4)
     h.record("harness", "ckpt.tiers", t=t + 4.3, tiers={"local": {"/r/local/p0": 15, "/r/local/p1": 15},
                                                           "persistent": {"/r/persistent": 10}})
-    evidence = [{"t": t + 4.4, "what": "gone", "data": {"lost": lost} if lost else {}}]
+    evidence = [{"t": t + 4.4, "what": "gone", "kind": "tier-lost", "data": {"lost": lost, "tier": "local", "entries": []}}
+                if lost else {"t": t + 4.4, "what": "gone", "kind": "process-gone", "data": {"pid": 1}}]
     h.record("harness", "fault.confirmed", t=t + 4.4, expects="crash", evidence=evidence)
     h.record("probe", "restart", t=t + 5.0, attempt=1, by="torchrun")
     h.record("probe", "restore", t=t + 12.0, step=restored, tier=tier)

@@ -23,7 +23,7 @@ def spec() -> DrillSpec:
 
 
 def evidence(reads: str = "fanotify", local: bool = True) -> dict:
-    return {"evidence": [{"t": T, "what": "flip-bytes", "data": {
+    return {"evidence": [{"t": T, "what": "flip-bytes", "kind": "file-damage", "data": {
         "checkpoint": DAMAGED, "step": 20, "file": f"{DAMAGED}/mp_rank_00/model_optim_rng.pt", "root": ROOT,
         "checkpoints": {DAMAGED: 20, OLDER: 10}, "reads": reads, "reads_local": local,
         "reads_why": "" if reads != "none" else "fanotify and inotify refused"}}], "expects": "crash"}
@@ -116,3 +116,11 @@ def test_containment_not_basename():
     assert relation(ROOT, DAMAGED) == "parent" and relation(f"{DAMAGED}/", DAMAGED) == "same"
     assert relation("/elsewhere/iter_0000020", DAMAGED) == "other"  # same name, another folder
     assert relation("iter_0000020", DAMAGED) == "same" and relation("ckpt", DAMAGED) == "parent"
+
+
+def test_a_restart_that_never_reached_its_restore_proves_nothing_about_the_damaged_checkpoint():
+    rows = prelude()
+    rows += [(T - 0.01, "fault.inject"), (T, "fault.confirmed", evidence()), (T + 0.3, "detect", {"by": "torchrun"}),
+             (T + 2, "restart", {"attempt": 1}), (T + 30, "observe.end"), (T + 30.1, "drill.end")]
+    s = slo_of(check(spec(), History.build(rows)))
+    assert s.status == "unknown" and "never reached its restore" in s.detail, s

@@ -27,6 +27,21 @@ from drillbit.proc import ProcRef
 from drillbit.spec.config import RankDiscovery
 
 
+def typed(name: str, fault: Fault, evidence: Evidence) -> Evidence:
+    """The evidence checked against the fault's own models (drillbit.evidence) and tagged with
+    the one it fits: a fault that hands the checks a field they do not know, or lacks one they
+    need, is refused here rather than read as "nothing seen" later."""
+    problems = []
+    for model in fault.evidence:
+        try:
+            data = model.model_validate(evidence.data)
+        except ValueError as exc:
+            problems.append(f"{model.__name__}: {exc}")
+            continue
+        return evidence.model_copy(update={"kind": model.kind, "data": data.model_dump(mode="json")})
+    raise FaultError(f"{name}: its evidence fits none of its models ({'; '.join(problems)})")
+
+
 class NodeAgent:
     def __init__(self, node: str, registry_path: Path) -> None:
         self.node = node
@@ -171,8 +186,11 @@ class NodeAgent:
 
     def confirm(self, handle: Handle) -> Evidence | None:
         fault = self._instance(handle)
-        return fault.confirm(handle.target, fault.Params.model_validate(handle.params),
-                             fault.State.model_validate(handle.state))
+        evidence = fault.confirm(handle.target, fault.Params.model_validate(handle.params),
+                                 fault.State.model_validate(handle.state))
+        if evidence is None or evidence.data.get("unconfirmed"):
+            return evidence
+        return typed(handle.fault, fault, evidence)
 
     def heal(self, handle: Handle) -> HealReport:
         fault = self._instance(handle)

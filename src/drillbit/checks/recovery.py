@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from drillbit.checks.attribution import Attribution, attribute
 from drillbit.checks.witness import DamagedRestore, judge_damaged_restore, relation
+from drillbit.evidence import FileDamage, NodeGone, NodeState, SaveCrash, Slowed, TierLost, effects
 from drillbit.history import Event, History
 
 
@@ -156,28 +157,27 @@ def measure(history: History) -> Measurements:
     if m.expects == "slow":
         _measure_slow(m, events, confirmed, t0)
         return m
-    damaged: dict | None = None
+    damaged: FileDamage | None = None
     crash_dir = ""
-    for evidence in confirmed.data.get("evidence", []):
-        d = evidence.get("data", {})
-        if d.get("checkpoint"):
-            damaged = d
-            m.corrupted_path = str(d["checkpoint"]).rstrip("/")
+    for effect in effects(confirmed.data):
+        if isinstance(effect, FileDamage):
+            damaged = effect
+            m.corrupted_path = effect.checkpoint.rstrip("/")
             m.corrupted_checkpoint = os.path.basename(m.corrupted_path)
-            m.corrupted_step = d.get("step")
-        if d.get("point"):
-            m.crash_point, m.crash_lag_s = d["point"], d.get("lag_s")
-            m.crashed_checkpoint, m.crashed_step = d.get("crashed"), d.get("crashed_step")
-            m.crashed_complete, m.crashed_why = d.get("crashed_complete"), d.get("crashed_why") or None
-            m.best_complete_step, m.best_complete = d.get("best_complete_step"), d.get("best_complete")
-            crash_dir = str(d.get("dir") or "")
+            m.corrupted_step = effect.step
+        elif isinstance(effect, SaveCrash):
+            m.crash_point, m.crash_lag_s = effect.point, effect.lag_s
+            m.crashed_checkpoint, m.crashed_step = effect.crashed, effect.crashed_step
+            m.crashed_complete, m.crashed_why = effect.crashed_complete, effect.crashed_why or None
+            m.best_complete_step, m.best_complete = effect.best_complete_step, effect.best_complete
+            crash_dir = effect.dir or ""
     injected = next((e.t for e in events if e.kind == "fault.inject"), t0)
     if m.corrupted_path is not None and m.corrupted_step is None:
         # a checkpoint with no step in its name (one file rewritten in place): the step the
         # job's last save line before the damage named
         m.corrupted_step = saved_step(events, m.corrupted_path, injected)
         if damaged is not None:
-            damaged = {**damaged, "step": m.corrupted_step}
+            damaged = damaged.model_copy(update={"step": m.corrupted_step})
     if m.crash_point is not None and m.crashed_checkpoint is not None and m.crashed_step is None:
         # the save the crash cut short: the step its begin line named
         m.crashed_step = saved_step(events, os.path.join(crash_dir, m.crashed_checkpoint), t0, "ckpt.save.begin")
@@ -269,8 +269,8 @@ def job_errors(events: list[Event], t0: float, restarts_at: list[float]) -> list
 def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0: float) -> None:
     """A scheduler that requeued the job: how soon, and whether the rerun's allocation kept a
     node the fault took down."""
-    m.failed_nodes = sorted({str(e["data"]["node"]) for e in confirmed.data.get("evidence", [])
-                             if isinstance(e, dict) and e.get("data", {}).get("node")}
+    m.failed_nodes = sorted({str(e.node) for e in effects(confirmed.data)
+                             if isinstance(e, (NodeState, NodeGone)) and e.node}
                             if confirmed.data.get("hurts") == "node" else set())
     # the scheduler can requeue before the harness has recorded its own confirmation (node-down:
     # scontrol's DOWN and the requeue land in the same few milliseconds): from the injection on
@@ -298,10 +298,9 @@ def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: f
     if snapshot is None:
         return
     lost: set[str] = set()
-    for evidence in confirmed.data.get("evidence", []):
-        d = evidence.get("data", {}) if isinstance(evidence, dict) else {}
-        if d.get("lost"):
-            lost.add(str(d["lost"]).rstrip("/"))
+    for effect in effects(confirmed.data):
+        if isinstance(effect, TierLost):
+            lost.add(effect.lost.rstrip("/"))
     tiers = {name: dict(copies) for name, copies in (snapshot.data.get("tiers") or {}).items()}
     for name, lost_with in (snapshot.data.get("saved") or {}).items():
         # a tier with no folder (shared memory): the newest step the job said it saved there
@@ -388,9 +387,9 @@ def crash_class(m: Measurements, verdict: str) -> str:
 
 def _measure_slow(m: Measurements, events: list[Event], confirmed: Event, t0: float) -> None:
     """A fail-slow fault: was the right rank named, how fast, and what did it cost the fleet."""
-    achieved = [e.get("data", {}).get("slowdown_achieved") for e in confirmed.data.get("evidence", [])]
-    m.slowdown_achieved = next((a for a in achieved if a is not None), None)
-    m.target_slowdown = next((e.get("data", {}).get("target_slowdown") for e in confirmed.data.get("evidence", [])), None)
+    slowed = [e for e in effects(confirmed.data) if isinstance(e, Slowed)]
+    m.slowdown_achieved = next((e.slowdown_achieved for e in slowed if e.slowdown_achieved is not None), None)
+    m.target_slowdown = next((e.target_slowdown for e in slowed), None)
     steps = [e for e in events if e.kind == "step"]
     before = [e for e in steps if e.t < t0]
     m.step_at_fault = before[-1].data["n"] if before else None

@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from drillbit.evidence import FileDamage
 from drillbit.history import Event
 
 
@@ -86,13 +87,13 @@ def _who(e: Event) -> str:
     return f"pid {pid}" if pid else "a process (inotify names no reader)"
 
 
-def _reads_witness(evidence: dict, reads: list[Event], checkpoint: str, until: float | None) -> Witness:
-    how = evidence.get("reads") or "none"
-    root = evidence.get("root")
+def _reads_witness(evidence: FileDamage, reads: list[Event], checkpoint: str, until: float | None) -> Witness:
+    how = evidence.reads
+    root = evidence.root
     name = _short(checkpoint, root)
     if how == "none":
-        return Witness(name="reads", loaded=None, says=f"not watched ({evidence.get('reads_why') or 'no read watch'})")
-    others = {p: s for p, s in (evidence.get("checkpoints") or {}).items() if not within(p, checkpoint)
+        return Witness(name="reads", loaded=None, says=f"not watched ({evidence.reads_why or 'no read watch'})")
+    others = {p: s for p, s in evidence.checkpoints.items() if not within(p, checkpoint)
               and not within(checkpoint, p)}
 
     def ckpt_of(path: str) -> str | None:
@@ -103,8 +104,11 @@ def _reads_witness(evidence: dict, reads: list[Event], checkpoint: str, until: f
     seen = [e for e in reads if until is None or e.t <= until]
     damaged = [e for e in seen if ckpt_of(str(e.data.get("file", ""))) == checkpoint]
     if not damaged:
-        if evidence.get("reads_local") is False:
-            return Witness(name="reads", loaded=None, says=f"no read of {name} seen here ({evidence.get('reads_why')})")
+        if evidence.reads_local is False:
+            return Witness(name="reads", loaded=None, says=f"no read of {name} seen here ({evidence.reads_why})")
+        if until is None and not any(ckpt_of(str(e.data.get("file", ""))) for e in seen):
+            return Witness(name="reads", loaded=None, says="the restart read no checkpoint at all and never trained "
+                                                           "again: it never reached its restore")
         return Witness(name="reads", loaded=False, says=f"no process opened {name} after it was damaged ({how})")
     by_reader: dict[object, list[Event]] = {}
     for e in seen:
@@ -143,12 +147,12 @@ def _readers(events: list[Event]) -> str:
     return ", ".join(_who(e) for e in events)
 
 
-def judge_damaged_restore(events: list[Event], t0: float, evidence: dict, restore: Event | None,
+def judge_damaged_restore(events: list[Event], t0: float, evidence: FileDamage, restore: Event | None,
                           first_step: Event | None, restarted: bool) -> DamagedRestore:
     """restore_skipped_corrupted's three witnesses and their answer (module docstring)."""
-    checkpoint = str(evidence["checkpoint"])
-    step = evidence.get("step")
-    root = evidence.get("root")
+    checkpoint = evidence.checkpoint
+    step = evidence.step
+    root = evidence.root
     name = _short(checkpoint, root)
     t_damage = min((e.t for e in events if e.kind == "fault.inject"), default=t0)
     reads = [e for e in events if e.kind == "ckpt.read" and e.t >= t_damage - 1.0]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from drillbit.evidence import Effect
 from drillbit.proc import ProcRef
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class Evidence(BaseModel):
     t: float = Field(default_factory=time.time)
     what: str
     data: dict[str, Any] = Field(default_factory=dict)
+    kind: str | None = None  # the fault's evidence model that ``data`` fits (drillbit.evidence), set by the agent
 
 
 class Observation(BaseModel):
@@ -120,6 +122,9 @@ class Fault(Generic[P, S]):
     acts_through: ClassVar[Literal["node", "scheduler"]] = "node"
     # The one engine it works on (None: every engine); elsewhere a config error before launch
     needs_engine: ClassVar[str | None] = None
+    # What confirm hands over as Evidence.data, as typed models (drillbit.evidence): the agent
+    # validates it against the first that fits, so the checks read fields, never guessed keys
+    evidence: ClassVar[tuple[type[Effect], ...]] = (Effect,)
 
     def hurts(self, params: P) -> Literal["rank", "node"]:
         """Whom the fault hurts, for attribution: the target rank, or every rank of its node."""

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from drillbit.evidence import FileDamage
 from drillbit.checkpoints import Checkpoint, CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
 from drillbit.faults.ckptfile import (Backup, ReadWitness, data_of, discard, marker_of, metadata_of, pick, put_back,
@@ -57,6 +58,7 @@ def victim_of(params: CorruptParams, fault: str) -> tuple[Checkpoint, Path]:
 
 class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
     name = "corrupt-checkpoint"
+    evidence = (FileDamage,)
     needs_checkpoint = True
     fault_class = "recovery-path"
     Params = CorruptParams

@@ -29,6 +29,7 @@ from typing import Literal
 import psutil
 from pydantic import Field
 
+from drillbit.evidence import ReplacementBroken
 from drillbit.errors import FaultError
 from drillbit.faults import provider_shim
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
@@ -62,6 +63,7 @@ def _calls(shim_dir: Path) -> list[dict]:
 
 class FailNodeReplacement(Fault[ReplacementParams, ReplacementState]):
     name = "fail-node-replacement"
+    evidence = (ReplacementBroken,)
     fault_class = "recovery-path"
     Params = ReplacementParams
     State = ReplacementState

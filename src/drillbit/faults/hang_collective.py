@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psutil
 from pydantic import Field
 
+from drillbit.evidence import ProcessStopped
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.proc import ProcRef
 
@@ -34,6 +35,7 @@ class HangState(State):
 
 class HangCollective(Fault[HangParams, HangState]):
     name = "hang-collective"
+    evidence = (ProcessStopped,)
     verb = "stopped"
     fault_class = "fail-hang"
     Params = HangParams

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from drillbit.evidence import SaveCrash, SaveRecorded
 from drillbit.checkpoints import CheckpointSpec, scan
 from drillbit.dirwatch import DirWatch, FileEvent
 from drillbit.errors import FaultError
@@ -91,6 +92,7 @@ class _Outcome:
 
 class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
     name = "kill-during-save"
+    evidence = (SaveCrash, SaveRecorded)
     needs_checkpoint = True
     verb = "killed during a save"
 

@@ -22,6 +22,7 @@ import signal
 import psutil
 from pydantic import Field
 
+from drillbit.evidence import NodeGone
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.proc import ProcRef
@@ -64,6 +65,7 @@ def job_tree(target: ProcRef, launcher: str) -> list[ProcRef]:
 
 class KillNode(Fault[KillNodeParams, KillNodeState]):
     name = "kill-node"
+    evidence = (NodeGone,)
     verb = "killed (with its node)"
 
     def hurts(self, params: KillNodeParams) -> str:

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from drillbit.evidence import ProcessGone
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.proc import ProcRef
@@ -27,6 +28,7 @@ class KillState(State):
 
 class KillRank(Fault[KillParams, KillState]):
     name = "kill-rank"
+    evidence = (ProcessGone,)
     verb = "killed"
     fault_class = "fail-stop"
     Params = KillParams

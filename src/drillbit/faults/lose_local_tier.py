@@ -21,6 +21,7 @@ import time
 
 from pydantic import Field
 
+from drillbit.evidence import TierLost
 from drillbit.errors import FaultError
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
@@ -42,6 +43,7 @@ class LoseLocalTierState(State):
 
 class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
     name = "lose-local-tier"
+    evidence = (TierLost,)
     verb = "killed (its local tier lost)"
     fault_class = "fail-stop"
     Params = LoseLocalTierParams

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from drillbit.evidence import FileDamage
 from drillbit.checkpoints import CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
 from drillbit.faults.ckptfile import (Backup, ReadWitness, data_of, discard, pick, put_back, sha256, take_aside,
@@ -47,6 +48,7 @@ class RestoreHangState(Backup):
 
 class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
     name = "restore-hang"
+    evidence = (FileDamage,)
     needs_checkpoint = True
     fault_class = "fail-hang"
     Params = RestoreHangParams

@@ -19,6 +19,7 @@ import time
 
 from pydantic import Field
 
+from drillbit.evidence import Slowed
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.hang_collective import resume
 from drillbit.proc import ProcRef
@@ -70,6 +71,7 @@ class SlowRank(Fault[SlowParams, SlowState]):
     instance for as long as the fault is active."""
 
     name = "slow-rank"
+    evidence = (Slowed,)
     verb = "slowed"
     fault_class = "fail-slow"
     Params = SlowParams

@@ -24,6 +24,7 @@ from typing import Literal, TypeVar
 import psutil
 from pydantic import Field
 
+from drillbit.evidence import NodeGone, NodeState
 from drillbit.errors import FaultError
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
@@ -102,6 +103,7 @@ class SchedulerNodeFault(Fault[NodeFaultParams, S]):
 
 class NodeDown(SchedulerNodeFault[NodeDownState]):
     name = "node-down"
+    evidence = (NodeState,)
     State = NodeDownState
     verb = "taken down (with its node)"
 
@@ -190,6 +192,7 @@ def node_job_tree(job_id: str | None, node: str) -> list[psutil.Process]:
 
 class NodeCrash(SchedulerNodeFault[NodeCrashState]):
     name = "node-crash"
+    evidence = (NodeGone,)
     State = NodeCrashState
     verb = "crashed (with its node)"
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from drillbit.evidence import Throttled
 from drillbit.errors import FaultError
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.proc import ProcRef
@@ -98,6 +99,7 @@ class ThrottleState(State):
 
 class ThrottleClocks(Fault[ThrottleParams, ThrottleState]):
     name = "throttle-clocks"
+    evidence = (Throttled,)
     verb = "throttled"
     fault_class = "fail-slow"
     Params = ThrottleParams

@@ -45,8 +45,11 @@ from drillbit.spec.placeholders import expand
 ErrorKind = Literal["config", "harness"]
 
 
-class Interrupted(DrillError):
-    """SIGINT or SIGTERM reached the controller."""
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the controller. Like KeyboardInterrupt, not an Exception: the
+    signal handler raises it wherever the controller is — inside an in-process agent's handler
+    too — and no ``except Exception`` on the way may turn the operator's stop into a harness
+    error (a sweep once went on to its next drill after a SIGTERM that landed in ``confirm``)."""
 
 
 class Aborted(DrillError):
