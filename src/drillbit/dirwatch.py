@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from drillbit.proc import open_fds
+
 Mode = Literal["auto", "inotify", "poll"]
 Kind = Literal["create", "close", "publish", "delete"]
 
@@ -113,15 +115,7 @@ def _open_anywhere(paths: list[str]) -> set[str]:
     except OSError:
         return set(paths)  # cannot tell: assume still open, so its close is awaited
     for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
+        for target, _ in open_fds(pid):
             if target in wanted:
                 found.add(wanted[target])
     return found
@@ -385,7 +379,7 @@ class DirWatch:
 
     def _renames(self, current: dict[str, tuple[bool, int, int]], gone: set[str]) -> dict[str, str]:
         """Folders that vanished and reappeared under another name in one interval, with the
-        same files of the same sizes: a rename (new name -> old name)."""
+        same files: a rename (new name -> old name)."""
         def files(listing: dict[str, tuple[bool, int, int]], top: str) -> dict[str, int]:
             return {rel[len(top):]: v[1] for rel, v in listing.items() if rel.startswith(top + "/") and not v[0]}
         old_dirs = [g for g in gone if self._known[g][0] and ("/" not in g or g.rsplit("/", 1)[0] not in gone)]
@@ -394,7 +388,9 @@ class DirWatch:
         for new in new_dirs:
             content = files(current, new)
             for old in old_dirs:
-                if old not in out.values() and old.count("/") == new.count("/") and files(self._known, old) == content:
+                # the same file names (a file still being written may have grown in between)
+                if old not in out.values() and old.count("/") == new.count("/") \
+                        and files(self._known, old).keys() == content.keys():
                     out[new] = old
                     break
         return out

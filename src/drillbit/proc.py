@@ -73,6 +73,27 @@ class ProcRef(BaseModel):
         return True
 
 
+def open_fds(pid: int | str, *, flags: bool = False) -> list[tuple[str, int | None]]:
+    """The files a process holds open, from /proc/PID/fd: (path, its open flags when asked,
+    else None); empty when the process is gone or not ours to read."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    out: list[tuple[str, int | None]] = []
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            mode = None
+            if flags:
+                with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
+                    mode = int(next(line.split()[1] for line in fh if line.startswith("flags:")), 8)
+        except (OSError, StopIteration, ValueError, IndexError):
+            continue
+        out.append((target, mode))
+    return out
+
+
 def which(name: str, path: str | None = None) -> str | None:
     """A command drillbit runs on a job's behalf: on ``path`` (default: PATH), else installed
     beside the interpreter drillbit runs under — a virtual environment's ``bin/``, which is

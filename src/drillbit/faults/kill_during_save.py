@@ -41,7 +41,7 @@ from drillbit.errors import FaultError
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.faults.kill_node import TORCHRUN, job_tree
-from drillbit.proc import ProcRef
+from drillbit.proc import ProcRef, open_fds
 from drillbit.saves import CrashPoint, Save, SaveTracker
 
 
@@ -306,18 +306,8 @@ def held_open(victims: list[ProcRef], folder: Path) -> set[str]:
     root = os.path.realpath(folder)
     out: set[str] = set()
     for v in victims:
-        try:
-            fds = os.listdir(f"/proc/{v.pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{v.pid}/fd/{fd}")
-                info = Path(f"/proc/{v.pid}/fdinfo/{fd}").read_text().splitlines()
-                flags = int(next(line.split()[1] for line in info if line.startswith("flags:")), 8)
-            except (OSError, StopIteration, ValueError, IndexError):
-                continue
-            if flags & (os.O_WRONLY | os.O_RDWR) and target.startswith(root + os.sep):
+        for target, flags in open_fds(v.pid, flags=True):
+            if flags is not None and flags & (os.O_WRONLY | os.O_RDWR) and target.startswith(root + os.sep):
                 out.add(os.path.relpath(target, root))
     return out
 
