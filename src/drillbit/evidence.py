@@ -145,7 +145,7 @@ class ReplacementBroken(_Strict):
     """fail-node-replacement: the node is declared dead and its replacement misbehaves."""
 
     kind: ClassVar[str] = "replacement-broken"
-    node: str
+    node: str | None
     shim: str
     mode: str
     declared_dead: bool
