@@ -409,3 +409,22 @@ def test_a_file_rewritten_in_place_is_a_save_of_its_own(tmp_path, mode):
     assert len(tracker.saves) == 2
     assert [p.label() for p in crash_points(tracker.saves[1])] == ["create ckpt.pt", "close ckpt.pt", "torn ckpt.pt"]
     assert tracker.saves[1].files() == {"ckpt.pt": {"size": tracker.saves[1].events[-1].size, "closed": True}}
+
+
+def test_a_restore_line_naming_the_load_folder_is_judged_by_containment_and_step():
+    """Megatron's 'successfully loaded checkpoint from {load_dir} … at iteration 20' names the
+    folder above iter_0000020: by basename it was another checkpoint (restored_incomplete False,
+    a false pass); it is the crashed one by containment and step. A job with one checkpoint only
+    (a file rewritten in place) restored that one whenever it restored."""
+    m = crash(crashed_checkpoint="iter_0000020", restored_path="/runs/r/ckpt", restored_step=20,
+              time_to_first_step=5.0)
+    _judge_crash_restore(m, restarted=True, crash_dir="/runs/r/ckpt")
+    assert m.restored_incomplete is True
+    m = crash(crashed_checkpoint="iter_0000020", restored_path="/runs/r/ckpt", restored_step=10,
+              time_to_first_step=5.0)
+    _judge_crash_restore(m, restarted=True, crash_dir="/runs/r/ckpt")
+    assert m.restored_incomplete is False
+    m = crash(crashed_checkpoint="snapshot.pt", crashed_step=None, restored_path=None, restored_step=15,
+              best_complete_step=None, best_complete=None, time_to_first_step=5.0)
+    _judge_crash_restore(m, restarted=True, crash_dir="/runs/r/snap", crash_names=["snapshot.pt"])
+    assert m.restored_incomplete is True and crash_class(m, "fail") == "silent"

@@ -158,7 +158,7 @@ def measure(history: History) -> Measurements:
         _measure_slow(m, events, confirmed, t0)
         return m
     damaged: FileDamage | None = None
-    crash_dir = ""
+    crash_dir, crash_names = "", []
     for effect in effects(confirmed.data):
         if isinstance(effect, FileDamage):
             damaged = effect
@@ -171,6 +171,7 @@ def measure(history: History) -> Measurements:
             m.crashed_complete, m.crashed_why = effect.crashed_complete, effect.crashed_why or None
             m.best_complete_step, m.best_complete = effect.best_complete_step, effect.best_complete
             crash_dir = effect.dir or ""
+            crash_names = [str(c.get("name")) for c in effect.checkpoints]
     injected = next((e.t for e in events if e.kind == "fault.inject"), t0)
     if m.corrupted_path is not None and m.corrupted_step is None:
         # a checkpoint with no step in its name (one file rewritten in place): the step the
@@ -223,7 +224,7 @@ def measure(history: History) -> Measurements:
         m.damaged_restore = judge_damaged_restore(events, t0, damaged, restore, recovered[0] if recovered else None,
                                                   restart is not None)
     if m.crash_point is not None:
-        _judge_crash_restore(m, restore is not None or restart is not None)
+        _judge_crash_restore(m, restore is not None or restart is not None, crash_dir, crash_names)
     _measure_tiers(m, events, confirmed, t0, restore)
     if m.step_at_fault is not None and m.restored_step is not None:
         m.lost_steps = max(0, m.step_at_fault - m.restored_step)
@@ -354,17 +355,26 @@ def restored_tier(events: list[Event], restore: Event, until: float | None, orde
     return max((tier for _, tier in named), key=lambda tier: tier_rank(tier, order))
 
 
-def _judge_crash_restore(m: Measurements, restarted: bool) -> None:
+def _judge_crash_restore(m: Measurements, restarted: bool, crash_dir: str = "",
+                         crash_names: list[str] | None = None) -> None:
     """kill-during-save: did the restart load what the crash left incomplete, and did it
-    fall back further than the newest complete checkpoint?"""
+    fall back further than the newest complete checkpoint? The restore line's path is compared
+    by containment (a restore from the folder above it, at its step, is it), then by step; a
+    job with one checkpoint only (a file rewritten in place) restored that one if it restored."""
     if not restarted and m.time_to_first_step is None:
         return  # never came back: nothing was restored, rightly or wrongly
-    name = os.path.basename(m.restored_path.rstrip("/")) if m.restored_path else None
     if m.crashed_checkpoint is not None and m.crashed_complete is False:
-        same = name == m.crashed_checkpoint if name else (m.restored_step is not None
-                                                          and m.restored_step == m.crashed_step)
-        m.restored_incomplete = bool(same)
-    elif name is not None or m.restored_step is not None:
+        crashed = os.path.join(crash_dir, m.crashed_checkpoint) if crash_dir else m.crashed_checkpoint
+        rel = relation(m.restored_path, crashed) if m.restored_path else None
+        by_step = (m.restored_step == m.crashed_step if m.restored_step is not None and m.crashed_step is not None
+                   else None)
+        if rel == "same" or (crash_names is not None and crash_names == [m.crashed_checkpoint]):
+            m.restored_incomplete = True
+        elif rel == "other":
+            m.restored_incomplete = False
+        else:  # a folder above it, or no path: the step decides, where both are known
+            m.restored_incomplete = by_step
+    elif m.restored_path is not None or m.restored_step is not None:
         m.restored_incomplete = False
     if m.best_complete_step is None:
         m.fell_back_further_than_needed = False  # nothing complete to fall back to: any restart is as good

@@ -62,6 +62,9 @@ def relation(path: str, checkpoint: str) -> Literal["same", "parent", "other"]:
     """What a restore line's path is to the damaged checkpoint: the checkpoint itself (or a
     file in it), a folder above it (Megatron names its load folder), or something else. A
     relative path is matched by its trailing components."""
+    if not os.path.isabs(checkpoint):  # known by its name only (an older record): the tail, else the step decides
+        p, ck = _norm(path), _norm(checkpoint)
+        return "same" if p == ck or p.endswith("/" + ck) else "parent"
     if not os.path.isabs(path):
         tail, ck = _norm(path), _norm(checkpoint)
         if ck == tail or ck.endswith("/" + tail) or within(tail, os.path.basename(ck)):
