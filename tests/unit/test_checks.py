@@ -196,3 +196,23 @@ def test_a_failed_restart_quotes_the_jobs_own_error_per_attempt():
     assert first.startswith("detected after 0.2 s, restarted 3 times but no restart ever produced a step"), first
     assert "attempts 1–3, rank 3: RuntimeError: Gloo connectFullMesh failed" in first, first
     assert "ValueError" not in first  # the first exception line per rank per attempt only
+
+
+def test_attribution_is_unknown_when_the_profile_reads_no_blame_lines():
+    """Nobody blamed is a breach only where the job's lines could have named someone: a
+    profile with no blame or members signal cannot tell, and the drill is inconclusive."""
+    def history(reads: list[str]) -> History:
+        rows = prelude()
+        rows[1] = (BASE + 0.1, "job.launch", {"reads": reads})
+        rows += [(T_FAULT - 0.01, "fault.inject", {"rank": 1}), (T_FAULT, "fault.confirmed", {"hurts": "rank"}),
+                 (T_FAULT + 0.2, "detect", {"by": "torchrun"})]
+        rows += steps(21, 40, T_FAULT + 6.0)
+        rows += [(T_FAULT + 11, "observe.end"), (T_FAULT + 11.5, "drill.end")]
+        return History.build(rows)
+
+    blind = check(spec(attribution="exact"), history(["detect", "restart", "step"]))
+    slo = next(s for s in blind.slos if s.name == "attribution")
+    assert slo.status == "unknown" and "reads no blame or members lines" in slo.detail
+    assert blind.verdict == "inconclusive", blind.reasons
+    seeing = check(spec(attribution="exact"), history(["blame", "detect", "step"]))
+    assert next(s for s in seeing.slos if s.name == "attribution").status == "fail"

@@ -85,6 +85,8 @@ class Measurements(BaseModel):
     best_complete: str | None = None
     restored_incomplete: bool | None = None
     fell_back_further_than_needed: bool | None = None
+    # the event kinds the job's profile can read (None: not recorded, an older history)
+    signal_kinds: list[str] | None = None
     # the job's own errors after the fault, the first per rank per attempt (error signals)
     job_errors: list[JobError] = []
     # whom the stack blamed, against whom the fault hurt (checks/attribution.py)
@@ -114,6 +116,9 @@ def measure(history: History) -> Measurements:
     steady = next((e for e in events if e.kind == "steady"), None)
     confirmed = next((e for e in events if e.kind == "fault.confirmed"), None)
     m = Measurements(baseline_step_s=steady.data.get("baseline_step_s") if steady else None, t_observe_end=t_end)
+    launch = next((e for e in events if e.kind in ("job.launch", "job.attach")), None)
+    if launch is not None and isinstance(launch.data.get("reads"), list):
+        m.signal_kinds = [str(k) for k in launch.data["reads"]]
     if confirmed is None:
         return m
     t0 = confirmed.t

@@ -208,6 +208,11 @@ def _restore_tier(limit: int, m: Measurements, watched: float, reasons: list[str
 def _attribution(rule: str, m: Measurements, reasons: list[str]) -> SLOResult:
     """SLO attribution: exact (the hurt ranks, no other) or superset (at least them)."""
     a = m.attribution
+    if a is None and m.signal_kinds is not None and not {"blame", "members"} & set(m.signal_kinds):
+        return SLOResult(name="attribution", measurement="attribution", limit=1, measured=None, status="unknown",
+                         detail=f"{rule}: the job's profile reads no blame or members lines, so nothing it printed "
+                                "could name a culprit; add a preset or a signal of kind blame (rank, pid or "
+                                "blamed_node) or members")
     if a is None:
         hurt = ", ".join(map(str, m.target_ranks)) or "?"
         reasons.append(f"the stack blamed no rank: nothing it printed named rank {hurt}, which the fault hurt")

@@ -309,11 +309,11 @@ class DrillRunner:
             finally:
                 self._record_notes()  # what the engine did to launch (a submission, agents in the job)
             self.record("job.launch", pid=self.launched.pid,
-                        command=self.job.launch.command if self.job.launch else None,
+                        command=self.job.launch.command if self.job.launch else None, reads=self._reads(),
                         **({"job_id": self.launched.job_id} if getattr(self.launched, "job_id", None) else {}))
         else:
             self.ui.phase("launch", f"attaching to pid {self.job.attach_pid}")
-            self.record("job.attach", pid=self.job.attach_pid)
+            self.record("job.attach", pid=self.job.attach_pid, reads=self._reads())
         if self.cluster.logs_on_agents and self.make_probes is log_probes and self._reads_steps():
             from drillbit.probes.agentlogs import AgentLogProbe
 
@@ -323,6 +323,11 @@ class DrillRunner:
         self.probes += self.nodes.probes(self.history)
         for probe in self.probes:
             probe.start()
+
+    def _reads(self) -> list[str]:
+        """The event kinds the job's signals can produce: a check that needs a kind the profile
+        cannot read says unknown, not fail."""
+        return sorted({s.kind for s in signals_of(self.job.presets, self.job.signals)})
 
     def _reads_steps(self) -> bool:
         """Steps come from log lines (the agents can read them where they are written); a job
