@@ -234,10 +234,12 @@ def _skipped_damaged(d, rejected: bool | None, reasons: list[str]) -> SLOResult:
     detail = f"damaged {name}" + (f" (step {d.step})" if d.step is not None else "") + f": {d.why}"
     if rejected:
         detail += "; the job's own line rejected it"
-    if status == "fail":
-        tail = (" — nothing verified it before loading" if d.resumed else
-                " — the job never got past it and never trained again")
-        reasons.append(f"the job did not skip {name}, the checkpoint the harness had corrupted: {d.why}{tail}")
+    if status == "fail" and d.resumed:
+        reasons.append(f"the job restored {name}, the checkpoint the harness had corrupted: nothing verified it "
+                       f"before loading ({d.why})")
+    elif status == "fail":
+        reasons.append(f"the job did not skip {name}, the checkpoint the harness had corrupted: {d.why} — it never "
+                       "got past it and never trained again")
     return SLOResult(name="restore_skipped_corrupted", measurement="damaged_restore", limit=1,
                      measured=None if d.loaded is None else int(not d.loaded), status=status, detail=detail)
 
