@@ -246,12 +246,22 @@ def where(spec: CheckpointSpec) -> str:
     return f"{spec.dir} (layout {spec.layout})"
 
 
+# what a checkpoint file or folder is usually called: a folder holding these beside nothing the
+# layout takes is described wrong (other files — a config.json, a log — say nothing)
+_CKPT_LIKE = re.compile(r"\.(pt|pth|ckpt|bin|safetensors|distcp|npy|npz|pkl|pickle|h5|msgpack)$|ckpt|checkpoint|"
+                        r"^(step|iter|global_step|epoch)[-_]?\d+", re.IGNORECASE)
+
+
 def unmatched(spec: CheckpointSpec) -> list[str]:
-    """Names in the checkpoint folder that the layout does not take for checkpoints, when it
-    takes none of them: a description that does not fit the job (an empty list otherwise)."""
+    """Names in the checkpoint folder that look like checkpoints (by their names) while the
+    layout takes none of the folder's entries: a description that does not fit the job. Empty
+    otherwise — a folder with only other files has not been saved to yet, and a ``file``
+    layout names its files outright."""
+    if spec.layout == "file":
+        return []
     root = Path(spec.dir)
     try:
-        names = sorted(e.name for e in root.iterdir() if not e.name.startswith("."))
+        names = sorted(e.name for e in root.iterdir() if not e.name.startswith(".") and _CKPT_LIKE.search(e.name))
     except OSError:
         return []
     return names if names and not scan(spec) else []

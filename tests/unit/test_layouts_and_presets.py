@@ -189,6 +189,12 @@ def test_a_file_rewritten_in_place_is_a_layout_and_a_layout_that_fits_nothing_is
     wrong = CheckpointSpec(dir=str(tmp_path), layout="glob", glob="step_*", step_regex=r"step_(\d+)")
     with _pytest.raises(ConfigError, match=r"takes none of them.*layout: file, files: \[ckpt.prev.pt\]"):
         pick(wrong, 0, "corrupt-checkpoint")
+    # a folder with only other files (a config, a log) has not been saved to yet: not the profile's fault
+    (tmp_path / "ckpt.pt").unlink()
+    (tmp_path / "ckpt.prev.pt").unlink()
+    with _pytest.raises(Exception, match="only 0 checkpoint") as raised:
+        pick(wrong, 0, "corrupt-checkpoint")
+    assert not isinstance(raised.value, ConfigError)
 
 
 def test_readiness_is_what_the_drills_own_preflight_would_say():
