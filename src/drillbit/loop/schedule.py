@@ -26,12 +26,15 @@ def select_targets(ranks: list[ProcRef], targets: Targets) -> list[ProcRef]:
         wanted = set(targets.ranks)
         chosen = [r for r in pool if r.rank in wanted]
         missing = wanted - {r.rank for r in chosen}
-        if missing:
-            raise DrillError(f"target ranks {sorted(missing)} not found; the job has ranks "
-                             f"{sorted(r.rank for r in ranks)}")
+        if missing:  # the drill's targets do not fit this job: a description problem (exit 2)
+            raise ConfigError(f"target ranks {sorted(missing)} not found; the job has ranks "
+                              f"{sorted(r.rank for r in ranks)} (set the drill's targets for this job)")
         return chosen
     if len(pool) < targets.count:
-        raise DrillError(f"{targets.count} targets wanted but only {len(pool)} eligible ranks were found")
+        raise ConfigError(f"{targets.count} target(s) wanted but only {len(pool)} eligible rank(s) were found: the job "
+                          f"has ranks {sorted(r.rank for r in ranks)}, and the drill excludes ranks "
+                          f"{sorted(targets.exclude_ranks)} and nodes {sorted(targets.exclude_nodes)} (set the drill's "
+                          "targets for this job, e.g. targets: {ranks: [0]})")
     if targets.select == "first":
         return pool[: targets.count]
     if targets.select == "last":
