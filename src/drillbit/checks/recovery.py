@@ -7,6 +7,7 @@ job's own recovery.
 from __future__ import annotations
 
 import os
+import re
 import statistics
 
 from pydantic import BaseModel
@@ -158,7 +159,10 @@ def measure(history: History) -> Measurements:
     m.expects = confirmed.data.get("expects")
     m.target_ranks = sorted({e.rank for e in events if e.kind == "fault.inject" and e.rank is not None})
     m.attribution = attribute(events, t0, confirmed.data.get("hurts", "rank"), confirmed.data.get("verb", "hurt"))
-    _measure_requeue(m, events, confirmed, t0)
+    # when the fault was injected: a scheduler can requeue, and a reader can open the damaged
+    # file, before the harness has recorded the fault's confirmation
+    injected = next((e.t for e in events if e.kind == "fault.inject" and e.t <= t0), t0)
+    _measure_requeue(m, events, confirmed, t0, injected)
     if m.expects == "slow":
         _measure_slow(m, events, confirmed, t0)
         return m
@@ -177,7 +181,6 @@ def measure(history: History) -> Measurements:
             m.best_complete_step, m.best_complete = effect.best_complete_step, effect.best_complete
             crash_dir = effect.dir or ""
             crash_names = [str(c.get("name")) for c in effect.checkpoints]
-    injected = next((e.t for e in events if e.kind == "fault.inject"), t0)
     if m.corrupted_path is not None and m.corrupted_step is None:
         # a checkpoint with no step in its name (one file rewritten in place): the step the
         # job's last save line before the damage named
@@ -226,7 +229,7 @@ def measure(history: History) -> Measurements:
         if m.restored_step is None and (restart or restore):
             m.restored_step = m.first_step - 1
     if damaged is not None:
-        m.damaged_restore = judge_damaged_restore(events, t0, damaged, restore, recovered[0] if recovered else None,
+        m.damaged_restore = judge_damaged_restore(events, injected, damaged, restore, recovered[0] if recovered else None,
                                                   restart is not None)
     if m.crash_point is not None:
         _judge_crash_restore(m, restore is not None or restart is not None, crash_dir, crash_names)
@@ -252,8 +255,6 @@ def saved_step(events: list[Event], path: str, before: float, kind: str = "ckpt.
 def job_errors(events: list[Event], t0: float, restarts_at: list[float]) -> list[JobError]:
     """The first error line per rank per attempt after the fault, merged across attempts that
     said the same (digits aside: ports, pids and addresses change between attempts)."""
-    import re
-
     first: dict[tuple[int, int | None], Event] = {}
     for e in events:
         if e.kind != "error" or e.t < t0:
@@ -272,7 +273,7 @@ def job_errors(events: list[Event], t0: float, restarts_at: list[float]) -> list
     return list(merged.values())
 
 
-def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0: float) -> None:
+def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0: float, injected: float) -> None:
     """A scheduler that requeued the job: how soon, and whether the rerun's allocation kept a
     node the fault took down."""
     m.failed_nodes = sorted({str(e.node) for e in effects(confirmed.data)
@@ -280,7 +281,6 @@ def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0:
                             if confirmed.data.get("hurts") == "node" else set())
     # the scheduler can requeue before the harness has recorded its own confirmation (node-down:
     # scontrol's DOWN and the requeue land in the same few milliseconds): from the injection on
-    injected = next((e.t for e in events if e.kind == "fault.inject" and e.t <= t0), t0)
     requeue = next((e for e in events if e.kind == "requeue" and e.t >= injected), None)
     if requeue is None:
         return

@@ -44,9 +44,6 @@ class DamagedRestore(BaseModel):
     witnesses: list[Witness]
     why: str
 
-    def words(self) -> str:
-        return "; ".join(f"{w.name}: {w.says}" for w in self.witnesses)
-
 
 def _norm(path: str) -> str:
     return os.path.normpath(path).rstrip("/") or "/"
@@ -104,28 +101,27 @@ def _reads_witness(evidence: FileDamage, reads: list[Event], checkpoint: str, un
             return checkpoint
         return max((p for p in others if within(path, p)), key=len, default=None)
 
-    seen = [e for e in reads if until is None or e.t <= until]
-    damaged = [e for e in seen if ckpt_of(str(e.data.get("file", ""))) == checkpoint]
-    if not damaged:
+    # each read with the checkpoint it belongs to (None: a file of no checkpoint, the tracker)
+    seen = [(e, ckpt_of(str(e.data.get("file", "")))) for e in reads if until is None or e.t <= until]
+    if not any(where == checkpoint for _, where in seen):
         if evidence.reads_local is False:
             return Witness(name="reads", loaded=None, says=f"no read of {name} seen here ({evidence.reads_why})")
-        if until is None and not any(ckpt_of(str(e.data.get("file", ""))) for e in seen):
+        if until is None and not any(where for _, where in seen):
             return Witness(name="reads", loaded=None, says="the restart read no checkpoint at all and never trained "
                                                            "again: it never reached its restore")
         return Witness(name="reads", loaded=False, says=f"no process opened {name} after it was damaged ({how})")
-    by_reader: dict[object, list[Event]] = {}
-    for e in seen:
-        if ckpt_of(str(e.data.get("file", ""))) is not None:
-            by_reader.setdefault(e.rank if e.rank is not None else e.data.get("pid"), []).append(e)
+    by_reader: dict[object, list[tuple[Event, str]]] = {}
+    for e, where in seen:
+        if where is not None:
+            by_reader.setdefault(e.rank if e.rank is not None else e.data.get("pid"), []).append((e, where))
     loaded_by: dict[str, list[Event]] = {}    # what they read -> the readers (the first damaged read each)
     rejected_by: dict[str, list[Event]] = {}
     for events in by_reader.values():
-        events.sort(key=lambda e: e.t)
-        first_damaged = next((e for e in events if ckpt_of(str(e.data["file"])) == checkpoint), None)
+        events.sort(key=lambda ew: ew[0].t)
+        first_damaged = next((e for e, where in events if where == checkpoint), None)
         if first_damaged is None:
             continue
-        last = events[-1]
-        where = ckpt_of(str(last.data["file"]))
+        last, where = events[-1]
         read = _short(str(first_damaged.data["file"]), root)
         if where == checkpoint:
             loaded_by.setdefault(read, []).append(first_damaged)
@@ -150,14 +146,14 @@ def _readers(events: list[Event]) -> str:
     return ", ".join(_who(e) for e in events)
 
 
-def judge_damaged_restore(events: list[Event], t0: float, evidence: FileDamage, restore: Event | None,
+def judge_damaged_restore(events: list[Event], t_damage: float, evidence: FileDamage, restore: Event | None,
                           first_step: Event | None, restarted: bool) -> DamagedRestore:
-    """restore_skipped_corrupted's three witnesses and their answer (module docstring)."""
+    """restore_skipped_corrupted's three witnesses and their answer (module docstring);
+    ``t_damage``: when the fault was injected."""
     checkpoint = evidence.checkpoint
     step = evidence.step
     root = evidence.root
     name = _short(checkpoint, root)
-    t_damage = min((e.t for e in events if e.kind == "fault.inject"), default=t0)
     reads = [e for e in events if e.kind == "ckpt.read" and e.t >= t_damage - 1.0]
     witnesses = [_reads_witness(evidence, reads, checkpoint, first_step.t if first_step is not None else None)]
     if first_step is not None and (restarted or restore is not None):
