@@ -125,7 +125,7 @@ detected") but its plain manager
     [launcher] = (tmp_path / "reports").glob("*-corrupt-checkpoint-jax-fast/job/launcher.log")
     assert "Data corruption detected" in launcher.read_text(errors="replace")
     history = (launcher.parent.parent / "history.jsonl").read_text().splitlines()
-    failed = [json.loads(line) for line in history if '"restore.failed"' in line]
+    failed = [e for e in map(json.loads, history) if e["kind"] == "restore.failed"]
     assert failed and failed[0]["data"]["reason"] == "Data corruption detected", failed[:1]
 
 
