@@ -7,12 +7,24 @@ import os
 from pathlib import Path
 
 
-def write_atomic(path: Path | str, text: str) -> Path:
+def write_atomic(path: Path | str, text: str, mode: int = 0o644) -> Path:
+    """``text`` to ``path``, whole, at ``mode`` (never wider: the file is created at it, not
+    chmodded after). A link at the temporary name is refused (O_EXCL does not follow it)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
+    try:
+        os.unlink(tmp)  # a leftover of a writer killed mid-write
+    except FileNotFoundError:
+        pass
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     return path
+
+
+def write_private(path: Path | str, text: str) -> Path:
+    """Like :func:`write_atomic`, readable by its owner only (a registry, a batch script with
+    the launch's secrets)."""
+    return write_atomic(path, text, 0o600)

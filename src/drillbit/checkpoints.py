@@ -35,7 +35,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from drillbit.spec.models import Strict
+from drillbit.spec.models import Strict, compile_regex
 
 LayoutName = Literal["reference", "dcp", "hf", "lightning", "megatron", "deepspeed", "orbax", "glob", "custom",
                      "file"]
@@ -74,6 +74,13 @@ _NOT_DATA = {"COMPLETE", "meta.json", "MANIFEST.json", ".metadata", "_CHECKPOINT
              "commit_success.txt"}
 
 
+def stays_inside(name: str) -> bool:
+    """A name (or glob) relative to its folder that cannot leave it: not absolute, no ``..``,
+    not empty. (A symlink inside is caught where the file is opened: faults/ckptfile.py.)"""
+    parts = name.replace("\\", "/").split("/")
+    return bool(name) and not name.startswith(("/", "~")) and ".." not in parts and "\x00" not in name
+
+
 class CheckpointSpec(Strict):
     """Where a job's checkpoints are and how they are laid out (``checkpoint:`` in a job
     profile; also a param of corrupt-checkpoint and restore-hang)."""
@@ -101,6 +108,11 @@ class CheckpointSpec(Strict):
             return self
         if self.files is not None:
             raise ValueError(f"files is for layout file, not {self.layout}")
+        leaving = [f"{k}: {v!r}" for k in ("glob", "marker", "metadata", "data")
+                   if (v := getattr(self, k)) is not None and not stays_inside(v)]
+        if leaving:
+            raise ValueError(f"names inside the checkpoint folder must stay inside it (relative, no '..'): "
+                             f"{', '.join(leaving)}")
         if self.layout in ("glob", "custom"):
             missing = [k for k in ("glob", "step_regex") if getattr(self, k) is None]
             if missing:
@@ -111,10 +123,7 @@ class CheckpointSpec(Strict):
         if self.layout == "glob" and (self.marker or self.metadata):
             raise ValueError("layout glob has no marker or metadata; use layout custom")
         if self.step_regex is not None:
-            try:
-                rx = re.compile(self.step_regex)
-            except re.error as exc:
-                raise ValueError(f"bad step_regex: {exc}") from None
+            rx = compile_regex(self.step_regex, "step_regex")
             if rx.groups < 1:
                 raise ValueError("step_regex needs a group for the step, e.g. 'step_(\\d+)'")
         return self

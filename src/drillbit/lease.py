@@ -10,17 +10,19 @@ import fcntl
 import json
 import os
 import socket
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 
 from drillbit.errors import LeaseError
+from drillbit.statedir import private_dir
 
 
 def lease_path(cluster: str) -> Path:
-    base = Path(os.environ.get("DRILLBIT_LEASE_DIR", tempfile.gettempdir()))
+    """In this user's state folder (a shared /tmp file could be created, and flocked, by
+    anyone first: every drill would be refused)."""
+    base = private_dir(os.environ.get("DRILLBIT_LEASE_DIR") or None)
     return base / f"drillbit-lease-{cluster}.lock"
 
 
@@ -32,7 +34,10 @@ class Lease:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise LeaseError(f"cluster {self.cluster!r}: cannot open its lease file {self.path} ({exc.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

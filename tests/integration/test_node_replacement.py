@@ -21,7 +21,9 @@ HERE = Path(__file__).parent / "drills"
 def hook(tmp_path: Path) -> dict:
     return {"command": "drillbit-ref-nodepool", "failed_arg": "--failed", "shim_dir": str(tmp_path / "shim"),
             "declare_dead": [sys.executable, "-m", "drillbit.reference.nodepool", "mark-bad", "--pool",
-                             str(tmp_path / "pool.json"), "--active"]}
+                             str(tmp_path / "pool.json"), "--active"],
+            "revive": [sys.executable, "-m", "drillbit.reference.nodepool", "mark-good", "--pool",
+                       str(tmp_path / "pool.json"), "--last-marked"]}
 
 
 def provider(tmp_path: Path, failed: str, timeout: float = 5) -> subprocess.CompletedProcess:
@@ -56,6 +58,7 @@ def test_provider_misbehaves_once_then_heals(tmp_path, mode):
     report = agent.heal(handle)
     assert report.verified and not (tmp_path / "shim").exists(), report
     assert "misbehaved on 1 of 2 call(s)" in report.detail
+    assert "ran revive" in report.detail and "node-0" not in nodepool.read(pool)["bad"], report  # declare_dead undone
     if hanging is not None:
         assert "ended 1 call(s) still hanging" in report.detail
         assert hanging.wait(timeout=10) != 0 and hanging.stdout.read() == b""  # it never answered

@@ -31,15 +31,36 @@ clusters:
 jobs:
   mine:
     presets: [torchrun]
-    launch: {command: ["{python}", "train.py"], per_node: true, stop_timeout: 30s}
+    launch: {command: ["{python}", "train.py"], per_node: true, stop_timeout: 30s, env: {OMP_NUM_THREADS: "1"}}
     ranks: {cmdline: 'train\\.py'}
     logs: ["{run_dir}/job.out"]
+    launcher: 'torchrun'
+    checkpoint: {dir: "{run_dir}/ckpt", layout: custom, glob: "step_*", step_regex: 'step_(\\d+)', marker: done, metadata: meta.json}
+    signals:
+      - kind: step
+        pattern: '^(?P<t>\\S+ \\S+) step (?P<n>\\d+)'
+        ints: [n]
+        time_format: '%Y-%m-%d %H:%M:%S'
+        timezone: Europe/Berlin
+    replacement: {command: scontrol, shim_dir: "{run_dir}/shim"}
+  other:
+    presets: [torchrun]
+    launch: {command: [python, t.py], cwd: /srv/job}
+    ranks: {cmdline: 't\\.py', pidfiles: "{run_dir}/pids/*.json"}
+    logs: ["{run_dir}/t.out"]
+    heartbeat_file: "{run_dir}/hb"
 """
 SPECS = [p.read_text() for p in catalogue().values()]
 SUITES = [p.read_text() for p in suite_catalogue().values()]
 NASTY = [".nan", ".inf", "-.inf", "0", "0s", "-1", "", "~", "[", "]", "{", "}", "'", '"', "&a", "*a",
          "!!python/name:os.system", "!!python/object/apply:os.system ['true']", "!!binary AAAA", "? [a, b]",
-         "<<: *a", "yes", "1e309", "9" * 40, "\t", "\x00", "é", "{a: [b, {c: d}]}", "- x", ": x", "---", "%TAG"]
+         "<<: *a", "yes", "1e309", "9" * 40, "\t", "\x00", "é", "{a: [b, {c: d}]}", "- x", ": x", "---", "%TAG",
+         # found by the second audit: explicit tags, regex limits, zones, home paths, NUL bytes, bounds
+         "!!int x", "!!bool maybe", "!!timestamp 2026-13-45", "!!float x", "!!null x", "!!str", "!!set {a}",
+         "!!omap [a]", "'a{4294967296}'", "'" + "(" * 1000 + "a" + ")" * 1000 + "'", "'x' ", "'(?P<n>'",
+         "Europe", "'" + "A" * 300 + "'", "'~nosuchuser/p.yaml'", "['~nosuchuser/p.yaml']", "\"a\\0b\"",
+         "\"\\x00\"", "9.3e9", "9.3e9s", "1e10", ".inf", "-.inf", "'A=B'", "{'A=B': x}", "{'': x}",
+         "'../../victim.txt'", "/etc/passwd", "'.'", "'.*'", "''", "[]", "{}", "-1s", "1e-300", "0.0001ms"]
 
 
 def mutate(text: str, rnd) -> str:

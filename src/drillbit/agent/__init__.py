@@ -11,7 +11,7 @@
 Transports (``drillbit.transport``) carry ``(method, request)`` to
 :meth:`AgentService.dispatch` and its Envelope back; nothing else reaches an agent.
 """
-from drillbit.agent.jobproc import LaunchedJob, free_port, start_job, stop_process_group
+from drillbit.agent.jobproc import LaunchedJob, free_port, start_job, stop_job
 from drillbit.agent.node import NodeAgent
 
-__all__ = ["LaunchedJob", "NodeAgent", "free_port", "start_job", "stop_process_group"]
+__all__ = ["LaunchedJob", "NodeAgent", "free_port", "start_job", "stop_job"]

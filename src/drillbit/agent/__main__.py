@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 from pathlib import Path
 
 from drillbit.proc import ProcRef
@@ -14,7 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="run one node's agent, JSON-lines RPC on stdin/stdout (used over SSH)")
     s.add_argument("--node", required=True)
-    s.add_argument("--state-dir", required=True)
+    s.add_argument("--state-dir", help="where the registry is kept (default: $XDG_RUNTIME_DIR/drillbit, else "
+                                       "/tmp/drillbit-<uid>); a folder only this user can write")
     s.add_argument("--skew", type=float, default=0.0, help=argparse.SUPPRESS)
     s.add_argument("--pretend-version", help=argparse.SUPPRESS)
     s.add_argument("--slurm-job", help="the Slurm job whose allocation this agent runs in (its ranks are found "
@@ -24,9 +26,18 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--watch-pid", type=int, required=True)
     g.add_argument("--watch-start", type=float, required=True)
     h = sub.add_parser("heal", help="heal what the drills left in this state folder (their agents died)")
-    h.add_argument("--state-dir", required=True)
+    h.add_argument("--state-dir", help="default: this user's, as for serve")
     h.add_argument("--force", action="store_true", help="even where the drill still seems to run")
     args = p.parse_args(argv)
+    if args.cmd in ("serve", "heal"):
+        from drillbit.errors import ConfigError
+        from drillbit.statedir import private_dir
+
+        try:
+            args.state_dir = private_dir(args.state_dir)
+        except ConfigError as exc:
+            print(f"drillbit agent: {exc}", file=sys.stderr)
+            return 2
     if args.cmd == "heal":
         import json
 

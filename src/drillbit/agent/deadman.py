@@ -31,6 +31,7 @@ from drillbit.faults.base import Handle, HealReport
 from drillbit.proc import ProcRef
 
 HEAL_DEADLINE_S = 60.0
+BACKOFF_CAP_S = 60.0
 
 
 class DeadmanLog:
@@ -87,25 +88,49 @@ def heal_with_deadline(heal: Callable[[Handle], HealReport], handle: Handle,
     return box[0]
 
 
-def orphan(log: DeadmanLog, reason: str, handles: list[Handle], heal: Callable[[Handle], HealReport],
+def backoff(attempt: int) -> float:
+    """Seconds before heal attempt ``attempt`` + 1: 1, 2, 4, … capped at a minute."""
+    return min(BACKOFF_CAP_S, 2.0 ** max(0, attempt - 1))
+
+
+def orphan(log: DeadmanLog, reason: str, pending: Callable[[], list[Handle]], heal: Callable[[Handle], HealReport],
            job_running: Callable[[], bool], stop_job: Callable[[], int | None], job_grace_s: float,
-           wait: Callable[[float], object]) -> None:
-    """The controller is gone: heal, let the job show its recovery, stop it, say so."""
+           wait: Callable[[float], object], stopped: Callable[[], bool] = lambda: False) -> bool:
+    """The controller is gone: heal, let the job show its recovery, stop it, say so.
+
+    A fault that does not heal is tried again, with backoff, until it heals or leaves
+    ``pending()`` (the registry: ``drill heal`` healed it, or an operator abandoned it with
+    ``drill heal --abandon``) — never dropped. Returns False when ``stopped()`` ended the
+    retries first (whoever stopped this takes the registry over)."""
     log.note("agent.lost", reason=reason)
-    for handle in handles:
-        report = heal_with_deadline(heal, handle)
-        kind = "fault.heal" if report.healed else "heal.failed"
-        log.note(kind, rank=handle.target.rank, fault=handle.fault, pid=handle.target.pid,
-                 healed=report.healed, verified=report.verified, detail=report.detail)
+    attempt = 0
+    while True:
+        left = pending()
+        if not left:
+            break
+        attempt += 1
+        for handle in left:
+            report = heal_with_deadline(heal, handle)
+            kind = "fault.heal" if report.healed else "heal.failed"
+            log.note(kind, rank=handle.target.rank, fault=handle.fault, pid=handle.target.pid, attempt=attempt,
+                     healed=report.healed, verified=report.verified, detail=report.detail)
+        if not pending():
+            break
+        delay = backoff(attempt)
+        log.note("heal.retry", attempt=attempt + 1, in_s=delay, faults=[h.fault for h in pending()])
+        wait(delay)
+        if stopped():
+            return False
     if job_running():
         wait(job_grace_s)
         log.note("job.stop", code=stop_job())
     log.note("orphan.done")
+    return True
 
 
 def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
     """The guardian's loop: returns when released, or once ``watch`` died and all is healed."""
-    from drillbit.agent.jobproc import stop_process_group
+    from drillbit.agent.jobproc import stop_job as stop_tree
     from drillbit.agent.node import NodeAgent
 
     stop = threading.Event()
@@ -131,11 +156,11 @@ def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
     log = DeadmanLog(agent.log_path, agent.node, float(armed.get("offset_s", 0.0)))
 
     def stop_job() -> int | None:
-        stop_process_group(int(job["pgid"]), timeout=20.0)
+        stop_tree(ProcRef.model_validate(job["proc"]), job.get("mark"), timeout=20.0)
         agent.release_job()
         return None
 
-    orphan(log, f"the process it watched (pid {watch.pid}) is gone", handles, agent.heal,
+    orphan(log, f"the process it watched (pid {watch.pid}) is gone", agent.pending, agent.heal,
            job_running=lambda: bool(job), stop_job=stop_job,
-           job_grace_s=float(armed.get("job_grace_s", 0.0)), wait=stop.wait)
+           job_grace_s=float(armed.get("job_grace_s", 0.0)), wait=stop.wait, stopped=stop.is_set)
     return 0

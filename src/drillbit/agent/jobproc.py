@@ -1,4 +1,5 @@
-"""The job's launcher on one node: started in a session of its own, stopped as a group."""
+"""The job's launcher on one node: started in a session of its own with a mark in its
+environment; stopped as a whole — every process that descends from it or carries the mark."""
 from __future__ import annotations
 
 import os
@@ -6,6 +7,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -20,13 +22,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class LaunchedJob:
-    """A job a drill started, in a session (process group) of its own."""
+MARK = "DRILLBIT_JOB"  # every process of a launched job inherits it: found even once reparented
 
-    def __init__(self, popen: subprocess.Popen, ref: ProcRef, stop_timeout: float) -> None:
+
+class LaunchedJob:
+    """A job a drill started: a session of its own, and a mark in its environment that every
+    process it starts inherits — torch's workers start sessions of their own, so neither a
+    process group nor a session spans the job, and a worker whose launcher died is no one's
+    descendant any more."""
+
+    def __init__(self, popen: subprocess.Popen, ref: ProcRef, stop_timeout: float, mark: str) -> None:
         self.popen = popen
         self.ref = ref
         self.pgid = popen.pid
+        self.mark = mark
         self.stop_timeout = stop_timeout
 
     @property
@@ -38,10 +47,7 @@ class LaunchedJob:
 
     def stop(self, timeout: float | None = None) -> int | None:
         timeout = self.stop_timeout if timeout is None else timeout
-        if self.popen.poll() is None:
-            stop_process_group(self.pgid, timeout)
-        else:
-            stop_process_group(self.pgid, 2.0)  # stragglers left in the group
+        stop_job(self.ref, self.mark, timeout if self.popen.poll() is None else 2.0)
         try:
             return self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -52,37 +58,68 @@ class LaunchedJob:
 def start_job(argv: list[str], env: dict[str, str], cwd: str | None, out_path: Path | str,
               stop_timeout: float, node: str | None = None) -> LaunchedJob:
     """Start the job's command in a session of its own, its output appended to ``out_path``."""
+    mark = uuid.uuid4().hex
+    full = {**os.environ, **{k: v.replace("$PATH", os.environ.get("PATH", "")) for k, v in env.items()}, MARK: mark}
     with open(out_path, "ab") as out:
-        popen = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **{k: v.replace("$PATH", os.environ.get("PATH", "")) for k, v in env.items()}}, stdout=out, stderr=subprocess.STDOUT,
+        popen = subprocess.Popen(argv, cwd=cwd, env=full, stdout=out, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
-    return LaunchedJob(popen, ProcRef.of(psutil.Process(popen.pid), node=node), stop_timeout)
+    return LaunchedJob(popen, ProcRef.of(psutil.Process(popen.pid), node=node), stop_timeout, mark)
 
 
-def group_members(pgid: int) -> list[psutil.Process]:
-    """Live (non-zombie) processes of a process group."""
-    members = []
-    for proc in psutil.process_iter():
+def job_processes(root: ProcRef | None, mark: str | None) -> list[ProcRef]:
+    """Every live process of one launched job, each by (pid, start time): the root (if it is
+    still the process it was) and its descendants, and every process that carries the job's
+    mark — never one that merely reuses a pid or a process-group id."""
+    found: dict[int, ProcRef] = {}
+    proc = root.process() if root is not None else None
+    if proc is not None:
         try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                members.append(proc)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            continue
-    return members
+            for p in [proc, *proc.children(recursive=True)]:
+                found[p.pid] = ProcRef.of(p, node=root.node if root else None)
+        except psutil.Error:
+            pass
+    if mark:
+        me = os.getpid()
+        for p in psutil.process_iter():
+            if p.pid in found or p.pid == me:
+                continue
+            try:
+                if p.environ().get(MARK) == mark:
+                    found[p.pid] = ProcRef.of(p)
+            except (psutil.Error, OSError):
+                continue  # another user's process, or gone
+    alive = []
+    for ref in found.values():
+        status = ref.status()
+        if status is not None and status != psutil.STATUS_ZOMBIE:
+            alive.append(ref)
+    return alive
 
 
-def stop_process_group(pgid: int, timeout: float) -> None:
-    """SIGTERM a job's process group, then SIGKILL what is left after ``timeout``."""
-    try:
-        os.killpg(pgid, signal.SIGCONT)  # a stopped member would not act on SIGTERM
-        os.killpg(pgid, signal.SIGTERM)  # the group id stays reserved while any member lives
-    except ProcessLookupError:
-        return
+def stop_job(root: ProcRef | None, mark: str | None, timeout: float) -> list[ProcRef]:
+    """SIGTERM every process of the job, then SIGKILL whatever is left after ``timeout``
+    (workers that block in a SIGTERM handler, or ignore it); returns what had to be killed.
+    Processes started while it waits carry the mark and are found on the next look."""
+    def signal_all(sig: signal.Signals) -> list[ProcRef]:
+        members = job_processes(root, mark)
+        for m in members:
+            m.send(signal.SIGCONT)  # a stopped member would not act on SIGTERM
+            m.send(sig)
+        return members
+
+    told = {(m.pid, m.start_time) for m in signal_all(signal.SIGTERM)}
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if not group_members(pgid):
-            return
-        time.sleep(0.1)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        left = job_processes(root, mark)
+        if not left:
+            return []
+        for m in left:
+            if (m.pid, m.start_time) not in told:  # started since: told too
+                m.send(signal.SIGTERM)
+                told.add((m.pid, m.start_time))
+        time.sleep(0.25)
+    killed = signal_all(signal.SIGKILL)
+    end = time.time() + 5.0
+    while job_processes(root, mark) and time.time() < end:
+        time.sleep(0.05)
+    return killed

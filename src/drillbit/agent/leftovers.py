@@ -11,12 +11,13 @@ dead-man log, so ``drill report`` merges them into the run's history.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from drillbit.agent.deadman import DeadmanLog, heal_with_deadline
-from drillbit.agent.jobproc import group_members, stop_process_group
+from drillbit.agent.jobproc import job_processes, stop_job
 from drillbit.agent.node import NodeAgent
 from drillbit.faults.base import Handle
 from drillbit.proc import ProcRef
@@ -28,6 +29,7 @@ class Leftover(BaseModel):
     healed: list[str] = []
     failed: list[str] = []
     job_stopped: bool = False
+    abandoned: list[str] = []
     skipped: str | None = None
 
 
@@ -35,13 +37,23 @@ def registries(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).glob("agent-*.json") if not p.name.startswith("."))
 
 
-def heal_registry(path: Path, force: bool = False) -> Leftover:
+def heal_registry(path: Path, force: bool = False, abandon: str | None = None) -> Leftover:
+    """Heal what one registry still holds — on the host that wrote it only (a process named
+    there is not one here: judged here, a stopped rank on node-1 would be "gone"). With
+    ``abandon``, give its faults up instead: recorded with the reason, and no guardian
+    retries them."""
     try:
         payload = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         return Leftover(registry=str(path), node="?", skipped=f"unreadable: {exc}")
     node = payload.get("node", "?")
     out = Leftover(registry=str(path), node=node)
+    host = payload.get("host")
+    if host is not None and host != socket.gethostname():
+        out.skipped = (f"written on host {host}, and this is {socket.gethostname()}: its faults and job are there. "
+                       f"Run `python -m drillbit.agent heal --state-dir {path.parent}` on {host} (or `drill heal` "
+                       "with that run folder there); nothing was judged or changed here")
+        return out
     armed = payload.get("armed") or {}
     watch = armed.get("watch")
     if watch and not force and ProcRef.model_validate(watch).alive():
@@ -55,6 +67,13 @@ def heal_registry(path: Path, force: bool = False) -> Leftover:
     agent = NodeAgent(node, path)
     agent.restore(handles, job, None)
     log = DeadmanLog(agent.log_path, node, float(armed.get("offset_s", 0.0)))
+    if abandon is not None:
+        for handle in agent.abandon(abandon):
+            what = f"{handle.fault} on rank {handle.target.rank} (pid {handle.target.pid})"
+            out.abandoned.append(what)
+            log.note("fault.abandoned", rank=handle.target.rank, fault=handle.fault, pid=handle.target.pid,
+                     reason=abandon, by="drill heal --abandon")
+        handles = []
     for handle in handles:
         report = heal_with_deadline(agent.heal, handle)
         what = f"{handle.fault} on rank {handle.target.rank} (pid {handle.target.pid}): {report.detail}"
@@ -62,13 +81,16 @@ def heal_registry(path: Path, force: bool = False) -> Leftover:
         log.note("fault.heal" if report.healed else "heal.failed", rank=handle.target.rank, fault=handle.fault,
                  pid=handle.target.pid, healed=report.healed, verified=report.verified, detail=report.detail,
                  by="drill heal")
-    if job and group_members(int(job["pgid"])):
-        stop_process_group(int(job["pgid"]), timeout=20.0)
-        log.note("job.stop", pgid=job["pgid"], by="drill heal")
-        out.job_stopped = True
+    if job:
+        root = ProcRef.model_validate(job["proc"])
+        mark = job.get("mark")  # a registry of an older drillbit has a pgid only: not trusted to name the job
+        if job_processes(root, mark):
+            stop_job(root, mark, timeout=20.0)
+            log.note("job.stop", pid=root.pid, by="drill heal")
+            out.job_stopped = True
     agent.release_job()
     return out
 
 
-def heal_folder(folder: Path, force: bool = False) -> list[Leftover]:
-    return [heal_registry(p, force) for p in registries(folder)]
+def heal_folder(folder: Path, force: bool = False, abandon: str | None = None) -> list[Leftover]:
+    return [heal_registry(p, force, abandon) for p in registries(folder)]

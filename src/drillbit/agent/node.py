@@ -8,18 +8,23 @@ instance for as long as its fault is active.
 """
 from __future__ import annotations
 
+import fcntl
 import glob
 import json
+import os
 import re
+import socket
 import subprocess
 import sys
 import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import psutil
 
-from drillbit.atomic import write_atomic
+from drillbit.atomic import write_private
 from drillbit.errors import FaultError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, PlanStep
@@ -50,9 +55,12 @@ class NodeAgent:
         self._active: dict[str, tuple[Handle, Fault]] = {}
         self._job: dict | None = None
         self._armed: dict[str, Any] | None = None
+        self._abandoned: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._busy: dict[str, threading.Lock] = {}  # one per handle: act and heal never overlap
         self._guardian: subprocess.Popen | None = None
         self.node_id: str | None = None  # the Ray node id, where the agent is a Ray actor
+        self.job_root: ProcRef | None = None  # the root the job's ranks were last found under
 
     @property
     def scratch(self) -> Path:
@@ -77,6 +85,7 @@ class NodeAgent:
             return self._ranks_from_pidfiles(discovery, not_before)
         if root is None:
             return []
+        self.job_root = root  # a fault that takes the node's job (kill-node) never climbs above it
         proc = root.process()
         if proc is None:
             return []
@@ -146,29 +155,37 @@ class NodeAgent:
         raises half-way through acting stays registered (its heal copes with a partial act),
         except on FaultError, a fault's word that it refused and changed nothing."""
         fault = get_fault(fault_name, self.scratch)
+        if "root" in fault.Params.model_fields and params.get("root") is None and self.job_root is not None:
+            params = {**params, "root": self.job_root.model_dump()}
         validated = fault.Params.model_validate(params)
         intent = fault.prepare(target, validated)
         handle = Handle(fault=fault_name, target=target, params=validated.model_dump(),
                         state=intent.model_dump() if intent is not None else {})
         key = self._key(handle)
-        try:
+        busy = self._busy_lock(key)
+        with busy, heal_lock(self.registry_path):  # a heal that comes now waits for the act to land
+            try:
+                with self._lock:
+                    self._check_files(handle)
+                    self._active[key] = (handle, fault)
+                    self._save()
+                state = fault.act(target, validated, intent)
+            except FaultError:  # a clean refusal: the fault changed nothing, so nothing is held
+                with self._lock:
+                    self._active.pop(key, None)
+                    self._save()
+                if intent is not None:
+                    fault.unprepare(target, validated, intent)
+                raise
+            handle = handle.model_copy(update={"state": state.model_dump()})
             with self._lock:
-                self._check_files(handle)
                 self._active[key] = (handle, fault)
                 self._save()
-            state = fault.act(target, validated, intent)
-        except FaultError:  # a clean refusal: the fault changed nothing, so nothing is held
-            with self._lock:
-                self._active.pop(key, None)
-                self._save()
-            if intent is not None:
-                fault.unprepare(target, validated, intent)
-            raise
-        handle = handle.model_copy(update={"state": state.model_dump()})
-        with self._lock:
-            self._active[key] = (handle, fault)
-            self._save()
         return handle
+
+    def _busy_lock(self, key: str) -> threading.Lock:
+        with self._lock:
+            return self._busy.setdefault(key, threading.Lock())
 
     def _check_files(self, handle: Handle) -> None:
         """Two active faults never hold the same file: the second's backup would be the
@@ -193,17 +210,64 @@ class NodeAgent:
         return typed(handle.fault, fault, evidence)
 
     def heal(self, handle: Handle) -> HealReport:
-        fault = self._instance(handle)
-        if not handle.state:  # a plugin fault without prepare() that died before it could say what it did
-            return HealReport(healed=False, verified=False, detail=f"{handle.fault} acted before it recorded its "
-                              "state; check the target by hand")
-        report = fault.heal(handle.target, fault.Params.model_validate(handle.params),
-                            fault.State.model_validate(handle.state))
-        if report.healed:
+        """Heal one fault — after its act has landed (the same handle's lock, and across
+        processes the registry's heal lock: the guardian, ``drill heal`` and a retry never
+        heal one fault at once), from the state the act recorded."""
+        key = self._key(handle)
+        with self._busy_lock(key), heal_lock(self.registry_path):
             with self._lock:
-                self._active.pop(self._key(handle), None)
-                self._save()
-        return report
+                held = self._active.get(key)
+            if held is not None:
+                handle = held[0]  # the act's final state, not the intent a timed-out inject handed back
+            elif self._gone_from_disk(key):
+                return HealReport(healed=True, verified=False, detail="no longer in the registry: healed or "
+                                  "abandoned by another process (see the dead-man log)")
+            fault = self._instance(handle)
+            if not handle.state:  # a plugin fault without prepare() that died before it could say what it did
+                return HealReport(healed=False, verified=False, detail=f"{handle.fault} acted before it recorded its "
+                                  "state; check the target by hand")
+            report = fault.heal(handle.target, fault.Params.model_validate(handle.params),
+                                fault.State.model_validate(handle.state))
+            if report.healed:
+                with self._lock:
+                    self._active.pop(key, None)
+                    self._save()
+            return report
+
+    def _gone_from_disk(self, key: str) -> bool:
+        try:
+            payload = json.loads(self.registry_path.read_text())
+        except (OSError, ValueError):
+            return False
+        return key not in {self._key(Handle.model_validate(h)) for h in payload.get("faults", [])}
+
+    def pending(self) -> list[Handle]:
+        """The faults still to heal: those held here that the registry on disk still lists
+        (``drill heal`` in another process may have healed or abandoned some since)."""
+        with self._lock:
+            held = dict(self._active)
+        try:
+            payload = json.loads(self.registry_path.read_text())
+            on_disk = {self._key(Handle.model_validate(h)) for h in payload.get("faults", [])}
+        except (OSError, ValueError):
+            return [h for h, _ in held.values()]
+        gone = [k for k in held if k not in on_disk]
+        if gone:
+            with self._lock:
+                for k in gone:
+                    self._active.pop(k, None)
+        return [h for k, (h, _) in held.items() if k in on_disk]
+
+    def abandon(self, reason: str) -> list[Handle]:
+        """An operator's word that these faults will not be healed by drillbit (``drill heal
+        --abandon REASON``): they leave the registry, so no guardian retries them; the
+        registry keeps them under ``abandoned`` with the reason."""
+        with heal_lock(self.registry_path), self._lock:
+            left = [h for h, _ in self._active.values()]
+            self._abandoned += [{"handle": h.model_dump(), "reason": reason, "t": time.time()} for h in left]
+            self._active.clear()
+            self._save()
+        return left
 
     def active(self) -> list[Handle]:
         with self._lock:
@@ -215,11 +279,18 @@ class NodeAgent:
         with self._lock:
             self._active = {self._key(h): (h, get_fault(h.fault, self.scratch)) for h in handles}
             self._job, self._armed = job, armed
+            try:
+                self._abandoned = list(json.loads(self.registry_path.read_text()).get("abandoned") or [])
+            except (OSError, ValueError, AttributeError):
+                self._abandoned = []
 
     # --- the launched job, for the dead-man's switch -------------------------------------
-    def register_job(self, proc: ProcRef, pgid: int) -> None:
+    def register_job(self, proc: ProcRef, mark: str) -> None:
+        """The launched job, for whoever must stop it if this agent cannot: its launcher by
+        (pid, start time) and the mark every process of it carries (never a bare pgid, which
+        an unrelated session may have reused by then)."""
         with self._lock:
-            self._job = {"proc": proc.model_dump(), "pgid": pgid}
+            self._job = {"proc": proc.model_dump(), "mark": mark}
             self._save()
 
     def release_job(self) -> None:
@@ -242,9 +313,13 @@ class NodeAgent:
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
 
-    def disarm(self) -> None:
-        """Release the guardian (the controller heals for itself)."""
+    def disarm(self) -> bool:
+        """Release the guardian (the controller healed for itself) — refused, False, while any
+        fault is still active: the guardian and the switch keep it until it is healed or an
+        operator abandons it."""
         with self._lock:
+            if self._active:
+                return False
             self._armed = None
             self._save()
         if self._guardian is not None and self._guardian.poll() is None:
@@ -255,12 +330,26 @@ class NodeAgent:
                 self._guardian.kill()
                 self._guardian.wait()
         self._guardian = None
+        return True
 
     @staticmethod
     def _key(handle: Handle) -> str:
         return f"{handle.fault}:{handle.target.pid}:{handle.target.start_time}"
 
     def _save(self) -> None:
-        payload = {"node": self.node, "faults": [h.model_dump() for h, _ in self._active.values()],
-                   "job": self._job, "armed": self._armed}
-        write_atomic(self.registry_path, json.dumps(payload))
+        payload = {"node": self.node, "host": socket.gethostname(),
+                   "faults": [h.model_dump() for h, _ in self._active.values()],
+                   "job": self._job, "armed": self._armed, "abandoned": self._abandoned}
+        write_private(self.registry_path, json.dumps(payload))
+
+
+@contextmanager
+def heal_lock(registry: Path) -> Iterator[None]:
+    """One process at a time acts on or heals the faults of one registry (an flock beside
+    it; the kernel drops it with a dead holder)."""
+    fd = os.open(f"{registry}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -29,6 +29,7 @@ from drillbit.agent.logtail import LogTail
 from drillbit.agent.jobproc import LaunchedJob, free_port, start_job
 from drillbit.agent.node import NodeAgent
 from drillbit.errors import ConfigError
+from drillbit.statedir import private_dir
 from drillbit.faults import registry as fault_registry
 from drillbit.proc import ProcRef
 
@@ -39,8 +40,7 @@ class AgentService:
         self.node = node
         self.scheduler = scheduler  # acts through the cluster's scheduler: node faults only, on the job's nodes
         self.slurm_job = slurm_job  # an agent inside a Slurm job's allocation: the job's processes here
-        self.state_dir = Path(state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir = private_dir(state_dir)  # refused if someone else could plant a registry there
         self.agent = NodeAgent(node, self.state_dir / f"agent-{node}.json")
         self.agent.node_id = node_id
         self.skew_s = skew_s
@@ -102,6 +102,10 @@ class AgentService:
         return api.Empty()
 
     def _disarm(self, req: api.Empty) -> api.Empty:
+        held = self.agent.active()
+        if held:  # the switch stays armed for what is not healed: its guardian retries until it is
+            raise Refused(f"not disarmed: {len(held)} fault(s) still active ({', '.join(h.fault for h in held)}); "
+                          "the dead-man's switch keeps healing them, or `drill heal --abandon REASON` gives them up")
         self._armed = None
         self.agent.disarm()
         return api.Empty()
@@ -129,10 +133,10 @@ class AgentService:
                 silent = time.time() - self._beat
                 log = DeadmanLog(self.agent.log_path, self.node, armed.offset_s, self.clock)
                 orphan(log, f"no heartbeat for {silent:.1f} s (deadman {armed.deadman_s:g} s)",
-                       self.agent.active(), self._heal_reported, job_running=self._job_running,
+                       self.agent.pending, self._heal_reported, job_running=self._job_running,
                        stop_job=lambda: self._stop_job(api.StopJob(timeout=20.0)).code,
-                       job_grace_s=armed.job_grace_s, wait=self._stop.wait)
-                self.agent.disarm()  # done: the guardian must not do it again
+                       job_grace_s=armed.job_grace_s, wait=self._stop.wait, stopped=self._stop.is_set)
+                self.agent.disarm()  # done, unless a fault is still held: then the guardian keeps it
                 self.orphaned.set()
                 self.on_orphaned()
 
@@ -149,7 +153,7 @@ class AgentService:
         if self._job is not None and self._job.exit_code() is None:
             raise Refused(f"a job launched by this agent is still running (pid {self._job.pid})")
         self._job = start_job(req.argv, req.env, req.cwd, req.out_path, stop_timeout=req.stop_timeout, node=self.node)
-        self.agent.register_job(self._job.ref, self._job.pgid)
+        self.agent.register_job(self._job.ref, self._job.mark)
         return api.Launched(proc=self._job.ref)
 
     def _job_running(self) -> bool:

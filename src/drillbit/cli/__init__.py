@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -42,11 +41,14 @@ _register()
 
 
 def _bug_report(exc: BaseException) -> Path:
-    path = Path(os.environ.get("DRILLBIT_HOME", tempfile.gettempdir())) / "drillbit-last-error.txt"
+    from drillbit.atomic import write_private
+    from drillbit.statedir import private_dir
+
     try:
-        path.write_text("".join(traceback.format_exception(exc)))
-    except OSError:
-        pass
+        path = private_dir(os.environ.get("DRILLBIT_HOME") or None) / "drillbit-last-error.txt"
+        write_private(path, "".join(traceback.format_exception(exc)))
+    except (OSError, DrillError):  # no folder of our own to write it to: the message still names the error
+        return Path("(not written: no private state folder)")
     return path
 
 

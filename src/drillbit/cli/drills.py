@@ -181,8 +181,11 @@ def faults(as_json: bool) -> int:
 @click.option("--cluster", help="every run folder of this cluster under --reports that still holds a fault")
 @click.option("--reports", "reports_dir", help="where run folders are (default: reports/)")
 @click.option("--force", is_flag=True, help="heal even where the drill's controller still seems to run")
+@click.option("--abandon", metavar="REASON", help="give the faults up instead of healing them (you will undo them "
+              "by hand): recorded with REASON, and no dead-man's switch retries them")
 @json_option
-def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, force: bool, as_json: bool) -> int:
+def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, force: bool, abandon: str | None,
+         as_json: bool) -> int:
     """Undo what a half-finished drill left: read every agent registry in the run folder,
     heal what is still active, stop a job it launched, and record it in the history.
     (For SSH hosts, run `python -m drillbit.agent heal --state-dir DIR` on each host.)"""
@@ -192,6 +195,8 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
 
     if (run_dir is None) == (cluster is None):
         raise ConfigError("give a run folder or --cluster NAME (one of them)")
+    if abandon is not None and not abandon.strip():
+        raise ConfigError("--abandon needs a reason (it is recorded with the faults given up)")
     if run_dir is not None:
         folders = [Path(run_dir)]
     else:
@@ -199,7 +204,7 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
         folders = [d for d in sorted(base.glob("*")) if registries(d) and _cluster_of(d) == cluster]
     done = []
     for folder in folders:
-        done += heal_folder(folder, force)
+        done += heal_folder(folder, force, abandon)
         if (folder / "history.jsonl").exists() and (folder / "spec.json").exists():
             from drillbit.history import History
 
@@ -215,11 +220,16 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
                 out.print(f"{d.node}: healed {what}")
             for what in d.failed:
                 err.print(f"[red]{d.node}: NOT healed[/] {what}")
+            for what in d.abandoned:
+                err.print(f"[yellow]{d.node}: abandoned[/] {what} ({abandon}); undo it by hand")
             if d.job_stopped:
                 out.print(f"{d.node}: stopped the job the drill had launched")
-        if not any(d.healed or d.failed or d.job_stopped for d in done):
+        if not any(d.healed or d.failed or d.job_stopped or d.abandoned or d.skipped for d in done):
             out.print(f"nothing left in place in {len(folders)} run folder(s)")
-    return exitcodes.HARNESS if any(d.failed for d in done) else exitcodes.PASS
+    if any(d.failed for d in done):
+        return exitcodes.HARNESS
+    # a registry of another host was not reached: run it there (its faults are still in place)
+    return exitcodes.USAGE if any(d.skipped and "written on host" in d.skipped for d in done) else exitcodes.PASS
 
 
 def _cluster_of(folder: Path) -> str | None:

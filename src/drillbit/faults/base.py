@@ -22,17 +22,29 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from drillbit.evidence import Effect
 from drillbit.proc import ProcRef
+from drillbit.spec.models import MAX_DURATION_S
 
 if TYPE_CHECKING:
     from drillbit.loop.watch import Progress
 
 
 class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A fault's parameters. Numbers are finite; a time (a field named ``*_s``) is at most a
+    year: a timeout of 9.3e9 s overflows the thread that waits on it."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _bounded_times(self) -> "Params":
+        for name, value in self:
+            if name.endswith("_s") and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and abs(value) > MAX_DURATION_S:
+                raise ValueError(f"{name}: {value:g} s is more than a year; give a real duration")
+        return self
 
 
 class State(BaseModel):

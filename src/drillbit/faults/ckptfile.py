@@ -78,9 +78,28 @@ class Backup(State):
     step: int | None = None  # the checkpoint's step, where its layout names one
 
 
-def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None) -> Backup:
+def real_inside(file: Path, root: Path | str, fault: str) -> Path:
+    """The file a fault would really touch: ``file`` with every link resolved — refused when
+    that lies outside the job's checkpoint folder (a marker, metadata file or checkpoint
+    folder that is a link to something else: the fault would write through it, and the heal
+    would put back the link, not the file)."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(file)
+    if os.path.commonpath([real, real_root]) != real_root:
+        raise FaultError(f"{fault}: {file} leads to {real}, outside the job's checkpoint folder {root} (a symlink); "
+                         "drillbit does not write through it. Pick another checkpoint (nth_newest) or mode")
+    if not stat.S_ISREG(os.stat(real).st_mode):
+        raise FaultError(f"{fault}: {real} is not a regular file")
+    return Path(real)
+
+
+def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None, root: Path | str | None = None,
+               fault: str = "fault") -> Backup:
     """Copy ``file`` (of ``checkpoint``: its folder, or the file itself) into a fresh folder
-    under ``scratch``; returns what heal needs."""
+    under ``scratch``; returns what heal needs. With ``root`` (the job's checkpoint folder),
+    the file is taken at its real place, which must lie inside it (:func:`real_inside`)."""
+    if root is not None:
+        file = real_inside(file, root, fault)
     folder = scratch.resolve() / f"backup-{os.getpid()}-{time.time_ns()}"
     folder.mkdir(parents=True)
     backup = folder / file.name
@@ -96,8 +115,13 @@ def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None) -> Bac
 
 
 def put_back(state: Backup, *, still_ours: bool) -> HealReport:
-    """Restore the original bytes, unless the job has since replaced or removed the file."""
+    """Restore the original bytes, unless the job has since replaced or removed the file.
+    The file is written at its own place, never through a link: a link found there now is
+    the job's (it replaced the file), and left as it is."""
     path, backup = Path(state.file), Path(state.backup)
+    if path.is_symlink():
+        return HealReport(healed=True, verified=True, detail=f"{path} is now a link the job made; left as it is "
+                          f"(original kept at {backup})")
     if sha256(path) == state.original_sha256:
         discard(state)
         return HealReport(healed=True, verified=True, detail=f"{path.name} already intact")

@@ -41,7 +41,8 @@ class CorruptParams(Params):
 
 class CorruptState(Backup):
     mode: Mode
-    corrupted_sha256: str | None = None
+    corrupted_sha256: str | None = None  # what the damage left (None: the file was removed)
+    acted: bool = False  # the damage was done (and corrupted_sha256 says what it left)
     killed: bool = False
 
 
@@ -78,7 +79,8 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
 
     def prepare(self, target: ProcRef, params: CorruptParams) -> CorruptState:
         ckpt, victim = victim_of(params, self.name)
-        backup = take_aside(victim, self.scratch or ckpt.path.parent, ckpt.path)
+        assert params.checkpoint is not None
+        backup = take_aside(victim, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name)
         return CorruptState(**{**backup.model_dump(), "step": ckpt.step}, mode=params.mode)
 
     def unprepare(self, target: ProcRef, params: CorruptParams, intent: CorruptState) -> None:
@@ -101,7 +103,7 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
             victim.unlink()
         else:  # corrupt-metadata: what a torn write leaves (JSON, a tracker's number, or a binary header)
             victim.write_bytes(b'{"step": "not-a-step", "truncated": tru')
-        state = intent.model_copy(update={"corrupted_sha256": sha256(victim)})
+        state = intent.model_copy(update={"corrupted_sha256": sha256(victim), "acted": True})
         self.watch_reads(params.checkpoint)  # from the damage on: who reads what
         if params.then_kill:
             state.killed = target.send(signal.SIGKILL)
@@ -123,7 +125,9 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
 
     def heal(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> HealReport:
         with self.own_reads():
-            # no corrupted_sha256: the act was cut short, and whatever is there is our damage
-            ours = state.corrupted_sha256 is None or sha256(Path(state.file)) == state.corrupted_sha256
+            # the file is still as the damage left it (removed, for delete-shard and drop-marker), or
+            # the act was cut short and whatever is there is ours; a file the job wrote anew (it saved
+            # the same step again) differs from both, and is the job's
+            ours = not state.acted or sha256(Path(state.file)) == state.corrupted_sha256
             report = put_back(state, still_ours=ours)
         return report.model_copy(update={"observations": self.read_observations(final=report.healed)})

@@ -136,7 +136,25 @@ class FailNodeReplacement(Fault[ReplacementParams, ReplacementState]):
         misbehaved = sum(1 for c in calls if c.get("mode") != "pass")
         detail = (f"removed the stand-in for {Path(state.shim).name}; it misbehaved on {misbehaved} of "
                   f"{len(calls)} call(s)" + (f", and ended {ended} call(s) still hanging" if ended else ""))
+        if state.declared_dead:  # what declare_dead told the stack's health check is taken back
+            revived, why = self._revive(params, state)
+            ok = ok and revived
+            detail += f"; {why}"
         return HealReport(healed=ok, verified=ok, detail=detail)
+
+    @staticmethod
+    def _revive(params: ReplacementParams, state: ReplacementState) -> tuple[bool, str]:
+        hook = params.hook
+        if hook is None or not hook.revive:
+            return False, f"node {state.node} was declared dead and the profile names no revive to undo it"
+        argv = [expand(a, {"node": state.node or ""}) for a in hook.revive]
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return False, f"revive {argv[0]}: {exc}"
+        if out.returncode != 0:
+            return False, f"revive exited {out.returncode}: {out.stderr.strip()[:300]}"
+        return True, f"ran revive ({' '.join(argv)[:120]}): exit 0"
 
     @staticmethod
     def _end_hung(shim_dir: Path) -> int:

@@ -42,6 +42,7 @@ from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, Plan
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.faults.kill_node import TORCHRUN, job_tree
 from drillbit.proc import ProcRef, open_fds
+from drillbit.spec.models import launcher_regex
 from drillbit.saves import CrashPoint, Save, SaveTracker
 
 
@@ -56,6 +57,8 @@ class KillDuringSaveParams(Params):
                             "included, as a machine dies")
     launcher: str | None = Field(None, description="scope node: the launcher's command line (regex; default: the "
                                                    "job profile's, else torchrun)")
+    root: ProcRef | None = Field(None, description="scope node: the job's root on the node (filled by the agent); "
+                                                   "never climbed above")
     watch: Literal["auto", "inotify", "poll"] = "auto"
     poll_interval_s: float = Field(0.05, gt=0)
     settle_s: float = Field(0.5, gt=0, description="a save is over after this long without a file event")
@@ -74,6 +77,8 @@ class KillDuringSaveParams(Params):
     def _point(cls, value: str) -> str:
         CrashPoint.parse(value)
         return value
+
+    _launcher = field_validator("launcher")(classmethod(lambda cls, v: launcher_regex(v)))
 
 
 class KillDuringSaveState(State):
@@ -228,7 +233,7 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
         if params.delay_s:
             time.sleep(params.delay_s)
         if params.scope == "node":
-            victims = job_tree(target, params.launcher or TORCHRUN)
+            victims = job_tree(target, params.launcher or TORCHRUN, params.root)
         elif params.scope == "ranks":
             victims = [target] + siblings(target)
         else:

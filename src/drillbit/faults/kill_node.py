@@ -20,20 +20,31 @@ import re
 import signal
 
 import psutil
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from drillbit.evidence import NodeGone
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.proc import ProcRef
+from drillbit.spec.models import launcher_regex
 
 
 TORCHRUN = r"torch\.distributed\.run|torchrun"
 
 
+# what a launcher regex can match by accident and must never be climbed into: a terminal
+# multiplexer, a shell, a login, the init of a container
+NEVER_THE_JOB = {"screen", "tmux", "tmux: server", "bash", "sh", "dash", "zsh", "fish", "sshd", "login", "su",
+                 "sudo", "init", "systemd", "slurmstepd", "tini", "dumb-init", "nohup", "setsid"}
+
+
 class KillNodeParams(Params):
     launcher: str | None = Field(None, description="regex of the command lines above a rank that belong to the "
                                                    "node's job (default: the job profile's launcher, else torchrun)")
+    root: ProcRef | None = Field(None, description="the job's root on the node (filled by the agent: the launcher "
+                                                   "it started, or the attached job's root); never climbed above")
+
+    _launcher = field_validator("launcher")(classmethod(lambda cls, v: launcher_regex(v)))
     confirm_timeout_s: float = Field(10.0, gt=0)
 
 
@@ -41,16 +52,26 @@ class KillNodeState(State):
     killed: list[ProcRef]
 
 
-def job_tree(target: ProcRef, launcher: str) -> list[ProcRef]:
-    """The node's job: the top-most launcher above the target, and everything under it."""
+def job_tree(target: ProcRef, launcher: str, bound: ProcRef | None = None) -> list[ProcRef]:
+    """The node's job: the top-most launcher above the target, and everything under it —
+    never above ``bound`` (the job's root, where the agent knows it), never into a shell, a
+    terminal multiplexer or an init (``SCREEN -dmS t torchrun …`` matches torchrun's regex)."""
     proc = target.process()
     if proc is None:
         return []
     pattern = re.compile(launcher)
     mine = {p.pid for p in psutil.Process().parents()} | {os.getpid()}
+    top = bound.process() if bound is not None else None
     root = proc
     for parent in proc.parents():
-        if parent.pid in mine or not pattern.search(" ".join(parent.cmdline())):
+        if root.pid == (top.pid if top is not None else None):
+            break  # the job's root: what is above it is not the job's
+        try:
+            name = parent.name().lower()
+            matches = pattern.search(" ".join(parent.cmdline()))
+        except psutil.Error:
+            break
+        if parent.pid in mine or parent.pid == 1 or name in NEVER_THE_JOB or not matches:
             break
         root = parent
     members = []
@@ -82,7 +103,7 @@ class KillNode(Fault[KillNodeParams, KillNodeState]):
                     heal="nothing to undo; the node stays down and the job must go on without it")
 
     def prepare(self, target: ProcRef, params: KillNodeParams) -> KillNodeState:
-        return KillNodeState(killed=job_tree(target, params.launcher or TORCHRUN))
+        return KillNodeState(killed=job_tree(target, params.launcher or TORCHRUN, params.root))
 
     def act(self, target: ProcRef, params: KillNodeParams, intent: KillNodeState) -> KillNodeState:
         for member in intent.killed:

@@ -63,7 +63,12 @@ class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
                     heal="move back what the job did not write again; the moved folder is kept until then")
 
     def prepare(self, target: ProcRef, params: LoseLocalTierParams) -> LoseLocalTierState:
-        folder = os.path.abspath(self._folder(target, params))
+        # a tier folder that is a link (/local -> /nvme0/local) is taken at its real place: moving
+        # the link aside would leave the copy where the job finds it, and put back a link over a folder
+        folder = os.path.realpath(self._folder(target, params))
+        if folder.count(os.sep) < 2 or folder in (os.path.expanduser("~"), os.path.realpath(os.getcwd())):
+            raise FaultError(f"lose-local-tier: {folder} is not a checkpoint tier's folder (a top-level folder, the "
+                             "home or working folder); name the tier's own folder")
         if not os.path.isdir(folder):
             raise FaultError(f"lose-local-tier: {folder} is not a folder (rank {target.rank}'s {params.tier} tier)")
         parent, name = os.path.split(folder)

@@ -70,8 +70,9 @@ class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
     def prepare(self, target: ProcRef, params: RestoreHangParams) -> RestoreHangState:
         ckpt = pick(params.checkpoint, params.nth_newest, self.name)
         shard = data_of(ckpt)
-        return RestoreHangState(**{**take_aside(shard, self.scratch or ckpt.path.parent, ckpt.path).model_dump(),
-                                   "step": ckpt.step})
+        assert params.checkpoint is not None
+        backup = take_aside(shard, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name)
+        return RestoreHangState(**{**backup.model_dump(), "step": ckpt.step})
 
     def unprepare(self, target: ProcRef, params: RestoreHangParams, intent: RestoreHangState) -> None:
         discard(intent)

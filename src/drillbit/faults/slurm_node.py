@@ -19,7 +19,7 @@ import os
 import signal
 import subprocess
 import time
-from typing import Literal, TypeVar
+from typing import Callable, Literal, TypeVar
 
 import psutil
 from pydantic import Field
@@ -54,8 +54,15 @@ def _up(state: str) -> bool:
         and not state.endswith("*")
 
 
-def _resume_and_wait(params: NodeFaultParams, node: str, ours: bool) -> HealReport:
-    """Resume the node if it is still DOWN (and the DOWN is ours), then wait until it is up."""
+# the reasons slurmctld itself gives a node it found dead: a crash's DOWN is ours only with one of them
+_CRASH_REASONS = ("Not responding", "Node unexpectedly rebooted", "Kill task failed", "Prolog error",
+                  "Epilog error", "")
+
+
+def _resume_and_wait(params: NodeFaultParams, node: str, ours: Callable[[str], bool]) -> HealReport:
+    """Resume the node if it is still DOWN and the DOWN is ours (``ours(Reason)``), then wait
+    until it is up. A node someone else took down or drained since — an administrator, or a
+    real failure with its own reason — is theirs: left as it is, and said so."""
     slurm = _slurm(params)
     end = time.time() + params.heal_timeout_s
     resumed = False
@@ -63,10 +70,16 @@ def _resume_and_wait(params: NodeFaultParams, node: str, ours: bool) -> HealRepo
     while time.time() < end:
         info = slurm.nodes().get(node, {})
         state = info.get("State", "UNKNOWN")
+        reason = info.get("Reason", "") or ""
         if _up(state):
             return HealReport(healed=True, verified=True, detail=f"node {node} is {state}"
                               + (" (resumed)" if resumed else " (returned to service by Slurm)"))
-        if not resumed and ("DOWN" in state or "DRAIN" in state) and not state.endswith("*") and ours:
+        if not resumed and ("DOWN" in state or "DRAIN" in state) and not ours(reason):
+            return HealReport(healed=True, verified=False, detail=(
+                f"node {node} is {state} with Reason={reason!r}, which is not this fault's: someone or something "
+                "else took it down or drained it since; left as it is, for its owner (the fault's own DOWN is "
+                "superseded)"))
+        if not resumed and ("DOWN" in state or "DRAIN" in state) and not state.endswith("*"):
             try:
                 slurm.update_node(node, "resume")
                 resumed = True
@@ -137,7 +150,7 @@ class NodeDown(SchedulerNodeFault[NodeDownState]):
         return None
 
     def heal(self, target: ProcRef, params: NodeFaultParams, state: NodeDownState) -> HealReport:
-        return _resume_and_wait(params, state.node, ours=True)
+        return _resume_and_wait(params, state.node, ours=lambda reason: reason.startswith(params.reason))
 
 
 class NodeCrashState(State):
@@ -243,7 +256,9 @@ class NodeCrash(SchedulerNodeFault[NodeCrashState]):
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             except OSError as exc:
                 return HealReport(healed=False, verified=False, detail=f"could not start slurmd again: {exc}")
-        report = _resume_and_wait(params, state.node, ours=True)
+        report = _resume_and_wait(params, state.node,
+                                  ours=lambda reason: reason.startswith(params.reason) or
+                                  any(reason.startswith(r) for r in _CRASH_REASONS if r) or not reason)
         started = "" if current is not None else "slurmd started again; "
         return report.model_copy(update={"detail": started + report.detail})
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import traceback
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,7 +134,8 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
         hook = job.replacement
         params = params.model_copy(update={"hook": hook.model_copy(update={
             "shim_dir": expand(hook.shim_dir, values),
-            "declare_dead": [expand(a, {**values, "python": sys.executable}) for a in hook.declare_dead or []] or None})})
+            "declare_dead": [expand(a, {**values, "python": sys.executable}) for a in hook.declare_dead or []] or None,
+            "revive": [expand(a, {**values, "python": sys.executable}) for a in hook.revive or []] or None})})
     return params
 
 
@@ -236,7 +238,9 @@ class DrillRunner:
             self.record("abort", reason=f"harness error: {exc}")
         except Exception as exc:  # a harness bug: still heal, record, report
             error, kind = f"{exc.__class__.__name__}: {exc}", "harness"
-            self.record("abort", reason=f"harness error: {error}")
+            self.record("abort", reason=f"harness error: {error}",
+                        where=traceback.format_exception(exc)[-3:] if not isinstance(exc, RecursionError)
+                        else traceback.format_exception(exc, limit=12))
         finally:
             self._holding = True
             for step, action in (("teardown", self.teardown), ("close", self._close)):

@@ -7,7 +7,9 @@ from pathlib import Path
 
 
 from drillbit.errors import Problem, SpecError
-from drillbit.spec.models import Strict
+from pydantic import field_validator
+
+from drillbit.spec.models import Strict, compile_regex
 from drillbit.spec.signals import Signal
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -21,6 +23,12 @@ class ErrorPattern(Strict):
     pattern: str
     by: str | None = None
     name: str | None = None
+
+    @field_validator("pattern")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        compile_regex(value, "pattern")
+        return value
 
     def signal(self, preset: str) -> Signal:
         return Signal(kind="error", pattern=self.pattern, ints=["rank"] if "(?P<rank>" in self.pattern else [],
@@ -113,8 +121,12 @@ def load(name: str) -> Preset:
     """A built-in preset by name, or the user's preset file by path (./presets/my-stack.yaml)."""
     from drillbit.spec.load import _suggest, read_yaml, validate
 
-    path = Path(name).expanduser() if is_file(name) else PRESET_DIR / f"{name}.yaml"
-    if not path.is_file():
+    try:
+        path = Path(name).expanduser() if is_file(name) else PRESET_DIR / f"{name}.yaml"
+        exists = path.is_file()
+    except (RuntimeError, OSError, ValueError) as exc:  # ~nosuchuser/…, a name too long, a NUL byte
+        raise SpecError([Problem(name[:200], None, "", f"not a preset file drillbit can open ({exc})")]) from None
+    if not exists:
         if is_file(name):
             raise SpecError([Problem(name, None, "", "no such preset file")])
         raise SpecError([Problem(name, None, "", "unknown signal preset" + _suggest(name, available()))])

@@ -9,6 +9,7 @@ fail-node-replacement stands in front of its command on the job's PATH.
     python -m drillbit.reference.nodepool init --pool P --spares 3
     drillbit-ref-nodepool replace --pool P --failed node-0   (the stack finds it on PATH)
     python -m drillbit.reference.nodepool mark-bad --pool P (--node node-0 | --active)
+    python -m drillbit.reference.nodepool mark-good --pool P (--node node-0 | --last-marked)
 """
 from __future__ import annotations
 
@@ -47,6 +48,15 @@ def mark_bad(pool: Path, node: str) -> None:
     with locked(pool) as state:
         if node not in state["bad"]:
             state["bad"].append(node)
+            state["last_marked"] = node
+
+
+def mark_good(pool: Path, node: str | None) -> None:
+    """The health check's verdict taken back (``node``, or the one ``mark-bad`` marked last)."""
+    with locked(pool) as state:
+        node = node or state.pop("last_marked", None)
+        if node in state["bad"]:
+            state["bad"].remove(node)
 
 
 def replace(pool: Path, failed: str) -> str:
@@ -75,12 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--node")
     which.add_argument("--active", action="store_true", help="the node the job runs on now (a health check's "
                                                                "verdict: that node is dead)")
+    d = sub.add_parser("mark-good")
+    d.add_argument("--pool", required=True)
+    which = d.add_mutually_exclusive_group(required=True)
+    which.add_argument("--node")
+    which.add_argument("--last-marked", action="store_true", help="the node mark-bad marked last")
     args = p.parse_args(argv)
     pool = Path(args.pool)
     if args.cmd == "init":
         init(pool, args.spares)
     elif args.cmd == "mark-bad":
         mark_bad(pool, read(pool)["active"] if args.active else args.node)
+    elif args.cmd == "mark-good":
+        mark_good(pool, args.node)
     else:
         try:
             print(replace(pool, args.failed))

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.agent.service import AgentService
+from drillbit.atomic import write_private
 from drillbit.errors import ConfigError, DrillError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
@@ -32,7 +33,7 @@ from drillbit.history import History
 from drillbit.nodes import Nodes
 from drillbit.proc import ProcRef
 from drillbit.slurm.scheduler import JobInfo, Slurm
-from drillbit.spec.config import ClusterSpec, JobProfile, RankDiscovery, SlurmJob
+from drillbit.spec.config import ENV_NAME, ClusterSpec, JobProfile, RankDiscovery, SlurmJob
 from drillbit.spec.placeholders import expand
 from drillbit.transport.inprocess import InProcessClient
 from drillbit.transport.jsonlines import JsonLinesClient
@@ -50,10 +51,12 @@ def is_scheduler_fault(fault: str) -> bool:
 class SrunAgentClient(JsonLinesClient):
     channel = "agent's srun step"
 
-    def __init__(self, slurm: Slurm, job_id: str, node: str, python: str, state_dir: str, err_path: Path) -> None:
+    def __init__(self, slurm: Slurm, job_id: str, node: str, python: str, state_dir: str | None,
+                 err_path: Path) -> None:
         super().__init__(node)
         argv = slurm.srun_argv(job_id, node, [python, "-m", "drillbit.agent", "serve", "--node", node,
-                                              "--state-dir", state_dir, "--slurm-job", job_id])
+                                              *(["--state-dir", state_dir] if state_dir else []),
+                                              "--slurm-job", job_id])
         self.err_path = err_path
         with open(err_path, "ab") as err:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
@@ -114,6 +117,8 @@ def batch_script(profile: JobProfile, values: dict[str, str]) -> str:
     spec = profile.launch
     lines = ["#!/bin/bash", "# written by drillbit: the job profile's launch command under sbatch"]
     for key, value in spec.env.items():
+        if not ENV_NAME.fullmatch(key):  # refused at load; a profile built in code is held to it too
+            raise ConfigError(f"launch.env: {key[:40]!r} is not an environment variable name")
         lines.append(f"export {key}={_render(value, values)}")
     if spec.cwd:
         lines.append(f"cd {_render(spec.cwd, values)} || exit 2")
@@ -200,7 +205,7 @@ class SlurmNodes(Nodes):
             assert profile.launch is not None
             values = {**self.values, "port": str(self.clients[SCHEDULER].free_port())}
             script = self.run_dir / "sbatch.sh"
-            script.write_text(batch_script(profile, values))
+            write_private(script, batch_script(profile, values))  # launch.env may hold secrets
             output = os.path.abspath(expand(sj.output, values))
             args = ["-N", str(sj.nodes), "-o", output, "--open-mode=append", "-J", f"drill-{self.run_dir.name}",
                     "--requeue" if sj.requeue else "--no-requeue", *self._time_limit(sj), *sj.args, str(script)]

@@ -12,22 +12,20 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from drillbit.checkpoints import CheckpointSpec, SavedTier, Tier
-from drillbit.spec.models import Duration, Span, Strict
+from drillbit.spec.models import Duration, Span, Strict, compile_regex, launcher_regex
 from drillbit.spec.signals import Signal
 
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HEARTBEAT_S = 1.0  # the controller heartbeats every agent this often (drillbit.nodes)
 
 
 def _regex(name: str, value: str | None) -> None:
     if value is not None:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"{name}: bad regex: {exc}") from None
+        compile_regex(value, name)
 
 
 class SshHost(Strict):
@@ -38,7 +36,9 @@ class SshHost(Strict):
     key_filename: str | None = Field(None, description="private key for this host (default: ssh-agent / ~/.ssh)")
     password: SecretStr | None = Field(None, description="prefer keys; never written to reports or logs")
     python: str = Field("python3", description="interpreter on the host that has drillbit installed")
-    state_dir: str = Field("/tmp/drillbit", description="where the agent keeps its registry on the host")
+    state_dir: str | None = Field(None, description="where the agent keeps its registry on the host, a folder "
+                                                    "only its user can write (default: $XDG_RUNTIME_DIR/drillbit, "
+                                                    "else /tmp/drillbit-<uid>, created 0700)")
 
 
 class ClusterSpec(Strict):
@@ -50,6 +50,12 @@ class ClusterSpec(Strict):
                                                   "local cluster, started and stopped by the drill")
     nodes: int | None = Field(None, ge=1, description="nodes to use (embedded: nodes to simulate, default 2)")
     cpus_per_node: int = Field(2, ge=1, description="embedded cluster: logical CPUs per simulated node")
+    ray_auth_token: SecretStr | None = Field(None, description="ray: the cluster's token (Ray token "
+                                                               "authentication); never written to reports or logs. "
+                                                               "Default: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+                                                               "~/.ray/auth_token, as Ray itself finds it")
+    ray_auth_token_file: str | None = Field(None, description="ray: a file holding the cluster's token (what "
+                                                              "`ray get-auth-token` prints on the head node)")
     lease_ttl: Duration = Field(15.0, description="a running cluster's lease expires when its holder has not "
                                                   "renewed it for this long (the holder died)")
     # ssh
@@ -63,7 +69,9 @@ class ClusterSpec(Strict):
                                                     "default partition)")
     python: str | None = Field(None, description="slurm: the interpreter on the nodes that has drillbit installed "
                                                  "(default: the controller's own path)")
-    state_dir: str = Field("/tmp/drillbit", description="slurm: where agents keep their registries on the nodes")
+    state_dir: str | None = Field(None, description="slurm: where agents keep their registries on the nodes, a "
+                                                    "folder only their user can write (default: "
+                                                    "$XDG_RUNTIME_DIR/drillbit, else /tmp/drillbit-<uid>)")
     logs: Literal["auto", "controller", "agents"] = Field(
         "auto", description="where the job's logs are read: by each node's agent, which ships the matched events "
                             "(no shared filesystem needed), or by the controller from its own filesystem; auto: "
@@ -93,8 +101,10 @@ class ClusterSpec(Strict):
             raise ValueError("engine ssh needs hosts")
         if self.engine != "ssh" and self.hosts:
             raise ValueError(f"hosts are for engine ssh, not {self.engine}")
-        if self.engine != "ray" and self.address:
-            raise ValueError(f"address is for engine ray, not {self.engine}")
+        if self.engine != "ray" and (self.address or self.ray_auth_token or self.ray_auth_token_file):
+            raise ValueError(f"address, ray_auth_token and ray_auth_token_file are for engine ray, not {self.engine}")
+        if self.ray_auth_token and self.ray_auth_token_file:
+            raise ValueError("give ray_auth_token or ray_auth_token_file, not both")
         if self.engine != "slurm" and (self.slurm_conf or self.partition or self.python):
             raise ValueError(f"slurm_conf, partition and python are for engine slurm, not {self.engine}")
         if self.engine == "slurm" and self.logs == "agents":
@@ -112,9 +122,19 @@ class LaunchSpec(Strict):
                                                           "{nnodes} {head} {port} {ray_address}")
     per_node: bool = Field(False, description="run the command on every node (one launcher per node), "
                                               "not only the first")
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="names are shell variable names "
+                                                                  "([A-Za-z_][A-Za-z0-9_]*)")
     cwd: str | None = None
     stop_timeout: Duration = 20.0
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not ENV_NAME.fullmatch(k)]
+        if bad:
+            raise ValueError(f"environment variable name(s) {', '.join(repr(k[:40]) for k in bad)} are not "
+                             "names a shell or execve takes: letters, digits and _, not starting with a digit")
+        return value
 
 
 class SlurmJob(Strict):
@@ -167,7 +187,25 @@ class ReplacementHook(Strict):
                                                              "target's node is dead (e.g. scontrol update nodename="
                                                              "{node} state=down reason=drill); placeholders {run_dir} "
                                                              "{python} {node}")
+    revive: list[str] | None = Field(None, description="the command that undoes declare_dead (e.g. scontrol update "
+                                                       "nodename={node} state=resume); required with declare_dead: "
+                                                       "the heal runs it")
     shim_dir: str = Field("{run_dir}/replacement-shim", description="where the stand-in goes (first on PATH)")
+
+    @model_validator(mode="after")
+    def _undo(self) -> "ReplacementHook":
+        if self.declare_dead and not self.revive:
+            raise ValueError("declare_dead needs its undo, revive (e.g. [scontrol, update, nodename={node}, "
+                             "state=resume]): no fault outlives its drill")
+        return self
+
+    @field_validator("command")
+    @classmethod
+    def _bare_name(cls, value: str) -> str:
+        if not value or "/" in value or value in (".", "..") or "\x00" in value:
+            raise ValueError(f"{value[:60]!r}: a command name as the stack runs it from PATH (no '/'): the stand-in "
+                             "is written under shim_dir by that name")
+        return value
 
 
 class JobProfile(Strict):
@@ -175,7 +213,7 @@ class JobProfile(Strict):
 
     @model_validator(mode="after")
     def _launcher_regex(self) -> "JobProfile":
-        _regex("launcher", self.launcher)
+        launcher_regex(self.launcher)
         return self
 
     presets: list[str] = Field(default_factory=lambda: ["reference"],
@@ -229,7 +267,8 @@ def _reference(description: str, *flags: str) -> JobProfile:
         checkpoint=CheckpointSpec(dir="{run_dir}/job/ckpt", layout="reference"),
         replacement=ReplacementHook(command="drillbit-ref-nodepool", failed_arg="--failed", declare_dead=[
             "{python}", "-m", "drillbit.reference.nodepool", "mark-bad", "--pool", "{run_dir}/job/pool.json",
-            "--active"]),
+            "--active"], revive=["{python}", "-m", "drillbit.reference.nodepool", "mark-good", "--pool",
+                                 "{run_dir}/job/pool.json", "--last-marked"]),
     )
 
 

@@ -22,6 +22,7 @@ Loc = tuple[Any, ...]
 
 
 MAX_NODES = 20_000  # a spec is a page of YAML; more is an alias bomb or a mistake
+MAX_BYTES = 1 << 20  # the catalogue's largest file is a few KB; a megabyte takes ~4 s to compose
 
 
 class _Builder:
@@ -72,6 +73,10 @@ class _Builder:
         except yaml.YAMLError as exc:
             self.problem(node, loc, f"not plain data ({getattr(exc, 'problem', None) or exc})")
             return None
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:  # !!int x, !!bool maybe, !!timestamp 2026-13-45
+            self.problem(node, loc, f"{node.value!r} is not a valid {node.tag.rsplit(':', 1)[-1]} "
+                         f"({exc.__class__.__name__}: {exc}); drop the tag or fix the value")
+            return None
         try:
             hash(value)
         except TypeError:
@@ -83,6 +88,10 @@ def read_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
     """Parse a YAML file, keeping the line of every key; every problem raises SpecError."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES and path.is_file():
+            raise SpecError([Problem(str(path), None, "", f"{size} bytes; a drillbit file is at most "
+                                     f"{MAX_BYTES} bytes (1 MiB), refused")])
         text = path.read_text()
     except IsADirectoryError:
         raise SpecError([Problem(str(path), None, "", "a directory, not a YAML file")]) from None
@@ -300,10 +309,19 @@ def catalogue(extra: str | None = None) -> dict[str, Path]:
     return found
 
 
+def exists(name: str) -> bool:
+    """Whether a user's path names something: False, not an error, for a name no filesystem
+    takes (a NUL byte, a name past NAME_MAX)."""
+    try:
+        return Path(name).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_drill(name_or_path: str, extra: str | None = None) -> Path:
     candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or candidate.exists():
-        if not candidate.exists():
+    if candidate.suffix in (".yaml", ".yml") or exists(name_or_path):
+        if not exists(name_or_path):
             raise SpecError([Problem(name_or_path, None, "", "no such file")])
         return candidate
     known = catalogue(extra)
@@ -339,7 +357,7 @@ def load_suite(name_or_path: str, config: DrillConfig | None = None) -> SuiteSpe
             entries.append(entry)
         suite = suite.model_copy(update={"drills": entries})
         for i, entry in enumerate(entries):
-            if entry.drill not in drills and not Path(entry.drill).exists():
+            if entry.drill not in drills and not exists(entry.drill):
                 problems.append(Problem(str(candidate), _line(lines, ("drills", i)), f"drills.{i}",
                                         f"unknown drill {entry.drill!r}" + _suggest(entry.drill, list(drills))))
             for known in entry.known_defects:

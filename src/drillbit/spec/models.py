@@ -11,21 +11,45 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|min|m|h|d)?\s*$")
 
 
+MAX_DURATION_S = 366 * 86400.0  # a drill, a window or a grace longer than a year is a typo (and past what a
+#                                 thread's timeout takes: 9.3e9 s overflows it)
+MAX_REGEX = 4096  # characters of one pattern
+
+
 def parse_duration(value: Any) -> float:
     """'90s', '10m', '1.5h', '250ms' or a bare number of seconds -> seconds."""
     if isinstance(value, bool):
         raise ValueError("a duration such as 60s, 10m or 1h")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value):
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
+        if not math.isfinite(seconds):
             raise ValueError(f"{value!r} is not a duration: it must be a finite number of seconds")
-        if value < 0:
+        if seconds < 0:
             raise ValueError("a duration cannot be negative")
-        return float(value)
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match:
-            return float(match.group(1)) * _UNITS[match.group(2) or "s"]
-    raise ValueError(f"{value!r} is not a duration (write 60s, 10m, 1h or 250ms)")
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    else:
+        raise ValueError(f"{str(value)[:60]!r} is not a duration (write 60s, 10m, 1h or 250ms)")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"{str(value)[:60]} is more than a year ({MAX_DURATION_S:.0f} s); give a real duration")
+    return seconds
+
+
+def compile_regex(value: str, what: str = "regex") -> re.Pattern:
+    """A user's regex compiled, or ValueError saying why not: bad syntax, a repeat count past
+    what ``re`` takes (a{4294967296}), nesting too deep for the compiler, or a pattern longer
+    than any log line needs."""
+    if len(value) > MAX_REGEX:
+        raise ValueError(f"{what}: {len(value)} characters; a pattern is at most {MAX_REGEX}")
+    try:
+        return re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{what}: bad regex: {exc}") from None
+    except (OverflowError, RecursionError) as exc:
+        raise ValueError(f"{what}: a regex the compiler cannot take ({exc.__class__.__name__}: {exc})") from None
 
 
 def _positive(value: float) -> float:
@@ -40,8 +64,21 @@ Duration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_pos
 Span = Annotated[float, BeforeValidator(parse_duration)]
 
 
+def launcher_regex(value: str | None, what: str = "launcher") -> str | None:
+    """A launcher's command-line regex, refused when it would match what is not a launcher
+    (``.``, ``.*``, ``python``: a shell, an init, any process)."""
+    if value is None:
+        return None
+    rx = compile_regex(value, what)
+    strays = [c for c in ("", "-bash", "/sbin/init", "sshd: user@pts/0") if rx.search(c)]
+    if strays:
+        raise ValueError(f"{what}: {value!r} matches command lines that are no launcher (e.g. {strays[-1]!r}): "
+                         "name the launcher, e.g. 'torch\\.distributed\\.run|torchrun'")
+    return value
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class Targets(Strict):

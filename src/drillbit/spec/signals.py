@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
-from drillbit.spec.models import Strict
+from drillbit.spec.models import Strict, compile_regex
 
 # The event kinds the checkers read, and what each needs from a signal's groups.
 KINDS: dict[str, str] = {
@@ -69,10 +69,7 @@ class Signal(Strict):
     @field_validator("pattern")
     @classmethod
     def _regex(cls, value: str) -> str:
-        try:
-            rx = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"bad regex: {exc}") from None
+        rx = compile_regex(value, "pattern")
         if rx.groups and not rx.groupindex:
             raise ValueError("name the groups (?P<name>...); unnamed groups are not read")
         return value
@@ -100,10 +97,7 @@ class Signal(Strict):
         if missing:
             raise ValueError(f"lists name groups the pattern does not have: {missing}")
         for name, rx in self.lists.items():
-            try:
-                re.compile(rx)
-            except re.error as exc:
-                raise ValueError(f"lists.{name}: bad regex: {exc}") from None
+            compile_regex(rx, f"lists.{name}")
         if self.kind == "members" and "members" not in self.lists:
             raise ValueError("a members signal reads its group members as a list: give lists: {members: REGEX}")
         if self.kind == "step" and "n" not in groups:
@@ -142,6 +136,8 @@ def zone_of(name: str) -> tzinfo:
         sign = 1 if m.group(1) == "+" else -1
         return dt_timezone(sign * timedelta(hours=int(m.group(2)), minutes=int(m.group(3))))
     try:
+        if len(name) > 64 or "\x00" in name:
+            raise ValueError(name)
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown timezone {name!r} (UTC, +02:00, or an IANA name such as Europe/Berlin)") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: 'Europe' is a folder of zones
+        raise ValueError(f"unknown timezone {name[:64]!r} (UTC, +02:00, or an IANA name such as Europe/Berlin)") from None

@@ -26,7 +26,9 @@ def connect(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
         return RayNodes(run_dir, name, address=cluster.address, nodes=cluster.nodes,
                         cpus_per_node=cluster.cpus_per_node, deadman_s=cluster.deadman,
                         job_grace_s=cluster.job_grace, skew=cluster.simulate_clock_skew,
-                        lease_ttl=cluster.lease_ttl, version=cluster.simulate_agent_version)
+                        lease_ttl=cluster.lease_ttl, version=cluster.simulate_agent_version,
+                        auth_token=cluster.ray_auth_token.get_secret_value() if cluster.ray_auth_token else None,
+                        auth_token_file=cluster.ray_auth_token_file)
     if cluster.engine == "ssh":
         from drillbit.transport.ssh import SshNodes
 

@@ -17,6 +17,7 @@ from drillbit.errors import DrillError
 from drillbit.lease import Lease
 from drillbit.nodes import Nodes
 from drillbit.proc import ProcRef
+from drillbit.transport import rayauth
 from drillbit.transport.client import AgentClient
 from drillbit.transport.raycluster import NAMESPACE, NODE_RESOURCE, EmbeddedCluster, RayLease, _ray, reachable
 
@@ -48,7 +49,8 @@ class RayNodes(Nodes):
 
     def __init__(self, run_dir: Path, cluster_name: str, *, address: str | None, nodes: int | None,
                  cpus_per_node: int = 2, deadman_s: float = 5.0, job_grace_s: float = 30.0,
-                 skew: dict[str, float] | None = None, lease_ttl: float = 15.0, version: str | None = None) -> None:
+                 skew: dict[str, float] | None = None, lease_ttl: float = 15.0, version: str | None = None,
+                 auth_token: str | None = None, auth_token_file: str | None = None) -> None:
         super().__init__(run_dir, cluster_name, deadman_s=deadman_s, job_grace_s=job_grace_s)
         self.address = address
         self.nodes = nodes
@@ -60,6 +62,7 @@ class RayNodes(Nodes):
         self.token = secrets.token_hex(16)  # the drill's: only this controller's calls are obeyed
         self.lease: RayLease | None = None
         self._controller: ProcRef | None = None
+        self._auth = (auth_token, auth_token_file)
 
     def start(self, controller: ProcRef) -> None:
         self._controller = controller
@@ -70,11 +73,16 @@ class RayNodes(Nodes):
         if ray.is_initialized():
             return
         address = self.address
-        if self.embedded is not None:
+        if self.embedded is not None:  # token authentication on, with this process's token
             assert self._controller is not None
             address = self.embedded.start(self._controller)
         self.values["ray_address"] = address or ""
         reachable(address)
+        if self.embedded is None and address and "://" not in address and address != "auto":
+            token, source = (None, "RAY_AUTH_MODE=disabled") if rayauth.disabled() else rayauth.find_token(*self._auth)
+            if token is not None:
+                rayauth.use(token)
+            rayauth.check(address, self.cluster_name, source, sent=token is not None)
         extra = {"_node_ip_address": "127.0.0.1"} if self.embedded is not None else {}
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR",
                  configure_logging=False, **extra)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from drillbit.agent.rayactor import sealed
 from drillbit.errors import DrillError, LeaseError
 from drillbit.proc import ProcRef
 
@@ -141,6 +142,9 @@ class RayLease:
                 self._actor = None
 
 
+sealed(LeaseActor)  # no __ray_call__: it would read the holder's token
+
+
 # --- the embedded cluster -------------------------------------------------------------------
 class EmbeddedCluster:
     """Starts the keeper process and waits for the cluster's address."""
@@ -152,6 +156,12 @@ class EmbeddedCluster:
         self.proc: subprocess.Popen | None = None
 
     def start(self, controller: ProcRef, timeout: float = 120.0) -> str:
+        """Start the cluster, with Ray's token authentication on (this process's token, which
+        the keeper and every process of the cluster inherit) unless RAY_AUTH_MODE=disabled."""
+        from drillbit.transport import rayauth
+
+        if not rayauth.disabled():
+            rayauth.use(rayauth.embedded_token())
         address_file = self.state_dir / "ray-address"
         address_file.unlink(missing_ok=True)
         with open(self.state_dir / "ray-keeper.log", "ab") as log:

@@ -51,7 +51,8 @@ class SshAgentClient(JsonLinesClient):
             raise DrillError(f"{host.name} ({self.where}): {reason} (host keys are checked against {known})") from None
         except OSError as exc:
             raise DrillError(f"{host.name} ({self.where}): {exc}") from None
-        command = [host.python, "-m", "drillbit.agent", "serve", "--node", host.name, "--state-dir", host.state_dir]
+        command = [host.python, "-m", "drillbit.agent", "serve", "--node", host.name,
+                   *(["--state-dir", host.state_dir] if host.state_dir else [])]
         if skew:
             command += ["--skew", repr(skew)]
         if version:
