@@ -341,9 +341,27 @@ class SlurmNodes(Nodes):
         return client
 
     def _ended_with_allocation(self, handle: Handle) -> HealReport:
-        return HealReport(healed=True, verified=False, t=time.time(),
-                          detail=f"the agent on {handle.target.node} ended with the job's allocation there; Slurm "
-                                 "ended the job's processes on that node with it")
+        """The agent's srun step is gone: healed only if Slurm says the job no longer runs on
+        that node (its processes ended with the allocation). A step that died while the job
+        still runs there left the fault in place, and that is said."""
+        node = handle.target.node or "?"
+        try:
+            info = self.slurm.job(self.job_id)
+        except DrillError as exc:
+            return HealReport(healed=False, verified=False, t=time.time(),
+                              detail=f"the agent on {node} is gone and Slurm could not be asked about job "
+                                     f"{self.job_id} ({exc}); check the node by hand")
+        running_there = info is not None and info.state in ("RUNNING", "SUSPENDED", "COMPLETING") \
+            and node in info.nodes
+        if running_there:
+            return HealReport(healed=False, verified=False, t=time.time(),
+                              detail=f"the agent on {node} is gone but job {self.job_id} still runs there "
+                                     f"({info.state}): {handle.fault} may still be in place; run `python -m "
+                                     f"drillbit.agent heal` on {node}")
+        state = "gone from Slurm" if info is None else f"{info.state} on {', '.join(info.nodes) or 'no nodes'}"
+        return HealReport(healed=True, verified=True, t=time.time(),
+                          detail=f"the agent on {node} ended with the job's allocation there; Slurm says job "
+                                 f"{self.job_id} is {state}, so its processes on {node} ended with it")
 
     def active_by_node(self) -> dict[str, list[Handle] | Exception]:
         out: dict[str, list[Handle] | Exception] = {}
