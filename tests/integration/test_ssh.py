@@ -131,3 +131,42 @@ def test_logs_read_on_their_node_with_no_folder_the_controller_can_read(tmp_path
     assert steps and {e["source"] for e in steps} == {"probe:host-0"}  # shipped by host-0's agent
     assert (hosts / "host-0" / "events.log").exists() and not (hosts / "{node}").exists()
     assert not any(e["kind"] in ("probe.gap", "probe.error") for e in events)
+
+
+def test_drill_heal_on_an_ssh_cluster_heals_each_hosts_registry_on_that_host(tmp_path, sshd):
+    """The registries of an SSH cluster live on its hosts: `drill heal --cluster` reaches each
+    host over SSH and heals there, and names a host it could not reach."""
+    import os
+    import signal
+    import subprocess
+
+    import psutil
+
+    from drillbit.agent import NodeAgent
+    from drillbit.proc import ProcRef
+    from tests.integration.cli import drill_cli
+
+    config = ssh_config(tmp_path, sshd)
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "fake-rank"],
+                              env={**os.environ, "RANK": "1"})
+    try:
+        state = tmp_path / "agent-0"
+        state.mkdir(mode=0o700)
+        agent = NodeAgent("host-0", state / "agent-host-0.json")  # what host-0's agent left
+        agent.inject("hang-collective", ProcRef.of(psutil.Process(victim.pid), rank=1), {})
+        assert psutil.Process(victim.pid).status() == psutil.STATUS_STOPPED
+        proc = drill_cli("heal", "--cluster", "slurm", "--json", cwd=tmp_path, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        healed = [d for d in json.loads(proc.stdout) if d.get("healed")]
+        assert healed and healed[0]["node"] == "host-0" and "hang-collective on rank 1" in healed[0]["healed"][0]
+        assert psutil.Process(victim.pid).status() != psutil.STATUS_STOPPED
+        # a host that does not answer is named, and the command says it could not finish
+        broken = json.loads(config.read_text())
+        broken["clusters"]["slurm"]["hosts"][1]["port"] = 1
+        config.write_text(json.dumps(broken))
+        again = drill_cli("heal", "--cluster", "slurm", cwd=tmp_path, timeout=120)
+        assert again.returncode == 5 and "could not reach host-1" in again.stderr, again.stdout + again.stderr
+    finally:
+        victim.send_signal(signal.SIGCONT)
+        victim.kill()
+        victim.wait()

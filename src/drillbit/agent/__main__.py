@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     h = sub.add_parser("heal", help="heal what the drills left in this state folder (their agents died)")
     h.add_argument("--state-dir", help="default: this user's, as for serve")
     h.add_argument("--force", action="store_true", help="even where the drill still seems to run")
+    h.add_argument("--abandon", metavar="REASON", help="give the faults up (recorded with REASON) instead of healing")
     args = p.parse_args(argv)
     if args.cmd in ("serve", "heal"):
         from drillbit.errors import ConfigError
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from drillbit.agent.leftovers import heal_folder
 
-        done = heal_folder(Path(args.state_dir), args.force)
+        done = heal_folder(Path(args.state_dir), args.force, args.abandon)
         print(json.dumps([d.model_dump() for d in done]))
         return 1 if any(d.failed for d in done) else 0
     if args.cmd == "serve":

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from drillbit import exitcodes
 from drillbit.cli.common import emit_json, err, json_option, out, show_problems
-from drillbit.errors import Problem, SpecError
+from drillbit.errors import DrillError, Problem, SpecError
 from drillbit.report.console import ConsoleUI, summary
 from drillbit.spec.load import catalogue, find_config, load_config, load_drill, read_yaml
 from drillbit.spec.config import DrillConfig
@@ -187,8 +187,9 @@ def faults(as_json: bool) -> int:
 def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, force: bool, abandon: str | None,
          as_json: bool) -> int:
     """Undo what a half-finished drill left: read every agent registry in the run folder,
-    heal what is still active, stop a job it launched, and record it in the history.
-    (For SSH hosts, run `python -m drillbit.agent heal --state-dir DIR` on each host.)"""
+    heal what is still active, stop a job it launched, and record it in the history. With
+    --cluster of engine ssh, each host heals its own registries, reached over SSH; a
+    registry written on another host is left alone, naming it."""
     from drillbit.agent.leftovers import heal_folder, registries
     from drillbit.errors import ConfigError
     from drillbit.session import merge_deadman_records
@@ -197,12 +198,24 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
         raise ConfigError("give a run folder or --cluster NAME (one of them)")
     if abandon is not None and not abandon.strip():
         raise ConfigError("--abandon needs a reason (it is recorded with the faults given up)")
+    done = []
+    unreached: list[str] = []
     if run_dir is not None:
         folders = [Path(run_dir)]
     else:
-        base = Path(reports_dir or load_config(find_config(None)).reports_dir)
+        config = load_config(find_config(None))
+        base = Path(reports_dir or config.reports_dir)
         folders = [d for d in sorted(base.glob("*")) if registries(d) and _cluster_of(d) == cluster]
-    done = []
+        entry = config.clusters.get(cluster or "")
+        if entry is not None and entry.engine == "ssh":  # the registries are on the hosts: heal there
+            from drillbit.agent.leftovers import Leftover
+            from drillbit.transport.ssh import heal_host
+
+            for host in entry.hosts:
+                try:
+                    done += [Leftover.model_validate(d) for d in heal_host(host, entry.known_hosts, force, abandon)]
+                except DrillError as exc:
+                    unreached.append(f"{host.name}: {exc}")
     for folder in folders:
         done += heal_folder(folder, force, abandon)
         if (folder / "history.jsonl").exists() and (folder / "spec.json").exists():
@@ -210,8 +223,10 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
 
             merge_deadman_records(folder, History.load(folder / "history.jsonl"))
     if as_json:
-        emit_json([d.model_dump() for d in done])
+        emit_json([d.model_dump() for d in done] + [{"node": u.split(":", 1)[0], "unreached": u} for u in unreached])
     else:
+        for what in unreached:
+            err.print(f"[red]could not reach {what}[/]; its faults are where they were")
         for d in done:
             if d.skipped:
                 out.print(f"{d.node}: skipped — {d.skipped}")
@@ -224,9 +239,9 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
                 err.print(f"[yellow]{d.node}: abandoned[/] {what} ({abandon}); undo it by hand")
             if d.job_stopped:
                 out.print(f"{d.node}: stopped the job the drill had launched")
-        if not any(d.healed or d.failed or d.job_stopped or d.abandoned or d.skipped for d in done):
+        if not unreached and not any(d.healed or d.failed or d.job_stopped or d.abandoned or d.skipped for d in done):
             out.print(f"nothing left in place in {len(folders)} run folder(s)")
-    if any(d.failed for d in done):
+    if any(d.failed for d in done) or unreached:
         return exitcodes.HARNESS
     # a registry of another host was not reached: run it there (its faults are still in place)
     return exitcodes.USAGE if any(d.skipped and "written on host" in d.skipped for d in done) else exitcodes.PASS

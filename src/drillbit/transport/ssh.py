@@ -21,36 +21,65 @@ from drillbit.transport.client import AgentClient
 from drillbit.transport.jsonlines import JsonLinesClient
 
 
+def where(host: SshHost) -> str:
+    return f"{host.user + '@' if host.user else ''}{host.host}:{host.port}"
+
+
+def connect(host: SshHost, known_hosts: str | None) -> Any:
+    """An open Fabric connection to ``host``, its key checked against ``known_hosts``."""
+    from fabric import Connection
+    from paramiko import RejectPolicy
+    from paramiko.ssh_exception import SSHException
+
+    kwargs: dict[str, Any] = {}
+    if host.key_filename:
+        kwargs["key_filename"] = os.path.expanduser(host.key_filename)
+    if host.password is not None:
+        kwargs["password"] = host.password.get_secret_value()
+    conn = Connection(host.host, user=host.user, port=host.port, connect_timeout=15, connect_kwargs=kwargs)
+    client = conn.client
+    client.set_missing_host_key_policy(RejectPolicy())
+    known = os.path.expanduser(known_hosts or "~/.ssh/known_hosts")
+    try:
+        client.load_host_keys(known)
+    except OSError as exc:
+        raise DrillError(f"{host.name}: cannot read known_hosts {known}: {exc.strerror}") from None
+    try:
+        conn.open()
+    except SSHException as exc:
+        reason = str(exc).replace(host.password.get_secret_value(), "***") if host.password else str(exc)
+        raise DrillError(f"{host.name} ({where(host)}): {reason} (host keys are checked against {known})") from None
+    except OSError as exc:
+        raise DrillError(f"{host.name} ({where(host)}): {exc}") from None
+    return conn
+
+
+def heal_host(host: SshHost, known_hosts: str | None, force: bool = False, abandon: str | None = None) -> list[dict]:
+    """``drill heal`` on one SSH host: its own agent's ``heal`` over SSH (the registries are
+    judged where their processes live). The host's answer, one Leftover per registry."""
+    import json
+
+    conn = connect(host, known_hosts)
+    command = [host.python, "-m", "drillbit.agent", "heal", *(["--state-dir", host.state_dir] if host.state_dir else []),
+               *(["--force"] if force else []), *(["--abandon", abandon] if abandon else [])]
+    try:
+        done = conn.run(" ".join(shlex.quote(c) for c in command), hide=True, warn=True, timeout=600)
+    finally:
+        conn.close()
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise DrillError(f"{host.name}: `drillbit.agent heal` answered exit {done.exited}: "
+                         f"{(done.stderr or done.stdout).strip()[-300:]}") from None
+
+
 class SshAgentClient(JsonLinesClient):
     channel = "SSH channel"
 
     def __init__(self, host: SshHost, known_hosts: str | None, skew: float = 0.0, version: str | None = None) -> None:
         super().__init__(host.name)
-        from fabric import Connection
-        from paramiko import RejectPolicy
-        from paramiko.ssh_exception import SSHException
-
-        kwargs: dict[str, Any] = {}
-        if host.key_filename:
-            kwargs["key_filename"] = os.path.expanduser(host.key_filename)
-        if host.password is not None:
-            kwargs["password"] = host.password.get_secret_value()
-        self.where = f"{host.user + '@' if host.user else ''}{host.host}:{host.port}"
-        self.conn = Connection(host.host, user=host.user, port=host.port, connect_timeout=15, connect_kwargs=kwargs)
-        client = self.conn.client
-        client.set_missing_host_key_policy(RejectPolicy())
-        known = os.path.expanduser(known_hosts or "~/.ssh/known_hosts")
-        try:
-            client.load_host_keys(known)
-        except OSError as exc:
-            raise DrillError(f"{host.name}: cannot read known_hosts {known}: {exc.strerror}") from None
-        try:
-            self.conn.open()
-        except SSHException as exc:
-            reason = str(exc).replace(host.password.get_secret_value(), "***") if host.password else str(exc)
-            raise DrillError(f"{host.name} ({self.where}): {reason} (host keys are checked against {known})") from None
-        except OSError as exc:
-            raise DrillError(f"{host.name} ({self.where}): {exc}") from None
+        self.where = where(host)
+        self.conn = connect(host, known_hosts)
         command = [host.python, "-m", "drillbit.agent", "serve", "--node", host.name,
                    *(["--state-dir", host.state_dir] if host.state_dir else [])]
         if skew:
