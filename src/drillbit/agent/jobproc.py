@@ -34,7 +34,6 @@ class LaunchedJob:
     def __init__(self, popen: subprocess.Popen, ref: ProcRef, stop_timeout: float, mark: str) -> None:
         self.popen = popen
         self.ref = ref
-        self.pgid = popen.pid
         self.mark = mark
         self.stop_timeout = stop_timeout
 

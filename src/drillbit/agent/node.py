@@ -58,6 +58,7 @@ class NodeAgent:
         self._abandoned: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._busy: dict[str, threading.Lock] = {}  # one per handle: act and heal never overlap
+        self._healed: dict[str, HealReport] = {}  # what each finished heal reported
         self._guardian: subprocess.Popen | None = None
         self.node_id: str | None = None  # the Ray node id, where the agent is a Ray actor
         self.job_root: ProcRef | None = None  # the root the job's ranks were last found under
@@ -168,6 +169,7 @@ class NodeAgent:
                 with self._lock:
                     self._check_files(handle)
                     self._active[key] = (handle, fault)
+                    self._healed.pop(key, None)
                     self._save()
                 state = fault.act(target, validated, intent)
             except FaultError:  # a clean refusal: the fault changed nothing, so nothing is held
@@ -219,6 +221,8 @@ class NodeAgent:
                 held = self._active.get(key)
             if held is not None:
                 handle = held[0]  # the act's final state, not the intent a timed-out inject handed back
+            elif key in self._healed:  # a retry of a heal that finished meanwhile (its caller gave up waiting)
+                return self._healed[key]
             elif self._gone_from_disk(key):
                 return HealReport(healed=True, verified=False, detail="no longer in the registry: healed or "
                                   "abandoned by another process (see the dead-man log)")
@@ -231,6 +235,7 @@ class NodeAgent:
             if report.healed:
                 with self._lock:
                     self._active.pop(key, None)
+                    self._healed[key] = report
                     self._save()
             return report
 
