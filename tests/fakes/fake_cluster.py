@@ -86,11 +86,13 @@ class FakeJob:
 
 class FakeAgent:
     """The agent API's method table over a FakeJob. ``fail_on``: methods that raise;
-    ``heal_hangs``: heal sleeps this long first (``forever`` until released)."""
+    ``heal_hangs``: heal sleeps this long first (``forever`` until released); ``after_job``:
+    its handles say their heal waits for the job to stop."""
 
     def __init__(self, node: str, job: FakeJob, *, fail_on: set[str] | None = None, heal_hangs: float = 0.0,
-                 heal_hangs_times: int = 1, version: str | None = None) -> None:
+                 heal_hangs_times: int = 1, version: str | None = None, after_job: bool = False) -> None:
         self.node, self.job = node, job
+        self.after_job = after_job  # its faults heal once the job is stopped (restore_after)
         self.fail_on = fail_on or set()
         self.heal_hangs, self.heal_hangs_left = heal_hangs, heal_hangs_times
         self.version = version or drillbit.__version__
@@ -142,7 +144,8 @@ class FakeAgent:
         return api.Planned(step=PlanStep(node=self.node, pid=req.target.pid, rank=req.target.rank, action="fake"))
 
     def _inject(self, req):
-        handle = Handle(fault=req.fault, target=req.target, params=req.params, state={"sent": True})
+        handle = Handle(fault=req.fault, target=req.target, params=req.params, state={"sent": True},
+                        after_job=self.after_job)
         self.active[f"{req.target.pid}"] = handle
         self.job.kill()
         return api.Injected(handle=handle)

@@ -3,6 +3,7 @@ is touched (blast radius, one file per target, allowed hosts), the operator's se
 Ctrl-C while healing, a lost lease, and the lease actor's rules — on the fake transport."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -102,3 +103,15 @@ def test_the_lease_actor_keeps_its_own_expiry_and_its_holders_token():
     lease.renewed -= 31  # a holder stopped past the expiry ...
     assert lease.acquire({"holder": "drill b", "pid": 3, "host": "h", "since": 0, "token": "secret-b"}) is None
     assert lease.renew("secret-a") is False  # ... learns at its next renewal that it lost the cluster
+
+
+def test_a_heal_that_waits_for_the_job_comes_after_teardown(tmp_path):
+    """kill-during-save's restore_after puts the whole checkpoint folder back: healed while
+    the job still ran, it moved the live folder (and the job's newer checkpoints) from under
+    it. Such a handle (after_job) is healed after the job is stopped, and recorded healed."""
+    outcome, agent = run(tmp_path, with_fault(), after_job=True)
+    assert outcome.error is None, outcome.error
+    calls = [c for c in agent.calls if c in ("stop_job", "heal")]
+    assert calls == ["stop_job", "heal"], agent.calls
+    kinds = [json.loads(line)["kind"] for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert kinds.index("job.stop") < kinds.index("fault.heal"), kinds

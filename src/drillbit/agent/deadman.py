@@ -100,31 +100,42 @@ def orphan(log: DeadmanLog, reason: str, pending: Callable[[], list[Handle]], he
 
     A fault that does not heal is tried again, with backoff, until it heals or leaves
     ``pending()`` (the registry: ``drill heal`` healed it, or an operator abandoned it with
-    ``drill heal --abandon``) — never dropped. Returns False when ``stopped()`` ended the
-    retries first (whoever stopped this takes the registry over)."""
+    ``drill heal --abandon``) — never dropped. A fault whose heal waits for the job to stop
+    (``after_job``) is healed after the job is stopped. Returns False when ``stopped()``
+    ended the retries first (whoever stopped this takes the registry over)."""
     log.note("agent.lost", reason=reason)
+    running = job_running()
+    if not heal_until_done(log, lambda: [h for h in pending() if not (running and h.after_job)], heal, wait,
+                           stopped):
+        return False
+    if running:
+        wait(job_grace_s)
+        log.note("job.stop", code=stop_job())
+        if not heal_until_done(log, pending, heal, wait, stopped):
+            return False
+    log.note("orphan.done")
+    return True
+
+
+def heal_until_done(log: DeadmanLog, pending: Callable[[], list[Handle]], heal: Callable[[Handle], HealReport],
+                    wait: Callable[[float], object], stopped: Callable[[], bool]) -> bool:
+    """Heal each of ``pending()``, again and again with backoff, until none is left; False
+    if ``stopped()`` first."""
     attempt = 0
-    while True:
-        left = pending()
-        if not left:
-            break
+    while left := pending():
         attempt += 1
         for handle in left:
             report = heal_with_deadline(heal, handle)
             kind = "fault.heal" if report.healed else "heal.failed"
             log.note(kind, rank=handle.target.rank, fault=handle.fault, pid=handle.target.pid, attempt=attempt,
                      healed=report.healed, verified=report.verified, detail=report.detail)
-        if not pending():
+        if not (still := pending()):
             break
         delay = backoff(attempt)
-        log.note("heal.retry", attempt=attempt + 1, in_s=delay, faults=[h.fault for h in pending()])
+        log.note("heal.retry", attempt=attempt + 1, in_s=delay, faults=[h.fault for h in still])
         wait(delay)
         if stopped():
             return False
-    if job_running():
-        wait(job_grace_s)
-        log.note("job.stop", code=stop_job())
-    log.note("orphan.done")
     return True
 
 

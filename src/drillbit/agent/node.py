@@ -161,7 +161,8 @@ class NodeAgent:
         validated = fault.Params.model_validate(params)
         intent = fault.prepare(target, validated)
         handle = Handle(fault=fault_name, target=target, params=validated.model_dump(),
-                        state=intent.model_dump() if intent is not None else {})
+                        state=intent.model_dump() if intent is not None else {},
+                        after_job=fault.heals_after_job(validated))
         key = self._key(handle)
         busy = self._busy_lock(key)
         with busy, heal_lock(self.registry_path):  # a heal that comes now waits for the act to land

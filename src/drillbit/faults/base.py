@@ -83,6 +83,7 @@ class Handle(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     state: dict[str, Any] = Field(default_factory=dict)
     injected_at: float = Field(default_factory=time.time)
+    after_job: bool = False  # healed once the job the drill launched has stopped (Fault.heals_after_job)
 
 
 class Evidence(BaseModel):
@@ -184,6 +185,12 @@ class Fault(Generic[P, S]):
 
     def heal(self, target: ProcRef, params: P, state: S) -> HealReport:
         raise NotImplementedError
+
+    def heals_after_job(self, params: P) -> bool:
+        """Whether this fault's heal must wait until the job has stopped (a heal that puts a
+        whole folder back would otherwise move it from under a job still writing it). The
+        drill then heals it after teardown, and a dead-man's switch after it stopped the job."""
+        return False
 
     def confirm_wait(self, params: P) -> float:
         """How long the controller keeps asking ``confirm`` (each answer bounded by the

@@ -131,6 +131,9 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
         step = super().describe(target, params)
         return step.model_copy(update={"files": [self._dir(params)]})
 
+    def heals_after_job(self, params: KillDuringSaveParams) -> bool:
+        return params.restore_after  # the folder goes back once nothing writes it any more
+
     def confirm_wait(self, params: KillDuringSaveParams) -> float:
         return params.arm_timeout_s
 

@@ -35,6 +35,7 @@ class Nemesis:
         self.heal_timeout = heal_timeout
         self.handles: list[Handle] = []
         self.healing = False
+        self.abandoned = False  # the operator left the faults in place (a second Ctrl-C while healing)
 
     def __enter__(self) -> "Nemesis":
         return self
@@ -97,9 +98,13 @@ class Nemesis:
         return True
 
     # --- heal ----------------------------------------------------------------------------
-    def heal(self) -> None:
+    def heal(self, job_running: bool = False) -> None:
         """Heal every fault still active on any node; idempotent. A HealAbandoned (the
-        operator's second Ctrl-C) leaves the rest in place, each recorded as heal.failed."""
+        operator's second Ctrl-C) leaves the rest in place, each recorded as heal.failed.
+        While the drill's job still runs, a fault whose heal waits for the job to stop
+        (``after_job``) is left for the heal after teardown."""
+        if self.abandoned:
+            return  # the operator's word: what is left stays, for the switches
         self.healing = True
         left: list[Handle] = []
         try:
@@ -108,11 +113,12 @@ class Nemesis:
                     self.history.record(HARNESS, "heal.failed", node=node,
                                         detail=f"cannot reach the agent to heal: {held}")
                     continue
-                left += held
+                left += [h for h in held if not (job_running and h.after_job)]
             while left:
                 self._heal_one(left[0])
                 left.pop(0)
         except HealAbandoned as exc:
+            self.abandoned = True
             for handle in left:
                 t = handle.target
                 self.history.record(HARNESS, "heal.failed", node=t.node, rank=t.rank, pid=t.pid, fault=handle.fault,

@@ -227,7 +227,7 @@ class DrillRunner:
             finally:
                 self._holding = True  # from here on, a Ctrl-C waits for the heal
                 self.ui.phase("heal", f"{len(self.nemesis.handles)} fault(s) injected")
-                self.nemesis.heal()
+                self.nemesis.heal(job_running=self.launched is not None)
         except (Interrupted, Aborted) as exc:
             self.record("abort", reason=str(exc))
         except ConfigError as exc:
@@ -243,7 +243,7 @@ class DrillRunner:
                         else traceback.format_exception(exc, limit=12))
         finally:
             self._holding = True
-            for step, action in (("teardown", self.teardown), ("close", self._close)):
+            for step, action in (("teardown", self.teardown), ("heal", self.nemesis.heal), ("close", self._close)):
                 try:
                     action()
                 except Exception as exc:  # recorded; the steps after it still run
