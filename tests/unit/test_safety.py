@@ -9,6 +9,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from drillbit.loop import DrillRunner
 from drillbit.transport.raycluster import LeaseActor
 from tests.fakes.fake_cluster import CLUSTER, JOB, FakeAgent, FakeJob, FakeNodes, fake_probes, spec
@@ -115,3 +117,14 @@ def test_a_heal_that_waits_for_the_job_comes_after_teardown(tmp_path):
     assert calls == ["stop_job", "heal"], agent.calls
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert kinds.index("job.stop") < kinds.index("fault.heal"), kinds
+
+
+def test_restore_after_on_an_attached_job_is_refused_before_anything_is_touched(tmp_path):
+    from drillbit.errors import ConfigError
+    from drillbit.loop.runner import job_params
+
+    attached = JOB.model_copy(update={"launch": None, "attach_pid": 1, "checkpoint": None})
+    drill = spec(fault={"type": "kill-during-save", "trigger": {"at_step": 8},
+                        "params": {"restore_after": True, "checkpoint": {"dir": str(tmp_path)}}})
+    with pytest.raises(ConfigError, match="a drill never stops a job it attached to"):
+        job_params(drill, attached, tmp_path)

@@ -108,6 +108,10 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
     elif isinstance(getattr(params, "checkpoint", None), CheckpointSpec):
         params = params.model_copy(update={"checkpoint": params.checkpoint.model_copy(
             update={"dir": expand(params.checkpoint.dir, values)})})
+    if job.launch is None and fault.heals_after_job(params):
+        raise ConfigError(f"{spec.fault.type}: its heal waits for the job to stop (restore_after puts the checkpoint "
+                          "folder back), and a drill never stops a job it attached to; drop restore_after, or "
+                          "let the drill launch the job")
     if fault.needs_checkpoint and getattr(params, "checkpoint", None) is None:
         raise ConfigError(f"{spec.fault.type} needs the job's checkpoints: the job profile has no checkpoint: "
                           "{dir, layout}, and the drill's params name none")
