@@ -72,3 +72,35 @@ def test_second_drill_refused_while_held_and_a_dead_holders_lease_expires(runnin
     second = hold(address, "the next drill")
     second.kill()
     second.wait()
+
+
+def test_drill_heal_on_a_running_ray_cluster_heals_on_its_nodes(running_cluster, tmp_path):
+    """The registries of a running Ray cluster are on the nodes whose agents wrote them:
+    `drill heal --cluster` heals there, through a task pinned to each node."""
+    import json
+    import os
+    import signal
+
+    from drillbit.agent import NodeAgent
+    from tests.integration.cli import drill_cli
+
+    address, config = running_cluster
+    folder = tmp_path / "reports" / "20261201-000000-kill-rank"
+    folder.mkdir(parents=True)
+    (folder / "history.jsonl").write_text(json.dumps({"seq": 0, "t": 0.0, "source": "harness", "kind": "drill.start",
+                                                      "node": None, "rank": None,
+                                                      "data": {"cluster": "staging"}}) + "\n")
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "fake-rank"],
+                              env={**os.environ, "RANK": "1"})
+    try:
+        agent = NodeAgent("node-1", folder / "agent-node-1.json")  # what node-1's agent left
+        agent.inject("hang-collective", ProcRef.of(psutil.Process(victim.pid), rank=1), {})
+        proc = drill_cli("heal", "--cluster", "staging", "--json", cwd=tmp_path, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        healed = [d for d in json.loads(proc.stdout) if d.get("healed")]  # --json: nothing but JSON on stdout
+        assert healed and "hang-collective on rank 1" in healed[0]["healed"][0], proc.stdout
+        assert psutil.Process(victim.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        victim.send_signal(signal.SIGCONT)
+        victim.kill()
+        victim.wait()

@@ -94,3 +94,9 @@ def heal_registry(path: Path, force: bool = False, abandon: str | None = None) -
 
 def heal_folder(folder: Path, force: bool = False, abandon: str | None = None) -> list[Leftover]:
     return [heal_registry(p, force, abandon) for p in registries(folder)]
+
+
+def heal_folders_here(folders: list[str], force: bool = False, abandon: str | None = None) -> list[dict]:
+    """On one node of a cluster (a Ray task pinned there): heal the registries this node's
+    agents left in those run folders, as JSON-ready Leftovers."""
+    return [d.model_dump() for f in folders if Path(f).is_dir() for d in heal_folder(Path(f), force, abandon)]

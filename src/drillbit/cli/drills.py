@@ -200,12 +200,14 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
         raise ConfigError("--abandon needs a reason (it is recorded with the faults given up)")
     done = []
     unreached: list[str] = []
+    healed_on_nodes = False  # a running Ray cluster's registries: healed by a task on each node
     if run_dir is not None:
         folders = [Path(run_dir)]
     else:
         config = load_config(find_config(None))
         base = Path(reports_dir or config.reports_dir)
-        folders = [d for d in sorted(base.glob("*")) if registries(d) and _cluster_of(d) == cluster]
+        ours = [d for d in sorted(base.glob("*")) if d.is_dir() and _cluster_of(d) == cluster]
+        folders = [d for d in ours if registries(d)]
         entry = config.clusters.get(cluster or "")
         if entry is not None and entry.engine == "ssh":  # the registries are on the hosts: heal there
             from drillbit.agent.leftovers import Leftover
@@ -216,8 +218,21 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
                     done += [Leftover.model_validate(d) for d in heal_host(host, entry.known_hosts, force, abandon)]
                 except DrillError as exc:
                     unreached.append(f"{host.name}: {exc}")
+        elif entry is not None and entry.engine == "ray" and entry.address and ours:
+            from drillbit.agent.leftovers import Leftover
+            from drillbit.transport.ray import heal_on_nodes
+
+            # the registries are on the nodes whose agents wrote them: heal on each of them
+            remote, unreached = heal_on_nodes(cluster or "", entry.address, [str(f.resolve()) for f in ours],
+                                              force=force, abandon=abandon,
+                                              auth_token=entry.ray_auth_token.get_secret_value()
+                                              if entry.ray_auth_token else None,
+                                              auth_token_file=entry.ray_auth_token_file)
+            done += [Leftover.model_validate(d) for d in remote]
+            healed_on_nodes = True
     for folder in folders:
-        done += heal_folder(folder, force, abandon)
+        if not healed_on_nodes:
+            done += heal_folder(folder, force, abandon)
         if (folder / "history.jsonl").exists() and (folder / "spec.json").exists():
             from drillbit.history import History
 

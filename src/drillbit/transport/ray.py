@@ -153,3 +153,34 @@ class RayNodes(Nodes):
                 ray.shutdown()
             if self.embedded is not None:
                 self.embedded.stop()
+
+
+def heal_on_nodes(name: str, address: str, folders: list[str], *, force: bool = False, abandon: str | None = None,
+                  auth_token: str | None = None, auth_token_file: str | None = None,
+                  timeout: float = 600.0) -> tuple[list[dict], list[str]]:
+    """``drill heal`` on every live node of a running Ray cluster: a task pinned to each node
+    heals the registries its agents left in those run folders, where their processes are.
+    Returns (each node's Leftovers, the nodes that did not answer, with why)."""
+    import tempfile
+
+    from drillbit.agent.leftovers import heal_folders_here
+
+    with tempfile.TemporaryDirectory() as scratch:
+        nodes = RayNodes(Path(scratch), name, address=address, nodes=None, auth_token=auth_token,
+                         auth_token_file=auth_token_file)
+        nodes._init()
+        ray = _ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        task = ray.remote(num_cpus=0, max_retries=0)(heal_folders_here)
+        pending = {node_name: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+                   .remote(folders, force, abandon) for node_name, node_id in nodes._nodes()}
+        done: list[dict] = []
+        unreached: list[str] = []
+        for node_name, ref in pending.items():
+            try:
+                done += ray.get(ref, timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 — a node that died or never answered: named, not fatal
+                unreached.append(f"{node_name}: {exc.__class__.__name__}: {str(exc)[:200]}")
+        ray.shutdown()
+    return done, unreached
