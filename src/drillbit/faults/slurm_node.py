@@ -93,6 +93,7 @@ def _resume_and_wait(params: NodeFaultParams, node: str, ours: Callable[[str], b
 class NodeDownState(State):
     node: str
     before: str = ""
+    seen: str | None = None  # the node's state right after the update (ReturnToService=2 may undo it at once)
 
 
 class SchedulerNodeFault(Fault[NodeFaultParams, S]):
@@ -136,10 +137,22 @@ class NodeDown(SchedulerNodeFault[NodeDownState]):
         return NodeDownState(node=node, before=state)
 
     def act(self, target: ProcRef, params: NodeFaultParams, intent: NodeDownState) -> NodeDownState:
-        _slurm(params).update_node(intent.node, "down", reason=params.reason)
-        return intent
+        slurm = _slurm(params)
+        slurm.update_node(intent.node, "down", reason=params.reason)
+        state = intent.model_copy()
+        end = time.time() + 2.0  # read at once: with ReturnToService=2 a DOWN lasts until slurmd next answers
+        while time.time() < end and state.seen is None:
+            now = slurm.node_state(intent.node)
+            if "DOWN" in now:
+                state.seen = now
+            else:
+                time.sleep(0.02)
+        return state
 
     def confirm(self, target: ProcRef, params: NodeFaultParams, state: NodeDownState) -> Evidence | None:
+        if state.seen is not None:
+            return Evidence(what=f"Slurm showed node {state.node} {state.seen} right after the update",
+                            data={"node": state.node, "state": state.seen})
         slurm = _slurm(params)
         end = time.time() + params.confirm_timeout_s
         while time.time() < end:
