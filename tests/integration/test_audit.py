@@ -78,6 +78,7 @@ def lost_tier(tmp_path):
         agent._guardian.wait()
 
 
+@pytest.mark.slow
 def test_a_fault_whose_heal_failed_is_not_disarmed_and_its_guardian_retries_until_it_heals(tmp_path, lost_tier):
     agent, handle, tier, watched = lost_tier
     report = heal_with_deadline(agent.heal, handle, timeout=10)
@@ -98,6 +99,7 @@ def test_a_fault_whose_heal_failed_is_not_disarmed_and_its_guardian_retries_unti
     assert agent._guardian.wait(timeout=10) == 0
 
 
+@pytest.mark.slow
 def test_drill_heal_abandon_records_the_reason_and_ends_the_retries(tmp_path, lost_tier):
     agent, handle, tier, watched = lost_tier
     agent.arm(ProcRef.of(psutil.Process(watched.pid)))
@@ -240,6 +242,7 @@ LAUNCHER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["stay", "gone"])
 def test_a_worker_in_its_own_session_that_ignores_sigterm_is_stopped(tmp_path, launcher):
     pidfile = tmp_path / "worker.pid"

@@ -112,6 +112,7 @@ def test_corrupt_checkpoint_on_the_framework_layout_heals_byte_for_byte(job, tmp
            "corrupted: nothing verified it before loading" in result["reasons"][0], result["reasons"]
 
 
+@pytest.mark.slow  # a Trainer run, 17 s
 def test_hf_trainer_checkpoints_read_through_the_hf_layout(tmp_path):
     """The layout and the preset against what the library wrote and printed, in one process."""
     import subprocess

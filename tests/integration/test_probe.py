@@ -9,11 +9,14 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.integration.cli import drill_cli
 
 HERE = Path(__file__).parent
 
 
+@pytest.mark.slow  # runs the reference job, ~6 s
 def test_probe_reports_what_drillbit_sees_and_touches_nothing(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--monitor-interval", "0.5",
                str(HERE / "jobs" / "own_loop.py"), "--ckpt", "{run_dir}/ckpt", "--step-s", "0.1"]
@@ -45,6 +48,7 @@ def test_probe_reports_what_drillbit_sees_and_touches_nothing(tmp_path):
     assert not (run_dir / "history.jsonl").exists()  # no drill ran; nothing was injected
 
 
+@pytest.mark.slow  # runs a job, ~5 s
 def test_probe_of_a_job_no_step_signal_matches_exits_2_and_shows_its_lines(tmp_path):
     config = tmp_path / "drill.yaml"
     config.write_text(json.dumps({"jobs": {"chatty": {

@@ -133,6 +133,7 @@ def test_logs_read_on_their_node_with_no_folder_the_controller_can_read(tmp_path
     assert not any(e["kind"] in ("probe.gap", "probe.error") for e in events)
 
 
+@pytest.mark.slow
 def test_drill_heal_on_an_ssh_cluster_heals_each_hosts_registry_on_that_host(tmp_path, sshd):
     """The registries of an SSH cluster live on its hosts: `drill heal --cluster` reaches each
     host over SSH and heals there, and names a host it could not reach."""
