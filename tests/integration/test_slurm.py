@@ -35,7 +35,8 @@ DEFAULTS = {"requeue_hold": 120, "sched_interval": 60}
 def start_cluster(tmp_path: Path, **settings) -> LocalSlurm:
     cluster = LocalSlurm(tmp_path / "slurm", **settings).start()
     (tmp_path / "drill.yaml").write_text(
-        f"clusters:\n  slurm:\n    engine: slurm\n    slurm_conf: {cluster.conf}\n")
+        f"clusters:\n  slurm:\n    engine: slurm\n    slurm_conf: {cluster.conf}\n"
+        f"    state_dir: {tmp_path / 'agents'}\n")  # the nodes' agents' registries: this test's, not the user's
     return cluster
 
 

@@ -188,8 +188,9 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
          as_json: bool) -> int:
     """Undo what a half-finished drill left: read every agent registry in the run folder,
     heal what is still active, stop a job it launched, and record it in the history. With
-    --cluster of engine ssh, each host heals its own registries, reached over SSH; a
-    registry written on another host is left alone, naming it."""
+    --cluster, each node heals its own registries where they are: over SSH (engine ssh),
+    by a task pinned to each node (a running Ray cluster). A registry written on another
+    host is left alone, naming it."""
     from drillbit.agent.leftovers import heal_folder, registries
     from drillbit.errors import ConfigError
     from drillbit.session import merge_deadman_records
