@@ -240,22 +240,26 @@ class NodeAgent:
                     self._save()
             return report
 
-    def _gone_from_disk(self, key: str) -> bool:
+    def _keys_on_disk(self) -> set[str] | None:
+        """The faults the registry file lists now (another process may have healed or
+        abandoned some); None when it cannot be read."""
         try:
             payload = json.loads(self.registry_path.read_text())
+            return {self._key(Handle.model_validate(h)) for h in payload.get("faults", [])}
         except (OSError, ValueError):
-            return False
-        return key not in {self._key(Handle.model_validate(h)) for h in payload.get("faults", [])}
+            return None
+
+    def _gone_from_disk(self, key: str) -> bool:
+        on_disk = self._keys_on_disk()
+        return on_disk is not None and key not in on_disk
 
     def pending(self) -> list[Handle]:
         """The faults still to heal: those held here that the registry on disk still lists
         (``drill heal`` in another process may have healed or abandoned some since)."""
         with self._lock:
             held = dict(self._active)
-        try:
-            payload = json.loads(self.registry_path.read_text())
-            on_disk = {self._key(Handle.model_validate(h)) for h in payload.get("faults", [])}
-        except (OSError, ValueError):
+        on_disk = self._keys_on_disk()
+        if on_disk is None:
             return [h for h, _ in held.values()]
         gone = [k for k in held if k not in on_disk]
         if gone:
