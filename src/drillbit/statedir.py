@@ -7,8 +7,7 @@ only. A fixed, shared ``/tmp/drillbit`` could be created first by anyone, who th
 registries; so the default is ``$XDG_RUNTIME_DIR/drillbit`` (systemd's per-user 0700
 tmpfs) or ``/tmp/drillbit-<uid>``, and every folder is checked when it is opened: a real
 folder (not a link), owned by this user, that group and others cannot write (the defaults
-are created 0700). One that
-fails is refused with what to do — never repaired, never used.
+are created 0700). One that fails is refused with what to do — never repaired, never used.
 """
 from __future__ import annotations
 

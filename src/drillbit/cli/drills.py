@@ -224,11 +224,8 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
             from drillbit.transport.ray import heal_on_nodes
 
             # the registries are on the nodes whose agents wrote them: heal on each of them
-            remote, unreached = heal_on_nodes(cluster or "", entry.address, [str(f.resolve()) for f in ours],
-                                              force=force, abandon=abandon,
-                                              auth_token=entry.ray_auth_token.get_secret_value()
-                                              if entry.ray_auth_token else None,
-                                              auth_token_file=entry.ray_auth_token_file)
+            remote, unreached = heal_on_nodes(cluster or "", entry, [str(f.resolve()) for f in ours],
+                                              force=force, abandon=abandon)
             done += [Leftover.model_validate(d) for d in remote]
             healed_on_nodes = True
     for folder in folders:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drillbit.agent.rayactor import AgentActor
 from drillbit.errors import DrillError
@@ -20,6 +20,9 @@ from drillbit.proc import ProcRef
 from drillbit.transport import rayauth
 from drillbit.transport.client import AgentClient
 from drillbit.transport.raycluster import NAMESPACE, NODE_RESOURCE, EmbeddedCluster, RayLease, _ray, reachable
+
+if TYPE_CHECKING:
+    from drillbit.spec.config import ClusterSpec
 
 
 class RayAgentClient(AgentClient):
@@ -155,19 +158,19 @@ class RayNodes(Nodes):
                 self.embedded.stop()
 
 
-def heal_on_nodes(name: str, address: str, folders: list[str], *, force: bool = False, abandon: str | None = None,
-                  auth_token: str | None = None, auth_token_file: str | None = None,
-                  timeout: float = 600.0) -> tuple[list[dict], list[str]]:
+def heal_on_nodes(name: str, cluster: "ClusterSpec", folders: list[str], *, force: bool = False,
+                  abandon: str | None = None, timeout: float = 600.0) -> tuple[list[dict], list[str]]:
     """``drill heal`` on every live node of a running Ray cluster: a task pinned to each node
     heals the registries its agents left in those run folders, where their processes are.
     Returns (each node's Leftovers, the nodes that did not answer, with why)."""
     import tempfile
 
     from drillbit.agent.leftovers import heal_folders_here
+    from drillbit.transport import connect
 
     with tempfile.TemporaryDirectory() as scratch:
-        nodes = RayNodes(Path(scratch), name, address=address, nodes=None, auth_token=auth_token,
-                         auth_token_file=auth_token_file)
+        nodes = connect(name, cluster.model_copy(update={"nodes": None}), Path(scratch))  # every live node
+        assert isinstance(nodes, RayNodes)
         nodes._init()
         ray = _ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
