@@ -66,11 +66,8 @@ def init_process_group(store_fix: bool, attempt: int) -> None:
     timeout = datetime.timedelta(minutes=30)  # gloo's default: a hang is not caught by it
     if not store_fix or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "False":
         # without the fix; or across nodes, where each rendezvous round brings a fresh store
-        if not store_fix and attempt > 0 and rank != 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "False":
-            # The reused store's stale addresses make the restart fail only when a peer reads
-            # them before their owner overwrites them: a race that a loaded machine sometimes
-            # wins. The fixture exists to show the bug, so it loses the race every time.
-            time.sleep(3.0)
+        if not store_fix and attempt > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "False":
+            _lose_the_stale_store_race(rank, attempt)
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
         return
     base = dist.TCPStore(
@@ -79,6 +76,24 @@ def init_process_group(store_fix: bool, attempt: int) -> None:
     )
     store = dist.PrefixStore(f"attempt{attempt}", base)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+
+
+def _lose_the_stale_store_race(rank: int, attempt: int) -> None:
+    """The reused store's stale addresses make a restart fail only when a peer reads them
+    before their owner overwrites them: a race a loaded machine sometimes wins (a rank 0
+    that started a few seconds late read fresh ones). The fixture exists to show the bug, so
+    it loses every time: the other ranks wait until rank 0 has begun its rendezvous, then
+    long enough for it to read what the dead workers left."""
+    client = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+        is_master=False, timeout=datetime.timedelta(seconds=300),
+    )
+    key = f"drillbit-fixture/attempt{attempt}/rank0-rendezvous"
+    if rank == 0:
+        client.set(key, "1")
+        return
+    client.wait([key])
+    time.sleep(5.0)
 
 
 class SyntheticBatches(IterableDataset):
