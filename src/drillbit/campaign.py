@@ -40,16 +40,22 @@ from drillbit.spec.models import (SLO, Abort, BlastRadius, Duration, DrillSpec, 
 
 class CampaignFault(Strict):
     type: str
+    """a fault plugin, as in a drill's fault.type"""
     weight: float = Field(1.0, gt=0)
+    """how often it is drawn, against the others"""
     targets: Targets = Field(default_factory=Targets)
+    """which rank processes it hits"""
     params: dict[str, Any] = Field(default_factory=dict)
+    """the fault's own parameters"""
 
 
 class Arrival(Strict):
     process: Literal["fixed", "exponential"] = "exponential"
+    """faults come at fixed intervals, or as a Poisson process (exponential gaps)"""
     interval: Span | None = Field(None, description="fixed: seconds between faults")
     mtbi: Span | None = Field(None, description="exponential: the mean time between interruptions")
     seed: int = 0
+    """the draw's seed"""
 
     @model_validator(mode="after")
     def _one(self) -> "Arrival":
@@ -107,19 +113,30 @@ def cause_weights(c: "CampaignSpec") -> tuple[list[float], dict[str, Any]]:
 
 class CampaignSpec(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    """the campaign's name"""
     summary: str = ""
+    """one line: what it drills"""
     job: str | None = None
+    """the job profile (--job overrides it)"""
     faults: list[CampaignFault] = Field(min_length=1)
+    """the faults drawn from"""
     mix: CauseMix | None = Field(None, description="weight the faults by a fleet scenario's causes instead of "
                                                     "their own weights")
     arrival: Arrival
+    """when faults arrive"""
     duration: Duration = Field(description="faults arrive until then; the last one is still observed")
     mode: Literal["sequential", "overlapping"] = "sequential"
+    """sequential: the next fault waits for the last recovery; overlapping: it does not"""
     steady: Steady = Field(default_factory=Steady)
+    """what the job must do before the first fault"""
     recovery: Observe = Field(default_factory=lambda: Observe(until_steps_after_recovery=5, window=120.0))
+    """how long each fault's recovery is watched"""
     slo: SLO = Field(default_factory=SLO)
+    """judged on each fault's segment"""
     abort: Abort = Field(default_factory=lambda: Abort(max_duration=3600.0))
+    """the campaign's safeguard"""
     blast_radius: BlastRadius = Field(default_factory=BlastRadius)
+    """how much of the job one fault may hit"""
 
 
 def drill_spec_for(c: CampaignSpec, f: CampaignFault) -> DrillSpec:

@@ -36,7 +36,7 @@ class Params(BaseModel):
     """A fault's parameters. Numbers are finite; a time (a field named ``*_s``) is at most a
     year: a timeout of 9.3e9 s overflows the thread that waits on it."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True)
 
     @model_validator(mode="after")
     def _bounded_times(self) -> "Params":

@@ -31,8 +31,11 @@ def _regex(name: str, value: str | None) -> None:
 class SshHost(Strict):
     name: str = Field(description="the node's name in reports (e.g. the Slurm node name)")
     host: str
+    """the address Fabric connects to"""
     port: int = 22
+    """its SSH port"""
     user: str | None = None
+    """the login (default: the controller's user)"""
     key_filename: str | None = Field(None, description="private key for this host (default: ssh-agent / ~/.ssh)")
     password: SecretStr | None = Field(None, description="prefer keys; never written to reports or logs")
     python: str = Field("python3", description="interpreter on the host that has drillbit installed")
@@ -43,7 +46,9 @@ class SshHost(Strict):
 
 class ClusterSpec(Strict):
     engine: Literal["process", "ray", "ssh", "slurm"] = "ray"
+    """ray: one agent actor per node of a Ray cluster; ssh: one agent per host over SSH; slurm: the job submitted with sbatch, one agent per node of its allocation (srun --overlap); process: the agent in drillbit's own process"""
     description: str = ""
+    """one line, shown by drill list"""
     protected: bool = Field(False, description="refuse every drill (e.g. production)")
     # ray
     address: str | None = Field(None, description="a running Ray cluster (host:port); none: the embedded "
@@ -60,6 +65,7 @@ class ClusterSpec(Strict):
                                                   "renewed it for this long (the holder died)")
     # ssh
     hosts: list[SshHost] = Field(default_factory=list)
+    """ssh: the hosts, one agent each"""
     known_hosts: str | None = Field(None, description="known_hosts file; unknown or changed host keys are refused "
                                                       "(default: ~/.ssh/known_hosts)")
     # slurm
@@ -125,7 +131,9 @@ class LaunchSpec(Strict):
     env: dict[str, str] = Field(default_factory=dict, description="names are shell variable names "
                                                                   "([A-Za-z_][A-Za-z0-9_]*)")
     cwd: str | None = None
+    """the job's working folder (default: the run folder)"""
     stop_timeout: Duration = 20.0
+    """at teardown, SIGTERM, then SIGKILL after this long"""
 
     @field_validator("env")
     @classmethod
@@ -159,6 +167,7 @@ class RankDiscovery(Strict):
     cmdline: str | None = Field(None, description="regex that a rank's command line matches (with pidfiles: "
                                                    "that a pid file's process must match too)")
     rank_env: str = "RANK"
+    """the environment variable holding a rank's global rank"""
     exclude_cmdline: str | None = Field(None, description="regex of processes to skip (e.g. the launcher)")
     pidfiles: str | None = Field(None, description="glob of JSON pid files {pid, rank, node_id[, start_time]}; a "
                                                     "process that started before the job, or whose start time "
@@ -210,6 +219,7 @@ class ReplacementHook(Strict):
 
 class JobProfile(Strict):
     description: str = ""
+    """one line, shown by drill list"""
 
     @model_validator(mode="after")
     def _launcher_regex(self) -> "JobProfile":
@@ -220,6 +230,7 @@ class JobProfile(Strict):
                                description="built-in signal presets by name, or preset files by path")
     signals: list[Signal] = Field(default_factory=list, description="the job's own signals, after its presets'")
     launch: LaunchSpec | None = None
+    """how to start the job (or give attach_pid, or slurm.job_id)"""
     slurm: SlurmJob | None = Field(None, description="clusters of engine slurm: sbatch options, or a job id to "
                                                      "attach to (default: sbatch -N 1 --requeue)")
     launcher: str | None = Field(None, description="regex of the per-node launcher's command line, the parent of "
@@ -229,8 +240,11 @@ class JobProfile(Strict):
         None, description="the attach root's start time (epoch s, as psutil's create_time): with the pid it names "
                           "one process; required on clusters of more than this machine")
     ranks: RankDiscovery
+    """how its rank processes are found on a node"""
     logs: list[str] = Field(min_length=1)
+    """log files the probes follow (placeholders as in launch.command)"""
     heartbeat_file: str | None = None
+    """a '<step> <epoch>' file, for jobs that log no step lines"""
     checkpoint: CheckpointSpec | None = Field(None, description="where the job saves checkpoints and their layout "
                                                                "(corrupt-checkpoint, restore-hang, drill probe)")
     replacement: ReplacementHook | None = Field(None, description="the job's node-replacement command "
@@ -245,11 +259,16 @@ class JobProfile(Strict):
 
 class DrillConfig(Strict):
     default_cluster: str = "local"
+    """the cluster drill run uses without --cluster"""
     default_job: str = "reference"
+    """the job profile a drill uses when neither it nor --job names one"""
     reports_dir: str = "reports"
+    """where run folders go (--reports overrides it)"""
     results_db: str | None = Field(None, description="SQLite results store (default: <reports_dir>/drills.db)")
     clusters: dict[str, ClusterSpec] = Field(default_factory=dict)
+    """where drills run, by name (--cluster NAME)"""
     jobs: dict[str, JobProfile] = Field(default_factory=dict)
+    """the jobs drilled, by name (--job NAME)"""
 
 
 def _reference(description: str, *flags: str) -> JobProfile:

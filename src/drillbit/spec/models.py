@@ -78,7 +78,7 @@ def launcher_regex(value: str | None, what: str = "launcher") -> str | None:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False, use_attribute_docstrings=True)
 
 
 class Targets(Strict):
@@ -87,10 +87,13 @@ class Targets(Strict):
     ranks: list[int] | None = Field(None, description="explicit global ranks")
     count: int = Field(1, ge=1, description="how many ranks when not explicit")
     select: Literal["random", "first", "last"] = "random"
+    """with count: which ranks of those allowed"""
     exclude_ranks: list[int] = Field(default_factory=list)
+    """never pick these global ranks (e.g. rank 0, which hosts a store)"""
     exclude_nodes: list[str] = Field(default_factory=list, description="never pick a rank on these nodes "
                                                                        "(e.g. the one hosting the rendezvous store)")
     seed: int | None = None
+    """the random choice's seed (default: a fresh one, recorded in the history)"""
 
 
 class DuringSave(Strict):
@@ -110,8 +113,11 @@ class Trigger(Strict):
     a checkpoint save."""
 
     at_step: int | None = Field(None, ge=1)
+    """inject when the job logs this training step"""
     after: Span | None = None
+    """inject this long after steady state"""
     during_save: DuringSave | None = None
+    """inject while the job saves a checkpoint"""
 
     @model_validator(mode="after")
     def _one(self) -> "Trigger":
@@ -122,9 +128,13 @@ class Trigger(Strict):
 
 class FaultSpec(Strict):
     type: str
+    """the fault plugin (drill faults lists them)"""
     targets: Targets = Field(default_factory=Targets)
+    """which rank processes it hits"""
     params: dict[str, Any] = Field(default_factory=dict)
+    """the fault's own parameters, checked against its Params when the spec is loaded"""
     trigger: Trigger
+    """when it is injected"""
     duration: Duration | None = Field(None, description="heal the fault this long after it took effect, while the "
                                                     "drill goes on watching (a hang that clears, a slow spell "
                                                     "that ends); default: it lasts until the drill ends")
@@ -132,12 +142,16 @@ class FaultSpec(Strict):
 
 class Steady(Strict):
     warmup_steps: int = Field(5, ge=1)
+    """steps the job must make before the fault (its baseline step time comes from them)"""
     timeout: Duration = 300.0
+    """a job that has not made them by then ends the drill with an error, healed and recorded"""
 
 
 class Observe(Strict):
     until_steps_after_recovery: int = Field(10, ge=1)
+    """stop watching once the job made this many steps past the restored one"""
     window: Duration = 240.0
+    """at most this long after the fault"""
 
 
 # The measurement names an SLO may name (checks/recovery.py Measurements; a test keeps
@@ -154,7 +168,9 @@ HIGHER_IS_BETTER = ("goodput", "steps_after_recovery")
 
 class Limit(Strict):
     max: float | None = None
+    """the measurement may not be above this"""
     min: float | None = None
+    """the measurement may not be below this"""
 
     @model_validator(mode="after")
     def _some(self) -> "Limit":
@@ -167,17 +183,22 @@ class ProjectSLO(Strict):
     """Fail when the measured recovery would push fleet goodput under a floor."""
 
     scenario: str
+    """a fleet scenario (faults/scenarios), e.g. bloom-176b or llama3-405b"""
     goodput_min: float = Field(ge=0, le=1)
+    """the projected fleet goodput must stay at or above this"""
     save: Duration | None = Field(None, description="checkpoint save cost, if the scenario has none")
     interval: Duration | None = Field(None, description="checkpoint interval, if the scenario has none")
     trials: int = Field(500, ge=10)
+    """Monte Carlo trials of the fleet simulator"""
     seed: int = 0
+    """the simulator's seed"""
 
 
 class CadenceSLO(Strict):
     """The job's save interval (from ckpt.save events) against Daly's optimum."""
 
     mtbf: Duration | None = None
+    """the job's mean time between failures"""
     scenario: str | None = Field(None, description="take the MTBF from this scenario's rate and GPUs")
     gpus: int | None = Field(None, gt=0, description="the job's GPUs, for the scenario's per-GPU rate")
     max_ratio: float = Field(2.0, gt=1, description="actual/optimal interval allowed either way")
@@ -198,11 +219,17 @@ class SLO(Strict):
     """Limits the checkers judge. Absent limits are not judged."""
 
     detect_within: Duration | None = None
+    """the stack noticed the fault (a detection line, or the restart itself) this soon"""
     restart_within: Duration | None = None
+    """the restarted worker group rendezvoused this soon"""
     restore_within: Duration | None = None
+    """the job loaded a checkpoint this soon"""
     first_step_within: Duration | None = None
+    """the first step past the restored one came this soon (the drill's MTTR)"""
     max_lost_steps: int | None = Field(None, ge=0)
+    """steps between the fault and the restored checkpoint"""
     goodput_min: float | None = Field(None, ge=0, le=1)
+    """the share of the drill window spent making steps that were kept"""
     straggler_within: Duration | None = Field(None, description="fail-slow: the slowed rank must be named in time")
     attribution: Literal["exact", "superset"] | None = Field(
         None, description="whom the stack must blame: exact — the ranks the fault hurt and no other; superset — "
@@ -219,7 +246,9 @@ class SLO(Strict):
         default_factory=dict,
         description="measurement -> allowed relative worsening against the median of the last passing runs, beyond their own spread (0.2 = 20%; checks/baseline.py)")
     project: ProjectSLO | None = None
+    """fail when this recovery would push fleet goodput under a floor"""
     cadence: CadenceSLO | None = None
+    """the job's save interval against Daly's optimum"""
 
     @field_validator("limits", "regression")
     @classmethod
@@ -232,6 +261,7 @@ class SLO(Strict):
 
 class Abort(Strict):
     max_duration: Duration = 600.0
+    """the drill is aborted (exit 4, healed) when it runs longer than this"""
 
 
 FaultClass = Literal["fail-stop", "fail-hang", "fail-slow", "recovery-path"]
@@ -248,21 +278,34 @@ class BlastRadius(Strict):
 
 class DrillSpec(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    """the drill's name (drill run NAME)"""
     class_: FaultClass = Field(alias="class")
+    """fail-stop, fail-hang, fail-slow or recovery-path"""
     summary: str
+    """one line: what the drill breaks"""
     runbook: str | None = None
+    """the runbook a failed drill points to (runbooks/NAME.md)"""
     job: str | None = None
+    """the job profile (default: the config's default_job); --job overrides it"""
     fault: FaultSpec
+    """what is broken, where and when"""
     steady: Steady = Field(default_factory=Steady)
+    """what the job must do before the fault"""
     observe: Observe = Field(default_factory=Observe)
+    """how long the drill watches the recovery"""
     slo: SLO = Field(default_factory=SLO)
+    """what the checkers judge"""
     abort: Abort = Field(default_factory=Abort)
+    """the drill's safeguard"""
     blast_radius: BlastRadius = Field(default_factory=BlastRadius)
+    """how much of the job one drill may hit"""
 
 
 class SuiteEntry(Strict):
     drill: str
+    """a drill by name or path"""
     job: str | None = None
+    """this drill's job profile, over the suite's"""
     cluster: str | None = Field(None, description="this drill's cluster (kill-node needs one of 2+ nodes), over the "
                                                   "suite's; --cluster still overrides both")
     repeat: int = Field(1, ge=1, le=1000, description="run the drill this many times, a fresh job each time")
@@ -277,15 +320,21 @@ class SuiteSpec(Strict):
     """An ordered list of drills sharing a cluster and job (``drills/suites/*.yaml``)."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    """the suite's name"""
     description: str = ""
+    """one line: what the suite gates"""
     cluster: str | None = None
+    """where its drills run (--cluster overrides it)"""
     job: str | None = None
+    """the job profile its drills run against (--job overrides it)"""
     stop_on_failure: bool = False
+    """stop at the first drill that does not pass"""
     max_regression: float | None = Field(
         None, ge=0, description="gate: allowed worsening of detect / first-step times vs the baseline")
     confirm: int = Field(0, ge=0, le=10, description="a drill that fails on regression SLOs alone is re-run up to "
                                                      "this many times; it fails only if every re-run regresses too")
     drills: list[str | SuiteEntry] = Field(min_length=1)
+    """the drills, in order: names, or entries with their own job, cluster and repeat"""
 
     def entries(self) -> list[SuiteEntry]:
         return [SuiteEntry(drill=d) if isinstance(d, str) else d for d in self.drills]

@@ -49,12 +49,17 @@ KINDS: dict[str, str] = {
 
 class Signal(Strict):
     kind: str
+    """the event the line is: step, detect, restart, restore, ckpt.save, blame, members, ... (drill probe lists them)"""
     pattern: str
+    """a regex with named groups (?P<step>...), matched against each log line"""
     name: str | None = Field(None, description="what the line is, in words, where its pattern does not say "
                                                "(shown by drill probe)")
     ints: list[str] = Field(default_factory=list)
+    """groups read as integers"""
     floats: list[str] = Field(default_factory=list)
+    """groups read as numbers"""
     by: str | None = None
+    """the group naming who printed the line (a rank, a replica), for per-rank signals"""
     time_format: str | None = Field(None, description="how group t is written: iso8601, or a strptime format; "
                                                       "none: epoch seconds")
     timezone: str | None = Field(None, description="for stamps without a zone: UTC, +02:00 or an IANA name")

@@ -1,0 +1,188 @@
+"""The documentation: every example it shows is loaded or parsed here, the README stays a
+front page, its links resolve, and the generated reference describes every field."""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import textwrap
+
+import click
+import pytest
+import yaml
+from pydantic import TypeAdapter
+
+from drillbit import docgen
+from drillbit.cli import cli
+from drillbit.spec.config import JobProfile
+from drillbit.spec.load import load_config, load_drill, load_suite
+from drillbit.spec.signals import Signal
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = sorted((ROOT / "docs").rglob("*.md"))
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+DRILL = re.compile(r"(?:^|&&\s*|\s)((?:\S*/)?drill\s.*)$", re.M)
+
+
+def blocks(lang: str) -> list[tuple[str, str]]:
+    found = []
+    for page in PAGES + [ROOT / "README.md"]:
+        for m in FENCE.finditer(page.read_text()):
+            if m.group(1) == lang:
+                line = page.read_text()[:m.start()].count("\n") + 1
+                found.append((f"{page.relative_to(ROOT)}:{line}", m.group(2)))
+    return found
+
+
+def yaml_kind(body: str) -> str:
+    first = body.lstrip("\n").splitlines()[0]
+    if first.startswith(" "):  # a fragment: items of a signals list, or a profile's tiers
+        return "tiers" if first.strip().startswith("tiers:") else "signals"
+    if first.startswith("# .github/"):
+        return "workflow"
+    if first.startswith("# campaigns/") or re.search(r"^arrival:", body, re.M):
+        return "campaign"
+    if first.startswith("# drills/suites/") or re.search(r"^drills:", body, re.M):
+        return "suite"
+    if re.search(r"^fault:", body, re.M):
+        return "drill"
+    return "config"
+
+
+@pytest.mark.parametrize("where,body", blocks("yaml"), ids=[w for w, _ in blocks("yaml")])
+def test_every_yaml_example_loads(where, body, tmp_path):
+    kind = yaml_kind(body)
+    path = tmp_path / "example.yaml"
+    path.write_text(body)
+    if kind == "workflow":
+        steps = yaml.safe_load(body)["jobs"]
+        commands = [s["run"] for job in steps.values() for s in job["steps"] if "run" in s]
+        shown = [m.group(1) for c in commands for m in [DRILL.search(c)] if m]
+        assert shown, where
+        for line in shown:
+            parse_drill_command(line, where)
+        return
+    if kind in ("signals", "tiers"):
+        data = yaml.safe_load(textwrap.dedent(body))
+        if kind == "signals":
+            TypeAdapter(list[Signal]).validate_python(data)
+        else:
+            TypeAdapter(JobProfile.model_fields["tiers"].annotation).validate_python(data["tiers"])
+        return
+    config = load_config(None)
+    if kind == "config":
+        load_config(path)
+    elif kind == "drill":
+        load_drill(path, config)
+    elif kind == "suite":
+        load_suite(str(path), config)
+    else:
+        from drillbit.campaign import load_campaign
+
+        load_campaign(path, config)
+
+
+def parse_drill_command(line: str, where: str) -> None:
+    """Parse a `drill …` command line as the CLI would, without running it: an unknown
+    command, option or choice fails here."""
+    args = shlex.split(line, comments=True)
+    for i, token in enumerate(args):  # the shell's redirections and pipes are not the command's
+        if token[:1] in (">", "|", ";") or re.match(r"^\d>", token):
+            args = args[:i]
+            break
+    while args and "=" in args[0]:  # VAR=value drill ...
+        args.pop(0)
+    if args and args[0].endswith("/drill"):
+        args[0] = "drill"
+    if args[:3] == ["python", "-m", "drillbit.netns"]:
+        args = args[3:]
+    assert args and args[0] == "drill", f"{where}: {line}"
+    ctx = cli.make_context("drill", args[1:], resilient_parsing=False)
+    command: click.Command = cli
+    rest = args[1:]
+    while isinstance(command, click.Group) and rest:
+        name, sub, rest = command.resolve_command(ctx, rest)
+        assert sub is not None, f"{where}: no command {name!r} in {line!r}"
+        ctx = sub.make_context(name, list(rest), parent=ctx)
+        command, rest = sub, [*getattr(ctx, "_protected_args", []), *ctx.args] if isinstance(sub, click.Group) else []
+
+
+def drill_lines() -> list[tuple[str, str]]:
+    found = []
+    for where, body in blocks("sh") + blocks("cron") + blocks("ini"):
+        for line in body.splitlines():
+            text = line.split("ExecStart=", 1)[-1].strip()
+            text = re.sub(r"^(\S+\s+){5}(?=\S*drill )", "", text) if where and re.match(r"^[\d*]", text) else text
+            m = DRILL.search(text)
+            if m and "pip install" not in text.split(m.group(1))[0][-20:]:
+                found.append((where, m.group(1)))
+    return found
+
+
+@pytest.mark.parametrize("where,line", drill_lines(), ids=[f"{w}:{l[:40]}" for w, l in drill_lines()])
+def test_every_drill_command_shown_parses(where, line, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    parse_drill_command(line, where)
+
+
+def test_the_readme_is_a_front_page_and_its_links_resolve():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 250
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    assert links
+    missing = [link for link in links if not link.startswith("http") and not (ROOT / link).exists()]
+    assert not missing
+
+
+def test_the_generated_reference_describes_every_field():
+    from drillbit.campaign import CampaignSpec
+    from drillbit.spec.config import DrillConfig
+    from drillbit.spec.models import DrillSpec, SuiteSpec
+
+    for model in (DrillConfig, DrillSpec, SuiteSpec, CampaignSpec):
+        bare = [key for key, _, _, meaning in docgen.model_rows(model) if not meaning]
+        assert not bare, f"{model.__name__}: no description for {bare}"
+    text = docgen.config_reference()
+    for key in ("clusters.NAME.engine", "jobs.NAME.launch.command", "fault.trigger.at_step", "slo.detect_within",
+                "drills[].known_defects", "arrival.mtbi"):
+        assert f"`{key}`" in text, key
+    assert "| `steady.timeout` | duration |" in text
+
+
+def test_the_generated_catalogue_has_every_fault_and_its_params():
+    from drillbit.faults import registry
+
+    text = docgen.fault_catalogue()
+    for name in ("kill-rank", "hang-collective", "corrupt-checkpoint", "kill-during-save", "node-down"):
+        assert f"#### `{name}`" in text
+    assert "`flip_bytes`" in text or "`mode`" in text
+    assert len(re.findall(r"^#### ", text, re.M)) == len({e for e in registry()} & {
+        m for m in re.findall(r"fault plugin\*\*: `([a-z-]+)`", text)})
+
+
+def test_a_page_asking_for_an_unknown_generated_part_is_an_error():
+    with pytest.raises(KeyError, match="no generated part named 'nope'"):
+        docgen.fill("x <!-- generated: nope --> y")
+    assert "| `default_cluster` |" in docgen.fill("<!-- generated: config -->")
+
+
+@pytest.mark.slow
+def test_mkdocs_build_strict(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = (tmp_path / "site" / "config" / "index.html").read_text()
+    assert "clusters.NAME.engine" in page and "&lt;reports_dir&gt;" in page
+
+
+def test_a_wrong_command_or_option_in_an_example_is_caught(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    for line in ("drill runn kill-rank", "drill run kill-rank --no-such-flag", "drill gameday start game-day",
+                 "drill gate --suite pre-deploy --junit"):
+        with pytest.raises((click.UsageError, AssertionError)):
+            parse_drill_command(line, "here")
+    parse_drill_command("drill gate --suite pre-deploy --cluster staging --junit junit.xml", "here")
