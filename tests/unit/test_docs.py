@@ -186,3 +186,19 @@ def test_a_wrong_command_or_option_in_an_example_is_caught(monkeypatch):
         with pytest.raises((click.UsageError, AssertionError)):
             parse_drill_command(line, "here")
     parse_drill_command("drill gate --suite pre-deploy --cluster staging --junit junit.xml", "here")
+
+
+def test_every_python_example_compiles_and_the_job_calls_write_what_the_preset_reads(tmp_path, monkeypatch):
+    shown = blocks("python")
+    assert shown
+    for where, body in shown:
+        compile(body, where, "exec")
+    where, body = next((w, b) for w, b in shown if "from drillbit import job" in b)
+    events = tmp_path / "events.log"
+    monkeypatch.setenv("DRILLBIT_EVENTS", str(events))
+    exec(compile(body, where, "exec"), {"n": 7, "step": 5, "path": str(tmp_path / "ckpt" / "step_5")})
+    from drillbit.probes.preset import matcher, signals_of
+
+    reads = matcher(signals_of(["drillbit"]))
+    kinds = [kind for line in events.read_text().splitlines() for kind, _, _ in reads.match(line)]
+    assert kinds[:1] == ["step"] and "ckpt.save" in kinds and "restore" in kinds, kinds
