@@ -25,17 +25,37 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from drillbit.atomic import write_atomic
 from drillbit.checks import CheckResult, check
 from drillbit.checks.goodput import BUCKETS, Ledger
+from drillbit.checks.projection import save_stats
 from drillbit.checks.recovery import recovered
 from drillbit.checks.verdict import worst
+from drillbit.errors import Problem, SpecError
 from drillbit.faults import get as get_fault
+from drillbit.fleet.simulate import Cause, Scenario, SimParams, load_scenario, simulate
 from drillbit.history import Event, History
+from drillbit.loading import fault_problems, load_config
 from drillbit.loop.nemesis import Nemesis
 from drillbit.loop.runner import DrillRunner, job_params
 from drillbit.loop.schedule import choose_targets
-from drillbit.spec.models import (SLO, Abort, BlastRadius, Duration, DrillSpec, FaultSpec, Observe, Span, Steady,
-                                  Strict, Targets, Trigger)
+from drillbit.session import new_run_dir
+from drillbit.spec.load import _line, _suggest, find_config, read_yaml, validate
+from drillbit.spec.models import (
+    SLO,
+    Abort,
+    BlastRadius,
+    DrillSpec,
+    Duration,
+    FaultSpec,
+    Observe,
+    Span,
+    Steady,
+    Strict,
+    Targets,
+    Trigger,
+)
+from drillbit.transport import connect
 
 
 class CampaignFault(Strict):
@@ -89,7 +109,6 @@ def cause_weights(c: "CampaignSpec") -> tuple[list[float], dict[str, Any]]:
     """The weight of each of the campaign's faults, and how the scenario's causes fell."""
     if c.mix is None:
         return [f.weight for f in c.faults], {}
-    from drillbit.fleet.simulate import load_scenario
 
     scenario = load_scenario(c.mix.scenario)
     listed = {f.type for f in c.faults}
@@ -290,8 +309,6 @@ def predicted(report: dict[str, Any], history: History, trials: int = 2000) -> d
     simulated median, and the error. The job is one unit of the simulated fleet (goodput does
     not depend on how the fault rate is split over GPUs)."""
     ranks = 1
-    from drillbit.checks.projection import save_stats
-    from drillbit.fleet.simulate import Cause, Scenario, SimParams, simulate
 
     rows, led = report["per_fault"], report["ledger"]
     detect = [r["time_to_detect"] for r in rows if r["time_to_detect"] is not None]
@@ -392,8 +409,6 @@ def write(run_dir: Path, report: dict[str, Any], predicted_: dict[str, Any] | No
           segments: list[dict[str, Any]]) -> None:
     import json
 
-    from drillbit.atomic import write_atomic
-
     write_atomic(run_dir / "campaign.json", json.dumps({**report, "predicted": predicted_}, indent=2, default=str))
     md = markdown(report, predicted_)
     write_atomic(run_dir / "campaign.md", md)
@@ -407,8 +422,6 @@ def write(run_dir: Path, report: dict[str, Any], predicted_: dict[str, Any] | No
 def load_campaign(path: str | Path, config=None) -> CampaignSpec:
     """A campaign spec with every problem at once, by file and line: its fields, each fault's
     type and params, its job."""
-    from drillbit.errors import Problem, SpecError
-    from drillbit.spec.load import _line, _suggest, fault_problems, read_yaml, validate
 
     path = Path(path)
     data, lines = read_yaml(path)
@@ -429,8 +442,6 @@ def load_campaign(path: str | Path, config=None) -> CampaignSpec:
 
 
 def _mix_problems(spec: CampaignSpec, path: Path, lines) -> list:
-    from drillbit.errors import Problem, SpecError
-    from drillbit.spec.load import _line
 
     assert spec.mix is not None
     where = _line(lines, ("mix",))
@@ -456,11 +467,6 @@ def execute(campaign: CampaignSpec, *, cluster: str | None = None, job: str | No
     """Run a campaign on a cluster: one launch, many faults; write campaign.json, .md, .html
     beside the run's history and reports."""
     import os
-
-    from drillbit.errors import Problem, SpecError
-    from drillbit.session import new_run_dir
-    from drillbit.spec.load import find_config, load_config
-    from drillbit.transport import connect
 
     config = load_config(find_config(config_path))
     cluster_name = cluster or os.environ.get("DRILLBIT_CLUSTER") or config.default_cluster

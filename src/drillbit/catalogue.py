@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from drillbit.errors import Problem, SpecError
+from drillbit.faults import registry
 from drillbit.spec.load import project_dirs, read_yaml, validate
 from drillbit.spec.models import FaultClass, Strict
 
@@ -34,7 +35,6 @@ class FaultEntry(Strict):
 
 
 def load_catalogue() -> dict[str, FaultEntry]:
-    from drillbit.faults import registry
 
     entries: dict[str, FaultEntry] = {}
     problems: list[Problem] = []

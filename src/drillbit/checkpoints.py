@@ -36,6 +36,7 @@ from typing import Annotated, Literal, Union
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from drillbit.spec.models import Strict, compile_regex
+from drillbit.spec.placeholders import expand
 
 LayoutName = Literal["reference", "dcp", "hf", "lightning", "megatron", "deepspeed", "orbax", "glob", "custom",
                      "file"]
@@ -283,8 +284,6 @@ def tier_steps(tiers: dict[str, CheckpointSpec | SavedTier],
     ``{tier: {path: step}}``; a copy with no complete checkpoint has None. A tier known from
     the job's saves has no copies here (``{}``): the measurement reads its save events."""
     import glob as globlib
-
-    from drillbit.spec.placeholders import expand
 
     out: dict[str, dict[str, int | None]] = {}
     for name, spec in tiers.items():

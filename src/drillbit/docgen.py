@@ -18,6 +18,13 @@ from typing import Any, Callable
 from pydantic import BaseModel, SecretStr
 from pydantic_core import PydanticUndefined
 
+from drillbit.campaign import CampaignSpec
+from drillbit.catalogue import CLASSES, load_catalogue
+from drillbit.faults import registry
+from drillbit.layers import drawn
+from drillbit.spec.config import BUILTIN_CLUSTERS, BUILTIN_JOBS, DrillConfig
+from drillbit.spec.models import DrillSpec, SuiteSpec
+
 
 def _cell(text: str) -> str:
     text = " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -117,9 +124,6 @@ def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
 
 
 def config_reference() -> str:
-    from drillbit.campaign import CampaignSpec
-    from drillbit.spec.config import DrillConfig
-    from drillbit.spec.models import DrillSpec, SuiteSpec
 
     header = ("key", "type", "default", "meaning")
     parts = []
@@ -135,8 +139,6 @@ def config_reference() -> str:
 
 
 def fault_catalogue() -> str:
-    from drillbit.catalogue import CLASSES, load_catalogue
-    from drillbit.faults import registry
 
     entries = load_catalogue()
     plugins = registry()
@@ -167,7 +169,6 @@ def fault_catalogue() -> str:
 
 
 def builtin_jobs() -> str:
-    from drillbit.spec.config import BUILTIN_CLUSTERS, BUILTIN_JOBS
 
     jobs = table([(name, job.description or "") for name, job in BUILTIN_JOBS.items()], ("job profile", "what it is"))
     clusters = table([(name, f"engine {c.engine}: {c.description or ''}") for name, c in BUILTIN_CLUSTERS.items()],
@@ -175,8 +176,15 @@ def builtin_jobs() -> str:
     return f"Built-in clusters:\n\n{clusters}\n\nBuilt-in job profiles:\n\n{jobs}\n"
 
 
+def layers() -> str:
+    """The layers, bottom to top, as the imports draw them (drillbit.layers)."""
+    rows = [(name, ", ".join(m.removeprefix("drillbit.") or "drillbit" for m in members),
+             ", ".join(below) or "—") for name, members, below in reversed(drawn())]
+    return table(rows, ("layer", "modules", "imports from")) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
-    "config": config_reference, "catalogue": fault_catalogue, "builtins": builtin_jobs,
+    "config": config_reference, "catalogue": fault_catalogue, "builtins": builtin_jobs, "layers": layers,
 }
 MARK = re.compile(r"<!-- generated: ([a-z-]+) -->")
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from drillbit.checks.verdict import worst
+
 PASS, FAIL, USAGE, INCONCLUSIVE, ABORTED, HARNESS = 0, 1, 2, 3, 4, 5
 BY_VERDICT = {"pass": PASS, "fail": FAIL, "inconclusive": INCONCLUSIVE, "aborted": ABORTED}
 
@@ -26,7 +28,6 @@ def exit_code(verdict: str, error_kind: str | None = None) -> int:
 
 def suite_exit_code(results: Iterable[tuple[str, str | None]]) -> int:
     """(verdict, error kind) of each drill run -> the suite's code."""
-    from drillbit.checks.verdict import worst
 
     results = list(results)
     kinds = {k for _, k in results}

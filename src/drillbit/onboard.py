@@ -16,14 +16,21 @@ from typing import Any
 import psutil
 
 from drillbit.checkpoints import scan
+from drillbit.dirwatch import DirWatch
 from drillbit.errors import ConfigError, SpecError
+from drillbit.faults import get as get_fault
+from drillbit.loading import load_drill
+from drillbit.loop.runner import job_params
 from drillbit.loop.schedule import attach_root
 from drillbit.probes.preset import load as load_preset
 from drillbit.probes.tail import FileFollower
 from drillbit.proc import ProcRef
+from drillbit.saves import SaveTracker
 from drillbit.spec.config import ClusterSpec, JobProfile
+from drillbit.spec.load import catalogue
 from drillbit.spec.models import DrillSpec
 from drillbit.spec.placeholders import expand
+from drillbit.transport import connect
 
 # what each SLO is measured from (checks/slo.py): a drill with the SLO needs the event kind
 SLO_NEEDS = {"detect_within": "detect", "restart_within": "restart", "restore_within": "restore",
@@ -133,8 +140,6 @@ class SaveWatch:
     folder; ``count`` is None where it cannot."""
 
     def __init__(self, job: JobProfile, values: dict[str, str], cluster: ClusterSpec) -> None:
-        from drillbit.dirwatch import DirWatch
-        from drillbit.saves import SaveTracker
 
         self.watch = None
         self.tracker = SaveTracker()
@@ -161,8 +166,6 @@ def readiness(spec: DrillSpec, job: JobProfile, kinds: set[str], ranks: list[Pro
     drill's own preflight would refuse (the fault's engine, its binding to the profile — a
     checkpoint, a tier's folder, a replacement hook), and what the probe saw missing (signals,
     ranks, checkpoints on disk, saves seen as saves)."""
-    from drillbit.faults import get as get_fault
-    from drillbit.loop.runner import job_params
 
     missing = []
     fault_cls = get_fault(spec.fault.type)
@@ -213,7 +216,6 @@ def readiness(spec: DrillSpec, job: JobProfile, kinds: set[str], ranks: list[Pro
 
 def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfile, run_dir: Path,
           drills: dict[str, DrillSpec], *, steps: int = 20, seconds: float = 120.0, status=None) -> dict:
-    from drillbit.transport import connect
 
     if cluster.protected:
         raise ConfigError(f"cluster {cluster_name!r} is protected; drillbit launches nothing there")
@@ -292,7 +294,6 @@ def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfil
 
 
 def load_drills(config, drills_dir: str | None = None) -> dict[str, DrillSpec]:
-    from drillbit.spec.load import catalogue, load_drill
 
     out = {}
     for name, path in catalogue(drills_dir).items():

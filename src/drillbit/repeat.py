@@ -15,6 +15,7 @@ from typing import Any
 
 from drillbit import exitcodes
 from drillbit.checks.verdict import interrupted, worst
+from drillbit.session import execute
 
 # measurements summarised (numbers only)
 STATS = ("time_to_detect", "time_to_restart", "time_to_restore", "time_to_first_step", "lost_steps", "restarts",
@@ -66,7 +67,6 @@ def summary_markdown(agg: dict[str, Any]) -> str:
 
 def run_repeated(resolved, n: int, *, min_pass_rate: float | None = None, reports_dir: str | None = None,
                  db: str | None = None, ui=None) -> tuple[dict[str, Any], Path]:
-    from drillbit.session import execute
 
     payloads, dirs = [], []
     for _ in range(n):

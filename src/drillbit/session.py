@@ -11,21 +11,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drillbit.checks.baseline import Baseline
+from drillbit.agent.deadman import read_records
 from drillbit.atomic import write_atomic
-from drillbit.checks import CheckResult
+from drillbit.checks import CheckResult, check
+from drillbit.checks.baseline import Baseline
 from drillbit.errors import ConfigError, DrillError, Problem, SpecError
+from drillbit.faults import get as get_fault
 from drillbit.faults.base import PlanStep
-from drillbit.history import Event, History
 from drillbit.fleet.simulate import Scenario, load_scenario
+from drillbit.history import Event, History
+from drillbit.loading import load_config, load_drill
+from drillbit.loop import UI, DrillRunner, RunOutcome
+from drillbit.loop.runner import job_params
+from drillbit.loop.schedule import attach_root, choose_targets, describe_trigger
 from drillbit.report import render
 from drillbit.report import result as result_json
 from drillbit.report.store import Store, store_path
-from drillbit.loop import UI, DrillRunner, RunOutcome
-from drillbit.transport import connect
 from drillbit.spec.config import DrillConfig
-from drillbit.spec.load import find_config, load_config, load_drill, resolve_drill
+from drillbit.spec.load import find_config, resolve_drill
 from drillbit.spec.models import DrillSpec
+from drillbit.transport import connect
 
 
 @dataclass
@@ -58,7 +63,6 @@ def resolve(drill: str, *, cluster: str | None = None, job: str | None = None, c
 
 
 def plan_text(r: Resolved) -> str:
-    from drillbit.loop.schedule import describe_trigger
 
     s = r.spec
     when = describe_trigger(s.fault.trigger)
@@ -91,10 +95,6 @@ def resolve_steps(r: Resolved) -> list[PlanStep] | str:
     if cluster.engine == "ray" and cluster.address is None:
         return "targets are resolved once the embedded cluster is up (a dry run starts nothing)"
     import tempfile
-
-    from drillbit.loop.runner import job_params
-    from drillbit.faults import get as get_fault
-    from drillbit.loop.schedule import attach_root, choose_targets
 
     with tempfile.TemporaryDirectory(prefix="drillbit-plan-") as tmp:
         nodes = connect(r.cluster, r.config.clusters[r.cluster], Path(tmp))
@@ -171,7 +171,6 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
 
 def rerender(run_dir: Path) -> dict[str, Any]:
     """Re-judge and re-render a run folder from its history (``drill report``)."""
-    from drillbit.checks import check
 
     run_dir = Path(run_dir)
     try:
@@ -197,7 +196,6 @@ def merge_deadman_records(run_dir: Path, history: History) -> int:
     """Append to ``history.jsonl`` what the agents' dead-man's switches wrote in the run
     folder and the history does not hold yet (the controller died before it could collect
     them). Returns how many were added."""
-    from drillbit.agent.deadman import read_records
 
     seen = {(e.kind, e.node, round(e.t, 6)) for e in history if e.source.startswith("agent:")}
     added = []

@@ -20,13 +20,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from drillbit.evidence import SaveRecorded, effects
 from drillbit import exitcodes
 from drillbit.checks.recovery import Measurements, crash_class
 from drillbit.checks.verdict import interrupted, worst
-from drillbit.errors import ConfigError
-from drillbit.saves import CrashPoint, Save, crash_points, sample
 from drillbit.dirwatch import FileEvent
+from drillbit.errors import ConfigError
+from drillbit.evidence import SaveRecorded, effects
+from drillbit.saves import CrashPoint, Save, crash_points, sample
+from drillbit.session import execute
 
 CLASSES = ("pass", "silent", "hard-fail", "lost-work", "fail", "not-reached", "error")
 
@@ -45,7 +46,6 @@ def with_params(resolved, name: str | None = None, window: float | None = None, 
 
 def record_save(resolved, *, reports_dir: str | None, db: str | None, ui=None) -> tuple[Save, Path]:
     """The first pass: one save's file events, watched and not touched."""
-    from drillbit.session import execute
 
     payload, outcome = execute(with_params(resolved, name=f"{resolved.spec.name}-record", window=1.0, record=True),
                                reports_dir=reports_dir, db=db, ui=ui)
@@ -62,7 +62,6 @@ def record_save(resolved, *, reports_dir: str | None, db: str | None, ui=None) -
 
 def run_sweep(resolved, *, points: list[CrashPoint] | None = None, n: int | None = None,
               reports_dir: str | None = None, db: str | None = None, ui=None) -> tuple[dict[str, Any], Path]:
-    from drillbit.session import execute
 
     if resolved.spec.fault.type != "kill-during-save":
         raise ConfigError(f"a sweep drives kill-during-save; {resolved.spec.name} injects {resolved.spec.fault.type}")

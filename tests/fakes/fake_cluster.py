@@ -19,7 +19,7 @@ from typing import Any
 from drillbit.agent import api
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.history import History
-from drillbit.nodes import Nodes
+from drillbit.transport.nodes import Nodes
 from drillbit.proc import ProcRef
 from drillbit.spec.config import ClusterSpec, JobProfile, LaunchSpec, RankDiscovery
 from drillbit.spec.models import DrillSpec

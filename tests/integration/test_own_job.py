@@ -56,6 +56,7 @@ def test_a_profile_that_cannot_see_progress_is_refused_before_launch(tmp_path):
     assert "no step signal and no heartbeat_file" in proc.stderr and not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # a real job under torchrun until its steady-state timeout
 def test_no_steady_state_says_what_the_logs_held(tmp_path):
     path = tmp_path / "drill.yaml"
     path.write_text(json.dumps({"jobs": {"chatty": {

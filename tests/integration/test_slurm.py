@@ -187,7 +187,7 @@ def test_a_killed_or_interrupted_controller_leaves_no_node_down(tmp_path, slurm_
 def test_attached_to_a_running_job_the_drill_never_cancels_it(tmp_path, slurm_cluster):
     """slurm.job_id: the drill attaches to a job someone else submitted, drills it, and leaves
     it running."""
-    from drillbit.slurm.transport import batch_script
+    from drillbit.transport.slurm import batch_script
     from drillbit.spec.config import BUILTIN_JOBS
 
     job = BUILTIN_JOBS["reference-slurm"]

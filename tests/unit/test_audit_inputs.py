@@ -12,9 +12,10 @@ from drillbit.errors import ConfigError, SpecError
 from drillbit.faults import slurm_node
 from drillbit.faults.base import HealReport
 from drillbit.faults.kill_node import KillNodeParams
-from drillbit.slurm.transport import batch_script
+from drillbit.transport.slurm import batch_script
 from drillbit.spec.config import BUILTIN_JOBS, LaunchSpec
-from drillbit.spec.load import MAX_BYTES, load_config, load_drill, load_suite
+from drillbit.spec.load import MAX_BYTES, load_suite
+from drillbit.loading import load_config, load_drill
 
 JOB = """\
 jobs:

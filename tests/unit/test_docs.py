@@ -18,7 +18,8 @@ from pydantic import TypeAdapter
 from drillbit import docgen
 from drillbit.cli import cli
 from drillbit.spec.config import JobProfile
-from drillbit.spec.load import load_config, load_drill, load_suite
+from drillbit.spec.load import load_suite
+from drillbit.loading import load_config, load_drill
 from drillbit.spec.signals import Signal
 
 ROOT = Path(__file__).resolve().parents[2]

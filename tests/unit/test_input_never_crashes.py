@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from drillbit.errors import SpecError
 from drillbit.history import History
-from drillbit.spec.load import catalogue, load_config, load_drill, load_suite, suite_catalogue
+from drillbit.spec.load import catalogue, load_suite, suite_catalogue
+from drillbit.loading import load_config, load_drill
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """\

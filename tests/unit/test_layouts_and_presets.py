@@ -204,8 +204,9 @@ def test_readiness_is_what_the_drills_own_preflight_would_say():
     from drillbit.onboard import readiness
     from drillbit.proc import ProcRef
     from drillbit.spec.config import JobProfile
-    from drillbit.spec.load import catalogue, load_drill
-    from drillbit.spec.load import load_config
+    from drillbit.spec.load import catalogue
+    from drillbit.loading import load_drill
+    from drillbit.loading import load_config
 
     config = load_config(None)
     drills = {name: load_drill(path, config) for name, path in catalogue(None).items()}

@@ -16,7 +16,8 @@ from drillbit.report import junit, render
 from drillbit.report import result as result_json
 from drillbit.report.runbook import render_runbook
 from drillbit.session import resolve
-from drillbit.spec.load import load_config, load_suite
+from drillbit.spec.load import load_suite
+from drillbit.loading import load_config
 from drillbit.suite import SuiteRun, summary_markdown, with_regression
 from tests.unit.test_checks import kill_pass_history, spec
 
@@ -79,6 +80,7 @@ def _screenshot(page: Path, size: str) -> list[tuple[int, ...]]:
     return [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
 
 
+@pytest.mark.slow  # a headless chromium: seconds
 @pytest.mark.skipif(_chromium() is None, reason="Debian chromium not installed (.ci/run installs it)")
 def test_html_report_renders_timeline_in_headless_chromium(tmp_path):
     history = kill_pass_history()
@@ -199,6 +201,7 @@ def test_every_mark_on_the_timeline_is_its_measurement():
     assert svg == timeline_svg(history)  # the same, measured here or handed over
 
 
+@pytest.mark.slow  # a headless chromium: seconds
 @pytest.mark.skipif(_chromium() is None, reason="Debian chromium not installed (.ci/run installs it)")
 def test_trends_page_renders_runs_and_the_baseline_in_headless_chromium(tmp_path):
     from drillbit.report.store import Store

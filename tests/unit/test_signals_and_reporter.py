@@ -13,7 +13,7 @@ import pytest
 
 from drillbit.errors import SpecError
 from drillbit.probes.preset import Matcher, load, signals_of
-from drillbit.spec.load import load_config
+from drillbit.loading import load_config
 from drillbit.spec.signals import Signal
 
 MEGATRON = [

@@ -11,9 +11,9 @@ import pytest
 from drillbit.checks import check
 from drillbit.checks.recovery import measure
 from drillbit.history import History
-from drillbit.slurm.probe import SchedulerProbe
+from drillbit.transport.slurmprobe import SchedulerProbe
 from drillbit.slurm.scheduler import JobInfo, parse_fields
-from drillbit.slurm.transport import batch_script
+from drillbit.transport.slurm import batch_script
 from drillbit.spec.config import BUILTIN_JOBS, ClusterSpec, LaunchSpec
 from drillbit.spec.models import DrillSpec
 
@@ -76,7 +76,7 @@ def test_the_scheduler_probe_turns_a_requeue_into_requeue_detect_restart_and_the
     h = History()
     nodes = ScriptedNodes([info("RUNNING", 0, ("n1",)), info("PENDING", 1, (), "BeginTime"),
                            info("PENDING", 1, (), "BeginTime"), info("RUNNING", 1, ("n2",))])
-    probe = SchedulerProbe(h, nodes)  # type: ignore[arg-type]
+    probe = SchedulerProbe(h, poll=lambda: nodes.slurm.job(nodes.job_id), changed=nodes.on_job)
     for _ in range(4):
         probe.poll_once()
     kinds = [(e.kind, e.data.get("nodes", e.data.get("restarts"))) for e in h]

@@ -6,7 +6,8 @@ import textwrap
 import pytest
 
 from drillbit.errors import SpecError
-from drillbit.spec.load import catalogue, load_config, load_drill
+from drillbit.spec.load import catalogue
+from drillbit.loading import load_config, load_drill
 from drillbit.spec.models import parse_duration
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Callable
 
 from drillbit.agent.api import Record
+from drillbit.agent.jobproc import stop_job as stop_tree
+from drillbit.agent.node import NodeAgent
 from drillbit.faults.base import Handle, HealReport
 from drillbit.proc import ProcRef
 
@@ -141,8 +143,6 @@ def heal_until_done(log: DeadmanLog, pending: Callable[[], list[Handle]], heal: 
 
 def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
     """The guardian's loop: returns when released, or once ``watch`` died and all is healed."""
-    from drillbit.agent.jobproc import stop_job as stop_tree
-    from drillbit.agent.node import NodeAgent
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

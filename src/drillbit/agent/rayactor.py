@@ -13,6 +13,8 @@ import hmac
 import os
 from typing import Any
 
+from drillbit.agent.service import AgentService
+
 
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
@@ -29,8 +31,6 @@ class AgentActor:
     def __init__(self, node: str, state_dir: str, skew_s: float = 0.0, version: str | None = None,
                  token: str | None = None) -> None:
         import ray
-
-        from drillbit.agent.service import AgentService
 
         self._digest = _digest(token) if token is not None else None
         self.service = AgentService(node, state_dir, skew_s=skew_s, version=version,

@@ -25,13 +25,16 @@ import psutil
 import drillbit
 from drillbit.agent import api
 from drillbit.agent.deadman import DeadmanLog, orphan, read_records
-from drillbit.agent.logtail import LogTail
 from drillbit.agent.jobproc import LaunchedJob, free_port, start_job
+from drillbit.agent.logtail import LogTail
 from drillbit.agent.node import NodeAgent
 from drillbit.errors import ConfigError
-from drillbit.statedir import private_dir
+from drillbit.faults import get as get_fault
 from drillbit.faults import registry as fault_registry
+from drillbit.lease import Lease
 from drillbit.proc import ProcRef
+from drillbit.slurm.scheduler import job_processes
+from drillbit.statedir import private_dir
 
 
 class AgentService:
@@ -171,7 +174,6 @@ class AgentService:
 
     def _lease_acquire(self, req: api.LeaseAcquire) -> api.Empty:
         """Hold the cluster's lease (a file lock on this host) for as long as this agent lives."""
-        from drillbit.lease import Lease
 
         self._lease = Lease(req.cluster, req.holder)
         self._lease.acquire()
@@ -217,7 +219,6 @@ class AgentService:
         """Ranks under the launcher this agent started, or under the attached job's root
         (the same pid *and* start time) where it lives on this node; nothing else."""
         if self._job is None and self.slurm_job is not None and req.discovery.pidfiles is None:
-            from drillbit.slurm.scheduler import job_processes
 
             mine = os.environ.get("SLURM_STEP_ID")
             ranks = self.agent.pick_ranks(req.discovery, job_processes(self.slurm_job, self.node, exclude_step=mine))
@@ -236,7 +237,6 @@ class AgentService:
         return api.Planned(step=self.agent.describe(req.fault, req.target, req.params))
 
     def _inject(self, req: api.Inject) -> api.Injected:
-        from drillbit.faults import get as get_fault
 
         through_scheduler = get_fault(req.fault).acts_through == "scheduler"
         if through_scheduler != self.scheduler:

@@ -21,7 +21,8 @@ def campaign(spec: str, cluster: str | None, job: str | None, config_path: str |
     goodput, and what the fleet simulator predicted for it."""
     from drillbit import exitcodes
     from drillbit.campaign import execute, load_campaign, markdown
-    from drillbit.spec.load import find_config, load_config
+    from drillbit.spec.load import find_config
+    from drillbit.loading import load_config
 
     loaded = load_campaign(spec, load_config(find_config(config_path)))
     with ConsoleUI(err) as ui:

@@ -6,7 +6,8 @@ from rich.table import Table
 
 from drillbit.cli.common import emit_json, err, json_option, out
 from drillbit.report.console import ConsoleUI
-from drillbit.spec.load import find_config, load_config
+from drillbit.spec.load import find_config
+from drillbit.loading import load_config
 
 
 @click.command()

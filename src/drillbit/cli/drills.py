@@ -11,7 +11,8 @@ from drillbit import exitcodes
 from drillbit.cli.common import emit_json, err, json_option, out, show_problems
 from drillbit.errors import DrillError, Problem, SpecError
 from drillbit.report.console import ConsoleUI, summary
-from drillbit.spec.load import catalogue, find_config, load_config, load_drill, read_yaml
+from drillbit.spec.load import catalogue, find_config, read_yaml
+from drillbit.loading import load_config, load_drill
 from drillbit.spec.config import DrillConfig
 
 

@@ -27,7 +27,8 @@ def probe(job: str, cluster: str | None, config_path: str | None, drills_dir: st
     signal fired (drillbit could not see the job make progress)."""
     from drillbit.onboard import load_drills, probe as run_probe
     from drillbit.session import new_run_dir
-    from drillbit.spec.load import find_config, load_config
+    from drillbit.spec.load import find_config
+    from drillbit.loading import load_config
 
     config = load_config(find_config(config_path))
     cluster_name = cluster or os.environ.get("DRILLBIT_CLUSTER") or config.default_cluster

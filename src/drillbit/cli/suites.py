@@ -11,7 +11,8 @@ from rich.table import Table
 from drillbit import exitcodes
 from drillbit.cli.common import emit_json, err, json_option, out
 from drillbit.report.console import ConsoleUI
-from drillbit.spec.load import find_config, load_config
+from drillbit.spec.load import find_config
+from drillbit.loading import load_config
 
 
 def _suite_run(name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
@@ -182,7 +183,8 @@ def runbook(name: str, db: str | None) -> int:
     """Render a drill's runbook with its parameters and its last result."""
     from drillbit.report.runbook import render_runbook
     from drillbit.report.store import Store, store_path
-    from drillbit.spec.load import load_drill, resolve_drill
+    from drillbit.spec.load import resolve_drill
+    from drillbit.loading import load_drill
 
     config = load_config(find_config(None))
     spec = load_drill(resolve_drill(name), config)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -28,8 +28,14 @@ from drillbit.evidence import Effect
 from drillbit.proc import ProcRef
 from drillbit.spec.models import MAX_DURATION_S
 
-if TYPE_CHECKING:
-    from drillbit.loop.watch import Progress
+
+class Progress(Protocol):
+    """What a fault may ask of the loop's view of the job's progress, on the controller
+    (``confirm_progress``); the loop's ``Progress`` (loop/watch.py) is one."""
+
+    def wait_quiet(self, t_effect: float) -> float | None:
+        """Seconds without a step since the effect, once they reach several baseline step
+        times; None if steps keep coming."""
 
 
 class Params(BaseModel):
@@ -203,7 +209,7 @@ class Fault(Generic[P, S]):
     # it at once and hands it the save number, file offset and delay (loop/schedule.py).
     arms_on_save: ClassVar[bool] = False
 
-    def confirm_progress(self, progress: "Progress", t_effect: float) -> dict[str, Any] | None:
+    def confirm_progress(self, progress: Progress, t_effect: float) -> dict[str, Any] | None:
         """On the controller: does the job's progress show the effect? ``{}`` when nothing
         more is needed; None when it does not (the fault stays unconfirmed)."""
         return {}

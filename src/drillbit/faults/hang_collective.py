@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import psutil
 from pydantic import Field
 
 from drillbit.evidence import ProcessStopped
-from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, Progress, State
 from drillbit.proc import ProcRef
-
-if TYPE_CHECKING:
-    from drillbit.loop.watch import Progress
 
 
 class HangParams(Params):
@@ -72,7 +69,7 @@ class HangCollective(Fault[HangParams, HangState]):
     def heal(self, target: ProcRef, params: HangParams, state: HangState) -> HealReport:
         return resume(state.stopped)
 
-    def confirm_progress(self, progress: "Progress", t_effect: float) -> dict[str, Any] | None:
+    def confirm_progress(self, progress: Progress, t_effect: float) -> dict[str, Any] | None:
         """Global progress stalls: no step for several baseline step times after the effect
         (a step already in flight when the rank stopped belongs before the fault)."""
         quiet = progress.wait_quiet(t_effect)

@@ -24,11 +24,12 @@ from typing import Callable, Literal, TypeVar
 import psutil
 from pydantic import Field
 
-from drillbit.evidence import NodeGone, NodeState
 from drillbit.errors import FaultError
+from drillbit.evidence import NodeGone, NodeState
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.proc import ProcRef
+from drillbit.slurm.scheduler import Slurm, job_processes
 
 _UP = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING")
 S = TypeVar("S", bound=State)
@@ -43,7 +44,6 @@ class NodeFaultParams(Params):
 
 
 def _slurm(params: NodeFaultParams):
-    from drillbit.slurm.scheduler import Slurm
 
     return Slurm(params.slurm_conf)
 
@@ -202,7 +202,6 @@ def node_job_tree(job_id: str | None, node: str) -> list[psutil.Process]:
     """Every process of the job on ``node`` on this machine, and the slurmstepd above them."""
     if job_id is None:
         return []
-    from drillbit.slurm.scheduler import job_processes
 
     procs = {p.pid: p for p in job_processes(job_id, node)}
     for proc in list(procs.values()):

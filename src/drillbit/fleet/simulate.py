@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
+from drillbit.errors import Problem, SpecError
+from drillbit.spec.load import project_dirs, read_yaml, validate
 from drillbit.spec.models import Duration, Span, Strict
 
 HOUR = 3600.0
@@ -213,14 +215,11 @@ def simulate(scenario: Scenario, params: SimParams, *, trials: int = 1000, seed:
 
 
 def scenario_dirs() -> list[Path]:
-    from drillbit.spec.load import project_dirs
 
     return project_dirs("faults/scenarios")
 
 
 def load_scenario(name_or_path: str) -> Scenario:
-    from drillbit.errors import Problem, SpecError
-    from drillbit.spec.load import read_yaml, validate
 
     path = Path(name_or_path)
     if not path.suffix:

@@ -14,7 +14,7 @@ from drillbit.agent.deadman import heal_with_deadline
 from drillbit.faults.base import Fault, Handle, Params, Plan, PlanStep
 from drillbit.history import History
 from drillbit.loop.watch import Progress
-from drillbit.nodes import Nodes
+from drillbit.transport.nodes import Nodes
 from drillbit.proc import ProcRef
 
 HARNESS = "harness"

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import signal
 import sys
-import traceback
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
 import psutil
 
+from drillbit.checkpoints import CheckpointSpec, SavedTier, tier_steps
 from drillbit.checks import CheckResult, check
 from drillbit.checks.baseline import Baseline
 from drillbit.checks.recovery import awaiting, recovered
@@ -31,17 +32,17 @@ from drillbit.errors import ConfigError, DrillError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
 from drillbit.fleet.simulate import Scenario
-from drillbit.checkpoints import CheckpointSpec
-from drillbit.probes.preset import signals_of
 from drillbit.history import Event, History
+from drillbit.loop.agentlogs import AgentLogProbe
 from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
 from drillbit.loop.schedule import JobExited, attach_root, choose_targets, describe_trigger, wait_trigger
 from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
-from drillbit.nodes import Nodes
+from drillbit.probes.preset import signals_of
 from drillbit.proc import ProcRef
 from drillbit.spec.config import ClusterSpec, JobProfile
 from drillbit.spec.models import DrillSpec
 from drillbit.spec.placeholders import expand
+from drillbit.transport.nodes import Nodes
 
 ErrorKind = Literal["config", "harness"]
 
@@ -323,7 +324,6 @@ class DrillRunner:
             self.ui.phase("launch", f"attaching to pid {self.job.attach_pid}")
             self.record("job.attach", pid=self.job.attach_pid, reads=self._reads())
         if self.cluster.logs_on_agents and self.make_probes is log_probes and self._reads_steps():
-            from drillbit.probes.agentlogs import AgentLogProbe
 
             self.probes = [AgentLogProbe(self.history, self.nodes, self.job)]
         else:
@@ -375,9 +375,6 @@ class DrillRunner:
                                           {"rank": r.rank, "pid": r.pid, "node": r.node} for r in ranks]))
         self.ui.phase("inject", f"{self.spec.fault.type} on rank(s) {', '.join(str(t.rank) for t in self.targets)}")
         if self.job.tiers and not self.cluster.logs_on_agents:  # what each tier held when the fault hit
-            from drillbit.checkpoints import tier_steps
-
-            from drillbit.checkpoints import SavedTier
 
             saved = {name: t.lost_with for name, t in self.job.tiers.items() if isinstance(t, SavedTier)}
             self.record("ckpt.tiers", tiers=tier_steps(self.job.tiers, {"run_dir": str(self.run_dir)}),

@@ -17,7 +17,7 @@ from drillbit.saves import SaveTracker
 from drillbit.spec.models import BlastRadius, DrillSpec, DuringSave, Targets, Trigger
 
 if TYPE_CHECKING:
-    from drillbit.nodes import Nodes
+    from drillbit.transport.nodes import Nodes
 
 
 def select_targets(ranks: list[ProcRef], targets: Targets) -> list[ProcRef]:

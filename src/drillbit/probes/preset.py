@@ -5,10 +5,10 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-
-from drillbit.errors import Problem, SpecError
 from pydantic import field_validator
 
+from drillbit.errors import Problem, SpecError
+from drillbit.spec.load import _suggest, read_yaml, validate
 from drillbit.spec.models import Strict, compile_regex
 from drillbit.spec.signals import Signal
 
@@ -119,7 +119,6 @@ def is_file(name: str) -> bool:
 @lru_cache(maxsize=None)
 def load(name: str) -> Preset:
     """A built-in preset by name, or the user's preset file by path (./presets/my-stack.yaml)."""
-    from drillbit.spec.load import _suggest, read_yaml, validate
 
     try:
         path = Path(name).expanduser() if is_file(name) else PRESET_DIR / f"{name}.yaml"

@@ -20,7 +20,7 @@ from drillbit.spec.signals import Signal
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-HEARTBEAT_S = 1.0  # the controller heartbeats every agent this often (drillbit.nodes)
+HEARTBEAT_S = 1.0  # the controller heartbeats every agent this often (drillbit.transport.nodes)
 
 
 def _regex(name: str, value: str | None) -> None:

@@ -1,8 +1,9 @@
 """YAML -> typed models. Every problem is reported at once, each with file:line and field.
 
 YAML is composed node by node so every value keeps the line it came from; pydantic's
-errors (all of them) are mapped back to those lines. Fault params are validated against
-the fault's own Params model here, at load time, never halfway through a drill.
+errors (all of them) are mapped back to those lines. This is the bottom of the house:
+it knows the models and nothing that uses them. What needs the faults, presets or
+scenarios to check (a fault's params, a job's presets) is ``drillbit.loading``.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from drillbit.errors import Problem, SpecError
-from drillbit.spec.config import DrillConfig, JobProfile, with_builtins
-from drillbit.spec.models import DrillSpec, SuiteSpec
+from drillbit.spec.config import DrillConfig
+from drillbit.spec.models import SuiteSpec
 
 Loc = tuple[Any, ...]
 
@@ -162,109 +163,6 @@ def validate(model: type[BaseModel], data: Any, path: Path, lines: dict[Loc, int
 def _suggest(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(choices))})"
-
-
-def fault_problems(fault: dict, path: Path, lines: dict[Loc, int], loc: Loc) -> list[Problem]:
-    """A fault entry's type (known to the registry) and params (valid for that fault), as
-    problems at ``loc`` (``fault`` in a drill spec, ``faults.N`` in a campaign)."""
-    from drillbit.faults import registry
-
-    if not isinstance(fault.get("type"), str):
-        return []
-    faults = registry()
-    cls = faults.get(fault["type"])
-    if cls is None:
-        return [Problem(str(path), _line(lines, loc + ("type",)), _loc_text(loc + ("type",)),
-                        f"unknown fault {fault['type']!r}" + _suggest(fault["type"], list(faults)))]
-    return validate(cls.Params, fault.get("params") or {}, path, lines, loc + ("params",))[1]
-
-
-def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
-    """Load and fully validate a drill spec, fault params and job reference included."""
-    path = Path(path)
-    data, lines = read_yaml(path)
-    problems: list[Problem] = []
-    if not isinstance(data, dict):
-        raise SpecError([Problem(str(path), 1, "", "a drill spec is a mapping (name:, fault:, ...)")])
-    spec, problems = validate(DrillSpec, data, path, lines)
-    fault = data.get("fault") if isinstance(data.get("fault"), dict) else None
-    if fault is not None:
-        problems += fault_problems(fault, path, lines, ("fault",))
-    slo = data.get("slo") if isinstance(data.get("slo"), dict) else {}
-    for key in ("project", "cadence"):
-        block = slo.get(key) if isinstance(slo.get(key), dict) else {}
-        name = block.get("scenario")
-        if isinstance(name, str):
-            try:
-                from drillbit.fleet.simulate import load_scenario
-
-                load_scenario(name)
-            except SpecError as exc:
-                problems.append(Problem(str(path), _line(lines, ("slo", key, "scenario")), f"slo.{key}.scenario",
-                                        exc.problems[0].message))
-    if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
-        problems.append(Problem(str(path), _line(lines, ("job",)), "job",
-                                f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs))))
-    if problems:
-        raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.path)))
-    return spec
-
-
-def load_config(path: Path | None) -> DrillConfig:
-    """drill.yaml (if any) merged over the built-in clusters and jobs."""
-    if path is None:
-        return with_builtins(DrillConfig())
-    data, lines = read_yaml(Path(path))
-    config, problems = validate(DrillConfig, data or {}, Path(path), lines)
-    if config is not None:
-        for name, job in config.jobs.items():
-            for loc, message in job_problems(job):
-                loc = ("jobs", name) + loc
-                problems.append(Problem(str(path), _line(lines, loc), _loc_text(loc), message))
-    if problems:
-        raise SpecError(problems)
-    return with_builtins(config)
-
-
-def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
-    """What a job profile's model cannot see: presets that do not exist or do not load,
-    placeholders drillbit does not fill, and a job with no way to see its progress."""
-    from drillbit.probes.preset import load as load_preset
-    from drillbit.spec.placeholders import PLACEHOLDERS, unknown
-
-    out: list[tuple[Loc, str]] = []
-    signals = list(job.signals)
-    for i, name in enumerate(job.presets):
-        try:
-            signals += load_preset(name).signals
-        except SpecError as exc:
-            out.append((("presets", i), "; ".join(p.message if p.file == name else str(p) for p in exc.problems)))
-    texts: list[tuple[Loc, str]] = [(("logs", i), p) for i, p in enumerate(job.logs)]
-    if job.launch is not None:
-        texts += [(("launch", "command", i), a) for i, a in enumerate(job.launch.command)]
-        texts += [(("launch", "env", k), v) for k, v in job.launch.env.items()]
-        texts += [(("launch", "cwd"), job.launch.cwd)] if job.launch.cwd else []
-    for key in ("heartbeat_file",):
-        if getattr(job, key):
-            texts.append(((key,), getattr(job, key)))
-    if job.checkpoint is not None:
-        texts.append((("checkpoint", "dir"), job.checkpoint.dir))
-    if job.replacement is not None:
-        texts.append((("replacement", "shim_dir"), job.replacement.shim_dir))
-        texts += [(("replacement", "declare_dead", i), a) for i, a in enumerate(job.replacement.declare_dead or [])]
-    if job.ranks.pidfiles:
-        texts.append((("ranks", "pidfiles"), job.ranks.pidfiles))
-    texts += [(("tiers", name, "dir"), spec.dir.replace("{rank}", "")) for name, spec in job.tiers.items()
-              if hasattr(spec, "dir")]
-    for loc, text in texts:
-        bad = unknown(text)
-        if bad:
-            out.append((loc, f"unknown placeholder {{{bad[0]}}}; drillbit fills {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"))
-    if not any(s.kind == "step" for s in signals) and not job.heartbeat_file:
-        out.append(((), "no step signal and no heartbeat_file: drillbit could not see the job make progress; add a "
-                        "preset that reads its step lines, a `signals:` entry of kind step with a group n, or a "
-                        "heartbeat_file ('<step> <epoch>')"))
-    return out
 
 
 def find_config(explicit: str | None) -> Path | None:

@@ -4,7 +4,7 @@ carries ``(method, request)`` to :meth:`drillbit.agent.service.AgentService.disp
 ``process`` (inprocess.py): one agent in the controller's process (``local-process``).
 ``ray`` (ray.py): one agent actor per node of a Ray cluster, or of the embedded local one
 (``local``, raycluster.py). ``ssh`` (ssh.py): ``python -m drillbit.agent serve`` per host,
-JSON lines over a Fabric connection. ``slurm`` (drillbit.slurm.transport): the same JSON
+JSON lines over a Fabric connection. ``slurm`` (drillbit.transport.slurm): the same JSON
 lines over ``srun --overlap`` into the job's allocation, and a scheduler agent here.
 """
 from __future__ import annotations
@@ -15,26 +15,22 @@ from typing import TYPE_CHECKING
 from drillbit.spec.config import ClusterSpec
 
 if TYPE_CHECKING:
-    from drillbit.nodes import Nodes
+    from drillbit.transport.nodes import Nodes
 
 
 def connect(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
-    """The Nodes of a cluster, not yet started."""
+    """The Nodes of a cluster, not yet started. Each engine is imported when a cluster uses
+    it: Ray and Fabric take seconds to import, and a drill uses one engine."""
     if cluster.engine == "ray":
         from drillbit.transport.ray import RayNodes
 
-        return RayNodes(run_dir, name, address=cluster.address, nodes=cluster.nodes,
-                        cpus_per_node=cluster.cpus_per_node, deadman_s=cluster.deadman,
-                        job_grace_s=cluster.job_grace, skew=cluster.simulate_clock_skew,
-                        lease_ttl=cluster.lease_ttl, version=cluster.simulate_agent_version,
-                        auth_token=cluster.ray_auth_token.get_secret_value() if cluster.ray_auth_token else None,
-                        auth_token_file=cluster.ray_auth_token_file)
+        return RayNodes.for_cluster(run_dir, name, cluster)
     if cluster.engine == "ssh":
         from drillbit.transport.ssh import SshNodes
 
         return SshNodes(run_dir, name, cluster)
     if cluster.engine == "slurm":
-        from drillbit.slurm.transport import SlurmNodes
+        from drillbit.transport.slurm import SlurmNodes
 
         return SlurmNodes(run_dir, name, cluster)
     from drillbit.transport.inprocess import InProcessNodes

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.agent.service import AgentService
-from drillbit.nodes import Nodes
+from drillbit.transport.nodes import Nodes
 from drillbit.transport.client import AgentClient
 
 

@@ -12,13 +12,14 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from drillbit.agent.leftovers import heal_folders_here
 from drillbit.agent.rayactor import AgentActor
 from drillbit.errors import DrillError
 from drillbit.lease import Lease
-from drillbit.nodes import Nodes
 from drillbit.proc import ProcRef
 from drillbit.transport import rayauth
 from drillbit.transport.client import AgentClient
+from drillbit.transport.nodes import Nodes
 from drillbit.transport.raycluster import NAMESPACE, NODE_RESOURCE, EmbeddedCluster, RayLease, _ray, reachable
 
 if TYPE_CHECKING:
@@ -49,6 +50,16 @@ class RayAgentClient(AgentClient):
 
 class RayNodes(Nodes):
     """Agents as Ray actors on a running cluster (``address``) or the embedded one."""
+
+    @classmethod
+    def for_cluster(cls, run_dir: Path, name: str, cluster: "ClusterSpec") -> "RayNodes":
+        """The nodes of a cluster entry of engine ray: its address, size and token read here."""
+        return cls(run_dir, name, address=cluster.address, nodes=cluster.nodes,
+                   cpus_per_node=cluster.cpus_per_node, deadman_s=cluster.deadman,
+                   job_grace_s=cluster.job_grace, skew=cluster.simulate_clock_skew,
+                   lease_ttl=cluster.lease_ttl, version=cluster.simulate_agent_version,
+                   auth_token=cluster.ray_auth_token.get_secret_value() if cluster.ray_auth_token else None,
+                   auth_token_file=cluster.ray_auth_token_file)
 
     def __init__(self, run_dir: Path, cluster_name: str, *, address: str | None, nodes: int | None,
                  cpus_per_node: int = 2, deadman_s: float = 5.0, job_grace_s: float = 30.0,
@@ -165,12 +176,8 @@ def heal_on_nodes(name: str, cluster: "ClusterSpec", folders: list[str], *, forc
     Returns (each node's Leftovers, the nodes that did not answer, with why)."""
     import tempfile
 
-    from drillbit.agent.leftovers import heal_folders_here
-    from drillbit.transport import connect
-
     with tempfile.TemporaryDirectory() as scratch:
-        nodes = connect(name, cluster.model_copy(update={"nodes": None}), Path(scratch))  # every live node
-        assert isinstance(nodes, RayNodes)
+        nodes = RayNodes.for_cluster(Path(scratch), name, cluster.model_copy(update={"nodes": None}))  # every live node
         nodes._init()
         ray = _ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -28,6 +28,7 @@ from typing import Any
 from drillbit.agent.rayactor import sealed
 from drillbit.errors import DrillError, LeaseError
 from drillbit.proc import ProcRef
+from drillbit.transport import rayauth
 
 NAMESPACE = "drillbit"
 NODE_RESOURCE = "drillbit-node-"
@@ -158,8 +159,6 @@ class EmbeddedCluster:
     def start(self, controller: ProcRef, timeout: float = 120.0) -> str:
         """Start the cluster, with Ray's token authentication on (this process's token, which
         the keeper and every process of the cluster inherit) unless RAY_AUTH_MODE=disabled."""
-        from drillbit.transport import rayauth
-
         if not rayauth.disabled():
             rayauth.use(rayauth.embedded_token())
         address_file = self.state_dir / "ray-address"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.errors import DrillError
-from drillbit.nodes import Nodes
+from drillbit.transport.nodes import Nodes
 from drillbit.spec.config import ClusterSpec, SshHost
 from drillbit.transport.client import AgentClient
 from drillbit.transport.jsonlines import JsonLinesClient

@@ -5,18 +5,19 @@ changes turned into history events (source ``slurm``).
 reason} when Slurm requeued the job (Restarts went up), which is also a ``detect`` by
 slurm — the scheduler noticed the failure; ``restart`` {attempt, by: slurm} when the job
 runs again after a requeue, and ``job.nodes`` {nodes, restarts} with the allocation it runs
-on (the first one included). A new allocation gets its agents (SlurmNodes.on_job).
+on (the first one included).
+
+The probe holds no engine: it is given ``poll`` (the job's state now, or None) and
+``changed`` (called with each state it saw; the Slurm engine gives its agents to a new
+allocation there).
 """
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from drillbit.history import History
 from drillbit.slurm.scheduler import JobInfo
-
-if TYPE_CHECKING:
-    from drillbit.slurm.transport import SlurmNodes
 
 SOURCE = "slurm"
 
@@ -24,9 +25,11 @@ SOURCE = "slurm"
 class SchedulerProbe:
     interval = 0.25
 
-    def __init__(self, history: History, nodes: "SlurmNodes") -> None:
+    def __init__(self, history: History, poll: Callable[[], JobInfo | None],
+                 changed: Callable[[JobInfo], None] = lambda info: None) -> None:
         self.history = history
-        self.nodes = nodes
+        self.poll = poll
+        self.changed = changed
         self.last: JobInfo | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -55,7 +58,7 @@ class SchedulerProbe:
     def poll_once(self) -> None:
         with self._lock:
             try:
-                info = self.nodes.slurm.job(self.nodes.job_id or "")
+                info = self.poll()
             except Exception:  # noqa: BLE001 — slurmctld busy or restarting: try again
                 self.errors += 1
                 return
@@ -63,7 +66,7 @@ class SchedulerProbe:
                 return
             self._changes(self.last, info)
             self.last = info
-        self.nodes.on_job(info)
+        self.changed(info)
 
     def _changes(self, old: JobInfo | None, new: JobInfo) -> None:
         rec = self.history.record

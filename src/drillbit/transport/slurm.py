@@ -30,13 +30,14 @@ from drillbit.errors import ConfigError, DrillError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.history import History
-from drillbit.nodes import Nodes
 from drillbit.proc import ProcRef
 from drillbit.slurm.scheduler import JobInfo, Slurm
 from drillbit.spec.config import ENV_NAME, ClusterSpec, JobProfile, RankDiscovery, SlurmJob
 from drillbit.spec.placeholders import expand
 from drillbit.transport.inprocess import InProcessClient
 from drillbit.transport.jsonlines import JsonLinesClient
+from drillbit.transport.nodes import Nodes
+from drillbit.transport.slurmprobe import SchedulerProbe
 
 SCHEDULER = "slurmctld"  # the scheduler agent's name among the nodes
 # Placeholders that name a node: in a batch script they are the node's own Slurm variables
@@ -286,11 +287,9 @@ class SlurmNodes(Nodes):
         self.notes.clear()
 
     def probes(self, history: History) -> list[Any]:
-        from drillbit.slurm.probe import SchedulerProbe
-
         self.history = history
         assert self.job_id is not None
-        return [SchedulerProbe(history, self)]
+        return [SchedulerProbe(history, poll=lambda: self.slurm.job(self.job_id or ""), changed=self.on_job)]
 
     def find_ranks(self, discovery: RankDiscovery, attach: ProcRef | None = None) -> list[ProcRef]:
         found = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from drillbit.history import History
-from drillbit.nodes import Nodes
+from drillbit.transport.nodes import Nodes
 from drillbit.probes.preset import signals_of
 from drillbit.spec.config import JobProfile
 
