@@ -17,18 +17,17 @@ import html as _html
 import importlib.metadata
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drillbit.atomic import write_atomic
 from drillbit.checks.verdict import interrupted
 from drillbit.errors import ConfigError, SpecError
-from drillbit.loop.runner import job_params
 from drillbit.exitcodes import suite_exit_code
 from drillbit.faults import get as get_fault
 from drillbit.loop import UI
+from drillbit.loop.runner import job_params
+from drillbit.runfolder import new_folder, write_files
 from drillbit.session import Resolved, execute, resolve
 from drillbit.spec.models import SuiteSpec
 
@@ -219,13 +218,7 @@ def to_json(comp: Comparison) -> dict[str, Any]:
 
 
 def write_outputs(comp: Comparison, reports_dir: str | Path) -> Path:
-    base = Path(reports_dir) / f"compare-{time.strftime('%Y%m%d-%H%M%S')}-{comp.suite.name}"
-    folder, i = base, 1
-    while folder.exists():
-        i += 1
-        folder = base.with_name(f"{base.name}-{i}")
-    folder.mkdir(parents=True)
-    write_atomic(folder / "compare.md", markdown(comp))
-    write_atomic(folder / "compare.html", html(comp))
-    write_atomic(folder / "compare.json", json.dumps(to_json(comp), indent=2, default=str) + "\n")
+    folder = new_folder(reports_dir, comp.suite.name, kind="compare")
+    write_files(folder, {"compare.md": markdown(comp), "compare.html": html(comp),
+                         "compare.json": json.dumps(to_json(comp), indent=2, default=str) + "\n"})
     return folder

@@ -7,14 +7,15 @@ failing run with its reason. The results store keeps every run.
 """
 from __future__ import annotations
 
+import json
 import math
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 from drillbit import exitcodes
 from drillbit.checks.verdict import interrupted, worst
+from drillbit.runfolder import new_folder, write_files
 from drillbit.session import execute
 
 # measurements summarised (numbers only)
@@ -76,14 +77,6 @@ def run_repeated(resolved, n: int, *, min_pass_rate: float | None = None, report
         if interrupted(payload):
             break
     agg = aggregate(resolved.spec.name, payloads, dirs, min_pass_rate)
-    out = Path(reports_dir or resolved.config.reports_dir) / f"repeat-{time.strftime('%Y%m%d-%H%M%S')}-{resolved.spec.name}"
-    i = 1
-    while out.exists():
-        i += 1
-        out = Path(f"{out}-{i}")
-    out.mkdir(parents=True)
-    import json
-
-    (out / "repeat.json").write_text(json.dumps(agg, indent=2))
-    (out / "summary.md").write_text(summary_markdown(agg))
+    out = new_folder(reports_dir or resolved.config.reports_dir, resolved.spec.name, kind="repeat")
+    write_files(out, {"repeat.json": json.dumps(agg, indent=2), "summary.md": summary_markdown(agg)})
     return agg, out

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from drillbit.loop.schedule import attach_root, choose_targets, describe_trigger
 from drillbit.report import render
 from drillbit.report import result as result_json
 from drillbit.report.store import Store, store_path
+from drillbit.runfolder import new_folder
 from drillbit.spec.config import DrillConfig
 from drillbit.spec.load import find_config, resolve_drill
 from drillbit.spec.models import DrillSpec
@@ -123,14 +123,7 @@ def _steps_text(steps: list[PlanStep] | str) -> list[str]:
 
 
 def new_run_dir(reports: Path, drill: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = reports / f"{stamp}-{drill}"
-    path, i = base, 1
-    while path.exists():
-        i += 1
-        path = Path(f"{base}-{i}")
-    path.mkdir(parents=True)
-    return path
+    return new_folder(reports, drill)
 
 
 def scenarios_for(spec: DrillSpec) -> dict[str, Scenario]:

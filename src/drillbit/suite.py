@@ -8,16 +8,16 @@ the worst verdict's (DESIGN.md).
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from drillbit.checks.verdict import interrupted, worst
-from drillbit.report import junit
 from drillbit.exitcodes import suite_exit_code
 from drillbit.loop import UI
 from drillbit.repeat import run_repeated
+from drillbit.report import junit
+from drillbit.runfolder import new_folder, write_files
 from drillbit.session import Resolved, execute, resolve
 from drillbit.spec.models import SLO, SuiteSpec
 
@@ -155,12 +155,6 @@ def summary_markdown(run: SuiteRun, title: str) -> str:
 
 
 def write_gate_outputs(run: SuiteRun, reports_dir: str | Path) -> Path:
-    out = Path(reports_dir) / f"gate-{time.strftime('%Y%m%d-%H%M%S')}-{run.suite.name}"
-    i = 1
-    while out.exists():
-        i += 1
-        out = Path(f"{out}-{i}")
-    out.mkdir(parents=True)
-    (out / "junit.xml").write_text(junit.to_xml(f"drillbit.{run.suite.name}", run.results))
-    (out / "summary.md").write_text(summary_markdown(run, "Recovery gate"))
-    return out
+    out = new_folder(reports_dir, run.suite.name, kind="gate")
+    return write_files(out, {"junit.xml": junit.to_xml(f"drillbit.{run.suite.name}", run.results),
+                             "summary.md": summary_markdown(run, "Recovery gate")})

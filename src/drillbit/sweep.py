@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import html
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from drillbit.checks.verdict import interrupted, worst
 from drillbit.dirwatch import FileEvent
 from drillbit.errors import ConfigError
 from drillbit.evidence import SaveRecorded, effects
+from drillbit.runfolder import new_folder, write_files
 from drillbit.saves import CrashPoint, Save, crash_points, sample
 from drillbit.session import execute
 
@@ -98,15 +98,9 @@ def run_sweep(resolved, *, points: list[CrashPoint] | None = None, n: int | None
     report = {"drill": resolved.spec.name, "cluster": resolved.cluster, "job": resolved.job,
               "verdict": worst(*[r["verdict"] for r in rows]) if rows else "inconclusive", "exit_code": code, "counts": counts, "rows": rows,
               "recorded": recorded, "versions": versions()}
-    base = Path(reports_dir or resolved.config.reports_dir) / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{resolved.job}"
-    out, i = base, 1
-    while out.exists():
-        i += 1
-        out = base.with_name(f"{base.name}-{i}")
-    out.mkdir(parents=True)
-    (out / "sweep.json").write_text(json.dumps(report, indent=2))
-    (out / "sweep.md").write_text(markdown(report))
-    (out / "sweep.html").write_text(html_page(report))
+    out = new_folder(reports_dir or resolved.config.reports_dir, resolved.job, kind="sweep")
+    write_files(out, {"sweep.json": json.dumps(report, indent=2), "sweep.md": markdown(report),
+                      "sweep.html": html_page(report)})
     return report, out
 
 

@@ -6,8 +6,8 @@ A measurement that never came is a breach when the drill watched longer than the
 from __future__ import annotations
 
 import os
-
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Callable, Literal
 
 from pydantic import BaseModel
 
@@ -37,31 +37,53 @@ class SLOResult(BaseModel):
     detail: str = ""
 
 
-def evaluate(slo: SLO, m: Measurements, history: History,
-             baseline: Baseline | None = None) -> tuple[list[SLOResult], list[str]]:
-    results: list[SLOResult] = []
-    reasons: list[str] = []
-    if m.t_fault is None:
-        return results, reasons
-    watched = m.observed_s or 0.0
-    for name, (field, words) in _TIMED.items():
+@dataclass
+class Judging:
+    """What every judge reads (the SLO, the measurements, how long the drill watched, the
+    baseline) and what it adds to (results, and a reason a person reads for each breach)."""
+
+    slo: SLO
+    m: Measurements
+    watched: float
+    baseline: Baseline | None
+    results: list[SLOResult] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+Judge = Callable[[Judging], None]
+
+
+def _judge_timed(j: Judging) -> None:
+    """The timed SLOs (detect, restart, restore, first step, requeue): a measurement that never
+    came is a breach once the drill watched past the limit or the job exited, else unknown."""
+    slo = j.slo
+    m = j.m
+    watched = j.watched
+    for name, (measure, words) in _TIMED.items():
         limit = getattr(slo, name)
         if limit is None:
             continue
-        value = getattr(m, field)
+        value = getattr(m, measure)
         if value is not None:
             ok = value <= limit
-            results.append(SLOResult(name=name, measurement=field, limit=limit, measured=round(value, 3),
-                                     status="pass" if ok else "fail"))
+            j.results.append(SLOResult(name=name, measurement=measure, limit=limit, measured=round(value, 3),
+                                       status="pass" if ok else "fail"))
             if not ok:
-                reasons.append(f"{words} took {value:.1f} s after the fault; the SLO allows {limit:g} s")
+                j.reasons.append(f"{words} took {value:.1f} s after the fault; the SLO allows {limit:g} s")
         elif watched >= limit or m.job_exit_s is not None:
-            results.append(SLOResult(name=name, measurement=field, limit=limit, measured=None, status="fail",
-                                     detail=f"never seen in {watched:.0f} s of observation"))
-            reasons.append(f"no {words} within {limit:g} s of the fault (watched {watched:.0f} s)")
+            j.results.append(SLOResult(name=name, measurement=measure, limit=limit, measured=None, status="fail",
+                                       detail=f"never seen in {watched:.0f} s of observation"))
+            j.reasons.append(f"no {words} within {limit:g} s of the fault (watched {watched:.0f} s)")
         else:
-            results.append(SLOResult(name=name, measurement=field, limit=limit, measured=None, status="unknown",
-                                     detail=f"observation ended {watched:.0f} s after the fault"))
+            j.results.append(SLOResult(name=name, measurement=measure, limit=limit, measured=None, status="unknown",
+                                       detail=f"observation ended {watched:.0f} s after the fault"))
+
+
+def _judge_recover_or_escalate(j: Judging) -> None:
+    """Recovery path: recovered, or escalated to a human, within the limit."""
+    slo = j.slo
+    m = j.m
+    watched = j.watched
     if slo.recover_or_escalate_within is not None:
         limit = slo.recover_or_escalate_within
         outcomes = [(v, w) for v, w in ((m.time_to_first_step, "recovered"), (m.time_to_escalate, "escalated"))
@@ -69,78 +91,135 @@ def evaluate(slo: SLO, m: Measurements, history: History,
         if outcomes:
             value, how = min(outcomes)
             ok = value <= limit
-            results.append(SLOResult(name="recover_or_escalate_within", measurement=f"time_to_{how}", limit=limit,
-                                     measured=round(value, 3), status="pass" if ok else "fail",
-                                     detail=f"{how} after {m.replace_failures} failed replacement request(s)"))
+            j.results.append(SLOResult(name="recover_or_escalate_within", measurement=f"time_to_{how}", limit=limit,
+                                       measured=round(value, 3), status="pass" if ok else "fail",
+                                       detail=f"{how} after {m.replace_failures} failed replacement request(s)"))
             if not ok:
-                reasons.append(f"the stack {how} only after {value:.1f} s; it should recover or escalate within "
-                               f"{limit:g} s, not wait")
+                j.reasons.append(f"the stack {how} only after {value:.1f} s; it should recover or escalate within "
+                                 f"{limit:g} s, not wait")
         elif watched >= limit or m.job_exit_s is not None:
-            results.append(SLOResult(name="recover_or_escalate_within", measurement="time_to_first_step",
-                                     limit=limit, measured=None, status="fail",
-                                     detail=f"{m.replace_failures} failed replacement request(s)"))
-            reasons.append(f"neither recovered nor escalated within {limit:g} s: the stack just waited")
+            j.results.append(SLOResult(name="recover_or_escalate_within", measurement="time_to_first_step",
+                                       limit=limit, measured=None, status="fail",
+                                       detail=f"{m.replace_failures} failed replacement request(s)"))
+            j.reasons.append(f"neither recovered nor escalated within {limit:g} s: the stack just waited")
         else:
-            results.append(SLOResult(name="recover_or_escalate_within", measurement="time_to_first_step",
-                                     limit=limit, measured=None, status="unknown"))
+            j.results.append(SLOResult(name="recover_or_escalate_within", measurement="time_to_first_step",
+                                       limit=limit, measured=None, status="unknown"))
+
+
+def _judge_rerun_avoids_failed_node(j: Judging) -> None:
+    """Slurm: the requeued job ran again without the node the fault took down."""
+    slo = j.slo
+    m = j.m
     if slo.rerun_avoids_failed_node and m.rerun_on_failed_node is not None:
         ok = not m.rerun_on_failed_node
-        results.append(SLOResult(name="rerun_avoids_failed_node", measurement="rerun_nodes", limit=1,
-                                 measured=int(ok), status="pass" if ok else "fail",
-                                 detail=f"rerun on {', '.join(m.rerun_nodes or [])}; failed: {', '.join(m.failed_nodes)}"))
+        j.results.append(SLOResult(name="rerun_avoids_failed_node", measurement="rerun_nodes", limit=1,
+                                   measured=int(ok), status="pass" if ok else "fail",
+                                   detail=f"rerun on {', '.join(m.rerun_nodes or [])}; "
+                                          f"failed: {', '.join(m.failed_nodes)}"))
         if not ok:
-            reasons.append(f"the requeued job ran again on {', '.join(m.failed_nodes)}, the node the fault took down "
-                           f"(rerun on {', '.join(m.rerun_nodes or [])}): Slurm returned it to service "
-                           "(ReturnToService=2 lets a DOWN node's slurmd re-register at once); drain a failed node "
-                           "instead, or requeue with it excluded")
+            j.reasons.append(f"the requeued job ran again on {', '.join(m.failed_nodes)}, the node the fault took down "
+                             f"(rerun on {', '.join(m.rerun_nodes or [])}): Slurm returned it to service "
+                             "(ReturnToService=2 lets a DOWN node's slurmd re-register at once); drain a failed node "
+                             "instead, or requeue with it excluded")
+
+
+def _judge_restore_tier(j: Judging) -> None:
+    """Multi-tier checkpoints: the restore fell back no further than the tiers allowed."""
+    slo = j.slo
+    m = j.m
+    watched = j.watched
     if slo.restore_tier is not None:
-        results.append(_restore_tier(slo.restore_tier.max_steps_behind_best, m, watched, reasons))
+        j.results.append(_restore_tier(slo.restore_tier.max_steps_behind_best, m, watched, j.reasons))
+
+
+def _judge_straggler(j: Judging) -> None:
+    """Fail-slow: the slowed rank, and no other, was named in time."""
+    slo = j.slo
+    m = j.m
+    watched = j.watched
     if slo.straggler_within is not None:
         limit = slo.straggler_within
         if m.time_to_straggler is not None and m.straggler_correct:
             ok = m.time_to_straggler <= limit
-            results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
-                                     measured=round(m.time_to_straggler, 3), status="pass" if ok else "fail",
-                                     detail=f"named rank {m.straggler_rank} on {m.straggler_node}"))
+            j.results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
+                                       measured=round(m.time_to_straggler, 3), status="pass" if ok else "fail",
+                                       detail=f"named rank {m.straggler_rank} on {m.straggler_node}"))
             if not ok:
-                reasons.append(f"the slow rank was named after {m.time_to_straggler:.1f} s; the SLO allows {limit:g} s")
+                j.reasons.append(f"the slow rank was named after {m.time_to_straggler:.1f} s; "
+                                 f"the SLO allows {limit:g} s")
         elif m.time_to_straggler is not None:
-            results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
-                                     measured=round(m.time_to_straggler, 3), status="fail",
-                                     detail=f"named rank {m.straggler_rank}; the slow rank was {m.target_ranks}"))
-            reasons.append(f"the detector named rank {m.straggler_rank}, but the slowed rank was "
-                           f"{', '.join(map(str, m.target_ranks))}")
+            j.results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
+                                       measured=round(m.time_to_straggler, 3), status="fail",
+                                       detail=f"named rank {m.straggler_rank}; the slow rank was {m.target_ranks}"))
+            j.reasons.append(f"the detector named rank {m.straggler_rank}, but the slowed rank was "
+                             f"{', '.join(map(str, m.target_ranks))}")
         elif watched >= limit:
-            results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
-                                     measured=None, status="fail", detail=f"nobody named in {watched:.0f} s"))
+            j.results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
+                                       measured=None, status="fail", detail=f"nobody named in {watched:.0f} s"))
             tax = f"; the job ran {m.fleet_tax:.1%} slower meanwhile" if m.fleet_tax is not None else ""
-            reasons.append(f"rank {', '.join(map(str, m.target_ranks))} ran "
-                           f"{(m.slowdown_achieved or m.target_slowdown or 0):.1%} slower and was never named "
-                           f"within {limit:g} s{tax}")
+            j.reasons.append(f"rank {', '.join(map(str, m.target_ranks))} ran "
+                             f"{(m.slowdown_achieved or m.target_slowdown or 0):.1%} slower and was never named "
+                             f"within {limit:g} s{tax}")
         else:
-            results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
-                                     measured=None, status="unknown", detail=f"observation ended after {watched:.0f} s"))
+            j.results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
+                                       measured=None, status="unknown",
+                                       detail=f"observation ended after {watched:.0f} s"))
+
+
+def _judge_attribution(j: Judging) -> None:
+    """Whom the stack blamed against whom the fault hurt."""
+    slo = j.slo
+    m = j.m
     if slo.attribution is not None:
-        results.append(_attribution(slo.attribution, m, reasons))
+        j.results.append(_attribution(slo.attribution, m, j.reasons))
+
+
+def _judge_restore_skipped_corrupted(j: Judging) -> None:
+    """A damaged checkpoint: the restore did not load it (judged whenever a fault damaged one)."""
+    m = j.m
     if m.damaged_restore is not None:
-        results.append(_skipped_damaged(m.damaged_restore, m.rejected_corrupted, reasons))
+        j.results.append(_skipped_damaged(m.damaged_restore, m.rejected_corrupted, j.reasons))
+
+
+def _judge_crash_invariants(j: Judging) -> None:
+    """A crash inside a save: the invariants of a crash-consistent checkpoint."""
+    m = j.m
     if m.crash_point is not None:
-        results += _crash_invariants(m, reasons)
+        j.results += _crash_invariants(m, j.reasons)
+
+
+def _judge_max_lost_steps(j: Judging) -> None:
+    """Steps between the fault and the restored checkpoint."""
+    slo = j.slo
+    m = j.m
     if slo.max_lost_steps is not None:
         lost = m.lost_steps
         status = "unknown" if lost is None else ("pass" if lost <= slo.max_lost_steps else "fail")
-        results.append(SLOResult(name="max_lost_steps", measurement="lost_steps", limit=slo.max_lost_steps,
-                                 measured=lost, status=status))
+        j.results.append(SLOResult(name="max_lost_steps", measurement="lost_steps", limit=slo.max_lost_steps,
+                                   measured=lost, status=status))
         if status == "fail":
-            reasons.append(f"{lost} steps were lost (restored step {m.restored_step}, fault at step "
-                           f"{m.step_at_fault}); the SLO allows {slo.max_lost_steps}")
+            j.reasons.append(f"{lost} steps were lost (restored step {m.restored_step}, fault at step "
+                             f"{m.step_at_fault}); the SLO allows {slo.max_lost_steps}")
+
+
+def _judge_goodput_min(j: Judging) -> None:
+    """The share of the window spent on steps that were kept."""
+    slo = j.slo
+    m = j.m
     if slo.goodput_min is not None:
         g = m.goodput
         status = "unknown" if g is None else ("pass" if g >= slo.goodput_min else "fail")
-        results.append(SLOResult(name="goodput_min", measurement="goodput", limit=slo.goodput_min,
-                                 measured=None if g is None else round(g, 4), status=status))
+        j.results.append(SLOResult(name="goodput_min", measurement="goodput", limit=slo.goodput_min,
+                                   measured=None if g is None else round(g, 4), status=status))
         if status == "fail":
-            reasons.append(f"goodput over the window was {g:.2f}; the SLO floor is {slo.goodput_min:g}")
+            j.reasons.append(f"goodput over the window was {g:.2f}; the SLO floor is {slo.goodput_min:g}")
+
+
+def _judge_limits(j: Judging) -> None:
+    """Absolute limits on any measurement."""
+    slo = j.slo
+    m = j.m
     for name, limit in slo.limits.items():
         value = getattr(m, name)
         for bound, words in ((limit.max, "at most"), (limit.min, "at least")):
@@ -148,37 +227,72 @@ def evaluate(slo: SLO, m: Measurements, history: History,
                 continue
             key = f"limits.{name}.{'max' if words == 'at most' else 'min'}"
             if value is None:
-                results.append(SLOResult(name=key, measurement=name, limit=bound, measured=None, status="unknown"))
+                j.results.append(SLOResult(name=key, measurement=name, limit=bound, measured=None, status="unknown"))
                 continue
             ok = value <= bound if words == "at most" else value >= bound
-            results.append(SLOResult(name=key, measurement=name, limit=bound, measured=_round(value),
-                                     status="pass" if ok else "fail"))
+            j.results.append(SLOResult(name=key, measurement=name, limit=bound, measured=_round(value),
+                                       status="pass" if ok else "fail"))
             if not ok and name == "restarts":
-                reasons.append(f"the job needed {value} restarts to recover from one fault (each failed restart "
-                               f"spends the restart budget); the SLO allows {bound:g}")
+                j.reasons.append(f"the job needed {value} restarts to recover from one fault (each failed restart "
+                                 f"spends the restart budget); the SLO allows {bound:g}")
             elif not ok:
-                reasons.append(f"{name} was {_round(value)}; the SLO says {words} {bound:g}")
+                j.reasons.append(f"{name} was {_round(value)}; the SLO says {words} {bound:g}")
+
+
+def _judge_regression(j: Judging) -> None:
+    """Against the last passing runs' distribution (checks/baseline.py)."""
+    slo = j.slo
+    m = j.m
+    baseline = j.baseline
     for name, allowed in slo.regression.items():
         value = getattr(m, name)
         key = f"regression.{name}"
         if baseline is None or not baseline.samples:
             # The first passing run becomes the baseline; there is nothing to regress from.
-            results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None, status="pass",
-                                     detail="no passing baseline run yet"))
+            j.results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None, status="pass",
+                                       detail="no passing baseline run yet"))
             continue
         verdict = baseline.judge(name, float(value), allowed) if value is not None else None
         if verdict is None:
-            results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None, status="unknown",
-                                     detail="not measured in this run or the baseline"))
+            j.results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None, status="unknown",
+                                       detail="not measured in this run or the baseline"))
             continue
-        results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=round(verdict.worse, 4),
-                                 status="fail" if verdict.regressed else "pass",
-                                 detail=f"{_round(value)} now; {verdict.why()}"))
+        j.results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=round(verdict.worse, 4),
+                                   status="fail" if verdict.regressed else "pass",
+                                   detail=f"{_round(value)} now; {verdict.why()}"))
         if verdict.regressed:
-            reasons.append(f"{name} regressed: {_round(value)} against a baseline median of {verdict.median:.3g} "
-                           f"({verdict.worse:+.0%}), beyond {verdict.threshold:.3g} — outside the SLO's "
-                           f"{allowed:.0%} and the last {verdict.runs} passing run(s)' own spread")
-    return results, reasons
+            j.reasons.append(f"{name} regressed: {_round(value)} against a baseline median of {verdict.median:.3g} "
+                             f"({verdict.worse:+.0%}), beyond {verdict.threshold:.3g} — outside the SLO's "
+                             f"{allowed:.0%} and the last {verdict.runs} passing run(s)' own spread")
+
+
+# The judges, in the order their results and reasons are reported.
+JUDGES: tuple[Judge, ...] = (
+    _judge_timed,
+    _judge_recover_or_escalate,
+    _judge_rerun_avoids_failed_node,
+    _judge_restore_tier,
+    _judge_straggler,
+    _judge_attribution,
+    _judge_restore_skipped_corrupted,
+    _judge_crash_invariants,
+    _judge_max_lost_steps,
+    _judge_goodput_min,
+    _judge_limits,
+    _judge_regression,
+)
+
+
+def evaluate(slo: SLO, m: Measurements, history: History,
+             baseline: Baseline | None = None) -> tuple[list[SLOResult], list[str]]:
+    """Every SLO the spec sets (and the checks every drill gets), judged; with no fault
+    injected there is nothing to judge."""
+    if m.t_fault is None:
+        return [], []
+    j = Judging(slo=slo, m=m, watched=m.observed_s or 0.0, baseline=baseline)
+    for judge in JUDGES:
+        judge(j)
+    return j.results, j.reasons
 
 
 def _restore_tier(limit: int, m: Measurements, watched: float, reasons: list[str]) -> SLOResult:

@@ -1,7 +1,6 @@
 """``drill suite run | gate | gameday run | results | runbook``: many drills, and their record."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,9 +9,10 @@ from rich.table import Table
 
 from drillbit import exitcodes
 from drillbit.cli.common import emit_json, err, json_option, out
-from drillbit.report.console import ConsoleUI
-from drillbit.spec.load import find_config
 from drillbit.loading import load_config
+from drillbit.report.console import ConsoleUI
+from drillbit.runfolder import new_folder, write_files
+from drillbit.spec.load import find_config
 
 
 def _suite_run(name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
@@ -119,9 +119,9 @@ def gameday_run(name: str, cluster: str | None, job: str | None, config_path: st
     host = Host(out, assume_yes)
     run, config = _suite_run(name, cluster, job, config_path, reports_dir, db, None, before=host.before,
                              after=host.after)
-    folder = Path(reports_dir or config.reports_dir) / f"gameday-{time.strftime('%Y%m%d-%H%M%S')}-{name}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "review.md").write_text(review_markdown(run, host.specs, run.run_dirs))
+    folder = new_folder(reports_dir or config.reports_dir, Path(name).stem if name.endswith((".yaml", ".yml")) else name,
+                        kind="gameday")
+    write_files(folder, {"review.md": review_markdown(run, host.specs, run.run_dirs)})
     if as_json:
         emit_json(_suite_json(run, review=str(folder / "review.md")))
     else:
@@ -181,10 +181,10 @@ history = click.Command("history", callback=results.callback, params=results.par
 @click.option("--db", help="results store for the last result (default: reports/drills.db)")
 def runbook(name: str, db: str | None) -> int:
     """Render a drill's runbook with its parameters and its last result."""
+    from drillbit.loading import load_drill
     from drillbit.report.runbook import render_runbook
     from drillbit.report.store import Store, store_path
     from drillbit.spec.load import resolve_drill
-    from drillbit.loading import load_drill
 
     config = load_config(find_config(None))
     spec = load_drill(resolve_drill(name), config)
