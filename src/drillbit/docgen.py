@@ -154,6 +154,8 @@ def fault_catalogue() -> str:
                 facts.append(f"at most {fault.max_targets} target(s)")
             if fault.needs_engine:
                 facts.append(f"engine `{fault.needs_engine}` only")
+            if fault.binds:
+                facts.append("takes from the job profile: " + ", ".join(f"`{b}`" for b in fault.binds))
             rates = "\n".join(f"- {r.what}: {r.value} ({r.source})" for r in entry.rates)
             params = model_rows(fault.Params) if hasattr(fault, "Params") else []
             body = [f"#### `{entry.name}`", "", _cell(entry.models), "",

@@ -136,8 +136,8 @@ def publish(run_dir: Path, spec: DrillSpec, cluster: str, job: str, params: dict
             error_kind: str | None = None) -> dict[str, Any]:
     """Build result.json and write every report of a run folder."""
     payload = result_json.build(drill=spec.name, cluster=cluster, job=job, fault_type=spec.fault.type,
-                                params=params, history=history, result=result, error=error, error_kind=error_kind)
-    payload["baseline_run"] = baseline_run
+                                params=params, history=history, result=result, error=error, error_kind=error_kind,
+                                baseline_run=baseline_run)
     render.write_all(run_dir, payload, history)
     return payload
 

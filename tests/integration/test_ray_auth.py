@@ -146,3 +146,18 @@ def test_a_default_ray_start_head_with_a_token_is_drilled_and_a_wrong_token_is_e
     assert rows["staging"][1:] == [2], (home / "out-3.txt").read_text()[-3000:]
     said = (home / "out-3.txt").read_text()
     assert "requires Ray token authentication" in said and "ray_auth_token" in said, said[-2000:]
+
+
+def test_rays_environment_is_set_before_any_import_of_ray():
+    """On a machine with a routed interface Ray rewrites a loopback cluster address to that
+    interface's address unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set before Ray was
+    imported; the embedded cluster's token is the first thing to import Ray, and must set it
+    (found when ray.init to 127.0.0.1 waited on 192.0.2.2 for minutes)."""
+    code = ("from drillbit.transport import rayauth\n"
+            "rayauth.use(rayauth.embedded_token())\n"
+            "import ray._private.ray_constants as rc\n"
+            "from ray._private.services import resolve_ip_for_localhost\n"
+            "print(rc.ENABLE_RAY_CLUSTER, resolve_ip_for_localhost('127.0.0.1'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.stdout.split() == ["False", "127.0.0.1"], done.stdout + done.stderr[-2000:]

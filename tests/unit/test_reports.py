@@ -225,3 +225,19 @@ def test_trends_page_renders_runs_and_the_baseline_in_headless_chromium(tmp_path
     assert near(COLORS["pass"], 30) > 200, "the passing runs' dots are not drawn"
     assert near(COLORS["fail"], 30) > 40, "the failing run's dot is not drawn"
     assert near(BAND, 6) > 500, "the baseline band is not shaded"
+
+
+def test_result_json_is_a_typed_run_result_and_reads_back(tmp_path):
+    from drillbit.report.result import RunResult, write
+
+    payload = failing_payload()
+    write(tmp_path, payload)
+    back = RunResult.load(tmp_path / "result.json")
+    assert back.verdict == "fail" and back.exit_code == 1 and back.fault.type == "kill-rank"
+    assert back.payload()["slos"] == payload["slos"] and list(back.payload()) == list(payload)
+    broken = dict(payload, verdict="maybe")
+    import pytest as _pytest
+    from pydantic import ValidationError
+
+    with _pytest.raises(ValidationError):
+        RunResult.model_validate(broken)

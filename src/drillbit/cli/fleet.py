@@ -1,7 +1,6 @@
 """``drill cadence | simulate``: checkpoint cadence and the fleet Monte Carlo."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -10,6 +9,7 @@ from rich.table import Table
 from drillbit import exitcodes
 from drillbit.cli.common import emit_json, human, json_option, out
 from drillbit.errors import ConfigError, DrillError
+from drillbit.report.result import RunResult
 
 
 def _duration(text: str | None, what: str) -> float | None:
@@ -82,16 +82,17 @@ def simulate(scenario: str, from_run: str | None, detect_text: str | None, resta
     """Monte Carlo of a whole training run: goodput, interruptions, GPU-hours lost by cause."""
     from drillbit.checks.projection import recovery_split
     from drillbit.checks.recovery import Measurements
-    from drillbit.fleet.simulate import load_scenario, params_for, simulate as run_sim, svg_histogram
+    from drillbit.fleet.simulate import load_scenario, params_for, svg_histogram
+    from drillbit.fleet.simulate import simulate as run_sim
 
     sc = load_scenario(scenario)
     d = r = None
     if from_run:
         try:
-            result = json.loads((Path(from_run) / "result.json").read_text())
-            known = result["measurements"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise ConfigError(f"--from {from_run}: not a run folder with a result.json ({exc})") from None
+            known = RunResult.load(Path(from_run) / "result.json").measurements
+        except (OSError, ValueError) as exc:  # a pydantic ValidationError is a ValueError
+            raise ConfigError(f"--from {from_run}: not a run folder with a result.json "
+                              f"({str(exc).splitlines()[0]})") from None
         split = recovery_split(Measurements.model_validate(known))
         if split is None:
             raise ConfigError(f"{from_run}: the run measured no detection or no first step after recovery")

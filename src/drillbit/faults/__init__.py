@@ -10,7 +10,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from drillbit.errors import DrillError
-from drillbit.faults.base import Fault, Params, State
+from drillbit.faults.base import BINDING_PARAMS, Fault, Params, State
 
 # drillbit's own faults; other packages add theirs under the entry point.
 _BUILTIN = {
@@ -48,6 +48,15 @@ def check_plugin(source: str, cls: object) -> type[Fault]:
     for method in ("plan", "confirm", "heal"):
         if getattr(cls, method) is getattr(Fault, method):
             raise DrillError(f"fault plugin {source}: implement `{method}`")
+    for binding in cls.binds:
+        missing = [n for n in BINDING_PARAMS.get(binding, ()) if n not in cls.Params.model_fields]
+        if binding not in BINDING_PARAMS or missing:
+            raise DrillError(f"fault plugin {source}: binds {binding!r} " + (
+                f"needs the param(s) {', '.join(missing)}" if binding in BINDING_PARAMS
+                else f"is not a binding (known: {', '.join(BINDING_PARAMS)})"))
+    if cls.needs_checkpoint and "checkpoint" not in cls.binds:
+        raise DrillError(f"fault plugin {source}: needs_checkpoint without binds 'checkpoint': where would the "
+                         "job's checkpoints come from?")
     two_step = cls.prepare is not Fault.prepare and cls.act is not Fault.act
     if cls.inject is Fault.inject and not two_step:
         raise DrillError(f"fault plugin {source}: implement `prepare` and `act` (record, then act), or `inject`")

@@ -29,6 +29,13 @@ from drillbit.proc import ProcRef
 from drillbit.spec.models import MAX_DURATION_S
 
 
+Binding = Literal["checkpoint", "tier", "launcher", "replacement"]
+# The params each binding fills (a fault that declares one must have them).
+BINDING_PARAMS: dict[str, tuple[str, ...]] = {
+    "checkpoint": ("checkpoint",), "tier": ("tier", "folder"), "launcher": ("launcher",), "replacement": ("hook",),
+}
+
+
 class Progress(Protocol):
     """What a fault may ask of the loop's view of the job's progress, on the controller
     (``confirm_progress``); the loop's ``Progress`` (loop/watch.py) is one."""
@@ -134,6 +141,11 @@ class Fault(Generic[P, S]):
     # The fault works on the job's checkpoints: a job profile without checkpoint: is refused
     # before anything runs (a config error), not at inject.
     needs_checkpoint: ClassVar[bool] = False
+    # What it takes from the job profile where the drill's params leave it unset
+    # (loop/bind.py): "checkpoint" (param checkpoint: the job's checkpoints), "tier" (params
+    # tier and folder: that tier's folder), "launcher" (param launcher), "replacement"
+    # (param hook: the job's node-replacement command).
+    binds: ClassVar[tuple[Binding, ...]] = ()
     # What the fault does to its target, in a reason ("only rank 1 was stopped").
     verb: ClassVar[str] = "hurt"
     # Where it acts: on the target's node (its agent), or through the cluster's scheduler

@@ -59,6 +59,7 @@ def victim_of(params: CorruptParams, fault: str) -> tuple[Checkpoint, Path]:
 
 class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
     name = "corrupt-checkpoint"
+    binds = ("checkpoint",)
     evidence = (FileDamage,)
     needs_checkpoint = True
     fault_class = "recovery-path"

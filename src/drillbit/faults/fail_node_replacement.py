@@ -63,6 +63,7 @@ def _calls(shim_dir: Path) -> list[dict]:
 
 class FailNodeReplacement(Fault[ReplacementParams, ReplacementState]):
     name = "fail-node-replacement"
+    binds = ("replacement",)
     evidence = (ReplacementBroken,)
     fault_class = "recovery-path"
     Params = ReplacementParams

@@ -97,6 +97,7 @@ class _Outcome:
 
 class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
     name = "kill-during-save"
+    binds = ("checkpoint", "launcher")
     evidence = (SaveCrash, SaveRecorded)
     needs_checkpoint = True
     verb = "killed during a save"

@@ -86,6 +86,7 @@ def job_tree(target: ProcRef, launcher: str, bound: ProcRef | None = None) -> li
 
 class KillNode(Fault[KillNodeParams, KillNodeState]):
     name = "kill-node"
+    binds = ("launcher",)
     evidence = (NodeGone,)
     verb = "killed (with its node)"
 

@@ -43,6 +43,7 @@ class LoseLocalTierState(State):
 
 class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
     name = "lose-local-tier"
+    binds = ("tier",)
     evidence = (TierLost,)
     verb = "killed (its local tier lost)"
     fault_class = "fail-stop"

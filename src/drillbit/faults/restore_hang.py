@@ -48,6 +48,7 @@ class RestoreHangState(Backup):
 
 class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
     name = "restore-hang"
+    binds = ("checkpoint",)
     evidence = (FileDamage,)
     needs_checkpoint = True
     fault_class = "fail-hang"

@@ -24,7 +24,7 @@ from typing import Literal, Protocol
 
 import psutil
 
-from drillbit.checkpoints import CheckpointSpec, SavedTier, tier_steps
+from drillbit.checkpoints import SavedTier, tier_steps
 from drillbit.checks import CheckResult, check
 from drillbit.checks.baseline import Baseline
 from drillbit.checks.recovery import awaiting, recovered
@@ -34,6 +34,7 @@ from drillbit.faults.base import Handle
 from drillbit.fleet.simulate import Scenario
 from drillbit.history import Event, History
 from drillbit.loop.agentlogs import AgentLogProbe
+from drillbit.loop.bind import job_checkpoint, job_params
 from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
 from drillbit.loop.schedule import JobExited, attach_root, choose_targets, describe_trigger, wait_trigger
 from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
@@ -41,7 +42,6 @@ from drillbit.probes.preset import signals_of
 from drillbit.proc import ProcRef
 from drillbit.spec.config import ClusterSpec, JobProfile
 from drillbit.spec.models import DrillSpec
-from drillbit.spec.placeholders import expand
 from drillbit.transport.nodes import Nodes
 
 ErrorKind = Literal["config", "harness"]
@@ -89,59 +89,6 @@ class RunOutcome:
     error_kind: ErrorKind | None = None
     started_at: float = 0.0
     finished_at: float = 0.0
-
-
-def job_checkpoint(job: JobProfile, run_dir: Path) -> CheckpointSpec | None:
-    """The job profile's checkpoints, its folder's placeholders filled for this run."""
-    if job.checkpoint is None:
-        return None
-    return job.checkpoint.model_copy(update={"dir": expand(job.checkpoint.dir, {"run_dir": str(run_dir)})})
-
-
-def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path):
-    """The fault's params, with the job's checkpoints and node pool where the spec leaves
-    them unset."""
-    fault = get_fault(spec.fault.type)
-    params = fault.Params.model_validate(spec.fault.params)
-    values = {"run_dir": str(run_dir)}
-    if getattr(params, "checkpoint", "unset") is None and job.checkpoint is not None:
-        params = params.model_copy(update={"checkpoint": job_checkpoint(job, run_dir)})
-    elif isinstance(getattr(params, "checkpoint", None), CheckpointSpec):
-        params = params.model_copy(update={"checkpoint": params.checkpoint.model_copy(
-            update={"dir": expand(params.checkpoint.dir, values)})})
-    if job.launch is None and fault.heals_after_job(params):
-        raise ConfigError(f"{spec.fault.type}: its heal waits for the job to stop (restore_after puts the checkpoint "
-                          "folder back), and a drill never stops a job it attached to; drop restore_after, or "
-                          "let the drill launch the job")
-    if fault.needs_checkpoint and getattr(params, "checkpoint", None) is None:
-        raise ConfigError(f"{spec.fault.type} needs the job's checkpoints: the job profile has no checkpoint: "
-                          "{dir, layout}, and the drill's params name none")
-    during = spec.fault.trigger.during_save
-    if during is not None and fault.arms_on_save:  # the fault waits for the save on the node itself
-        update: dict = {"save": during.save, "delay_s": during.delay, "settle_s": during.settle}
-        if during.watch != "signal":
-            update["watch"] = during.watch
-        if during.files and "point" not in spec.fault.params:
-            update["point"] = f"close * #{during.files}"
-        params = params.model_copy(update=update)
-    tier = job.tiers.get(getattr(params, "tier", None) or "")
-    if getattr(params, "folder", "unset") is None and tier is not None and hasattr(tier, "dir"):
-        params = params.model_copy(update={"folder": expand(tier.dir, values)})
-    elif isinstance(getattr(params, "folder", None), str):
-        params = params.model_copy(update={"folder": expand(params.folder, values)})
-    if getattr(params, "folder", "unset") is None and getattr(params, "tier", None) is not None:
-        raise ConfigError(f"{spec.fault.type} takes a tier's folder away: the job profile has no folder for "
-                          f"tiers.{params.tier} ({', '.join(job.tiers) or 'no tiers'}); name one in the profile "
-                          "or the drill's params.folder")
-    if getattr(params, "launcher", "unset") is None and job.launcher is not None:
-        params = params.model_copy(update={"launcher": job.launcher})
-    if getattr(params, "hook", "unset") is None and job.replacement is not None:
-        hook = job.replacement
-        params = params.model_copy(update={"hook": hook.model_copy(update={
-            "shim_dir": expand(hook.shim_dir, values),
-            "declare_dead": [expand(a, {**values, "python": sys.executable}) for a in hook.declare_dead or []] or None,
-            "revive": [expand(a, {**values, "python": sys.executable}) for a in hook.revive or []] or None})})
-    return params
 
 
 class DrillRunner:
@@ -210,6 +157,7 @@ class DrillRunner:
         self._deadline = started + self.spec.abort.max_duration
         self.record("drill.start", drill=self.spec.name, cluster=self.cluster_name, job=self.job_name,
                     fault=self.spec.fault.type)
+        self.nodes.attach(self.history)
         error: str | None = None
         kind: ErrorKind | None = None
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -279,14 +227,10 @@ class DrillRunner:
             self._record_notes()
 
     def _record_notes(self) -> None:
-        """What the nodes learned (agents ready, clock offsets) or their switches did."""
-        for note_kind, data in self.nodes.notes:
-            node = data.pop("node", None) if isinstance(data, dict) else None
-            self.history.record(HARNESS, note_kind, node=node, **data)
-        self.nodes.notes.clear()
-        for rec in self.nodes.records:
-            self.history.record(f"agent:{rec.node}", rec.kind, t=rec.t, node=rec.node, rank=rec.rank, **rec.data)
-        self.nodes.records.clear()
+        """What the nodes learned (agents ready, clock offsets) or their switches did: the
+        nodes record it into the drill's history themselves (Nodes.attach); this only makes
+        sure nothing waits."""
+        self.nodes.flush()
 
     def preflight(self) -> None:
         self.ui.phase("preflight", f"cluster {self.cluster_name}, job {self.job_name}")

@@ -1,15 +1,84 @@
-"""result.json: the contract in DESIGN.md, built from a run's outcome."""
+"""result.json: the contract in DESIGN.md, built from a run's outcome.
+
+``RunResult`` is what result.json is: every report, the results store and ``drill
+compare`` read a run through it (``RunResult.load``); ``payload()`` is the plain dict the
+JSON outputs and the reports are written from.
+"""
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from drillbit.atomic import write_atomic
 from drillbit.checks import CheckResult
+from drillbit.checks.slo import SLOResult
 from drillbit.exitcodes import exit_code
 from drillbit.history import History
+
+
+class FaultTarget(BaseModel):
+    node: str | None = None
+    rank: int | None = None
+    pid: int | None = None
+
+
+class FaultHealed(BaseModel):
+    rank: int | None = None
+    pid: int | None = None
+    detail: str | None = None
+    verified: bool | None = None
+
+
+class FaultOutcome(BaseModel):
+    type: str
+    params: dict[str, Any]
+    targets: list[FaultTarget]
+    injected_at: str | None
+    confirmed: bool
+    confirmed_at: str | None
+    healed: bool
+    heals: list[FaultHealed]
+
+
+class LedgerSummary(BaseModel):
+    wall_s: float
+    goodput: float
+    categories: dict[str, float]
+
+
+class RunResult(BaseModel):
+    """One drill's result, as result.json holds it."""
+
+    model_config = ConfigDict(extra="allow")  # a newer drillbit's fields are kept, not refused
+
+    drill: str
+    cluster: str
+    job: str
+    verdict: Literal["pass", "fail", "inconclusive", "aborted"]
+    exit_code: int
+    reasons: list[str]
+    error: str | None
+    error_kind: str | None
+    started_at: str | None
+    finished_at: str | None
+    fault: FaultOutcome
+    measurements: dict[str, Any]
+    slos: list[SLOResult]
+    ledger: LedgerSummary | None
+    projection: dict[str, Any] | None
+    cadence: dict[str, Any] | None
+    baseline_run: int | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> "RunResult":
+        return cls.model_validate_json(Path(path).read_text())
+
+    def payload(self) -> dict[str, Any]:
+        return self.model_dump()
 
 
 
@@ -18,14 +87,17 @@ def _iso(t: float | None) -> str | None:
 
 
 def build(*, drill: str, cluster: str, job: str, fault_type: str, params: dict, history: History,
-          result: CheckResult, error: str | None = None, error_kind: str | None = None) -> dict[str, Any]:
+          result: CheckResult, error: str | None = None, error_kind: str | None = None,
+          baseline_run: int | None = None) -> dict[str, Any]:
+    """result.json's payload, typed through RunResult on the way (a field of the wrong shape
+    is a harness bug caught here, not a report that another tool cannot read)."""
     start = history.first("drill.start")
     end = history.last("drill.end")
     injects = history.of("fault.inject")
     confirmed = history.first("fault.confirmed")
     heals = history.of("fault.heal")
     m = result.measurements
-    return {
+    return RunResult.model_validate({
         "drill": drill,
         "cluster": cluster,
         "job": job,
@@ -57,7 +129,8 @@ def build(*, drill: str, cluster: str, job: str, fault_type: str, params: dict, 
         },
         "projection": None if result.projection is None else result.projection.model_dump(),
         "cadence": None if result.cadence is None else result.cadence.model_dump(),
-    }
+        "baseline_run": baseline_run,
+    }).payload()
 
 
 def write(run_dir: Path, payload: dict[str, Any]) -> Path:

@@ -91,11 +91,38 @@ class Nodes:
         self.values: dict[str, str] = {"run_dir": str(run_dir), "python": sys.executable}
         self._beating = threading.Event()
         self._beater: threading.Thread | None = None
-        self.notes: list[tuple[str, dict]] = []  # (kind, data) for the history, recorded by the loop
+        self.notes: list[tuple[str, dict]] = []  # (kind, data) not yet in the history
         self.records: list[Record] = []  # what the agents' dead-man's switches did, collected on close
+        self.history: Any = None  # where notes and records go, once the loop attached it
+        self._notes_lock = threading.Lock()
         self.allowed_hosts: list[str] | None = None  # host patterns drills may touch (the cluster's config)
         self.problem: str | None = None  # set when the drill must stop (the lease was lost)
         self.hosts: dict[str, str] = {}  # node -> the host its agent reported
+
+    # --- the history: one path for what the engine learns ----------------------------------
+    def attach(self, history: Any) -> None:
+        """The drill's history: what the engine learns (agents ready, clock offsets, a
+        submission, heals left to a switch) and what the agents' switches did are recorded
+        there as they come, from any thread. Without one (drill heal, a dry run) they wait."""
+        self.history = history
+        self.flush()
+
+    def note(self, kind: str, data: dict) -> None:
+        self.notes.append((kind, data))
+        self.flush()
+
+    def flush(self) -> None:
+        with self._notes_lock:
+            if self.history is None:
+                return
+            notes, self.notes = self.notes, []
+            records, self.records = self.records, []
+        for kind, data in notes:
+            data = dict(data)
+            node = data.pop("node", None)
+            self.history.record("harness", kind, node=node, **data)
+        for rec in records:
+            self.history.record(f"agent:{rec.node}", rec.kind, t=rec.t, node=rec.node, rank=rec.rank, **rec.data)
 
     # --- life cycle ----------------------------------------------------------------------
     def connect(self) -> dict[str, AgentClient]:
@@ -123,11 +150,11 @@ class Nodes:
             raise ConfigError(f"node {client.node} is on host {info.host!r}, which is not in the cluster's "
                               f"allowed_hosts {self.allowed_hosts}; nothing was started")
         self.hosts[client.node] = info.host
-        self.notes.append(("agent.ready", {"node": client.node, "pid": info.pid, "host": info.host,
-                                           "version": info.version, **about}))
+        self.note("agent.ready", {"node": client.node, "pid": info.pid, "host": info.host,
+                                  "version": info.version, **about})
         offset, rtt = client.measure_offset()
-        self.notes.append(("agent.clock", {"node": client.node, "offset_s": round(offset, 6),
-                                           "rtt_s": round(rtt, 6)}))
+        self.note("agent.clock", {"node": client.node, "offset_s": round(offset, 6),
+                                  "rtt_s": round(rtt, 6)})
         client.arm(self.deadman_s, self.job_grace_s)
 
     def check(self, profile: JobProfile, fault: str, max_duration_s: float) -> None:
@@ -159,16 +186,18 @@ class Nodes:
                 failed = [h for h in left if not heal_with_deadline(client.heal, h, self.heal_timeout).healed]
                 self.records += client.records()
                 if failed:
-                    self.notes.append(("heal.failed", {"node": client.node, "detail": "still active at close; "
-                                       "left to the agent's dead-man's switch", "faults": [h.fault for h in failed]}))
+                    self.note("heal.failed", {"node": client.node, "detail": "still active at close; "
+                                              "left to the agent's dead-man's switch",
+                                              "faults": [h.fault for h in failed]})
                     continue
             except Exception as exc:
-                self.notes.append(("heal.failed", {"node": client.node, "detail": f"agent unreachable at close: {exc}"}))
+                self.note("heal.failed", {"node": client.node, "detail": f"agent unreachable at close: {exc}"})
                 continue
             try:
                 client.disarm()
             except Exception:
                 pass
+        self.flush()
         self._beating.clear()
         if self._beater is not None:
             self._beater.join(timeout=10)

@@ -21,6 +21,7 @@ import secrets
 from pathlib import Path
 
 from drillbit.errors import ConfigError
+from drillbit.transport.rayenv import import_ray
 
 MODE, TOKEN, TOKEN_PATH = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
 FIX = ("put the cluster's token in its drill.yaml entry (ray_auth_token: or ray_auth_token_file:), or in "
@@ -73,6 +74,7 @@ def use(token: str) -> None:
     os.environ.pop(TOKEN_PATH, None)
     _USED = token
     try:
+        import_ray()  # Ray's environment before Ray: this may be the first import of it
         from ray._raylet import Config
 
         Config.initialize("")  # Ray's RayConfig read again, so this process is in token mode too
@@ -89,6 +91,7 @@ def check(address: str, cluster: str, source: str, sent: bool) -> None:
     """Ask the GCS at ``address`` once; a refused token is a ConfigError in well under a second
     (``ray.init`` would retry for 20 s, then report a lost connection)."""
     try:
+        import_ray()
         from ray._raylet import GcsClient
         from ray.exceptions import AuthenticationError
     except ImportError:

@@ -29,23 +29,17 @@ from drillbit.agent.rayactor import sealed
 from drillbit.errors import DrillError, LeaseError
 from drillbit.proc import ProcRef
 from drillbit.transport import rayauth
+from drillbit.transport.rayenv import import_ray, loopback_env
 
 NAMESPACE = "drillbit"
 NODE_RESOURCE = "drillbit-node-"
 
 
 def _ray():
-    loopback_env()  # read by ray when it is imported
     try:
-        import ray
+        return import_ray()  # its environment first: read by ray when it is imported
     except ImportError:  # pragma: no cover - ray is a dependency; a broken install lands here
         raise DrillError("the Ray engine needs the ray package: pip install 'ray>=2.40'") from None
-    return ray
-
-
-def loopback_env() -> None:
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keeps every node on 127.0.0.1
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 # --- the cluster lease ----------------------------------------------------------------------

@@ -211,7 +211,7 @@ class SlurmNodes(Nodes):
             args = ["-N", str(sj.nodes), "-o", output, "--open-mode=append", "-J", f"drill-{self.run_dir.name}",
                     "--requeue" if sj.requeue else "--no-requeue", *self._time_limit(sj), *sj.args, str(script)]
             self.job_id = self.slurm.sbatch(args)
-            self.notes.append(("slurm.submit", {"job_id": self.job_id, "sbatch": args, "t": time.time()}))
+            self.note("slurm.submit", {"job_id": self.job_id, "sbatch": args, "t": time.time()})
         info = self._wait_running(120.0)
         self._start_agents(info)
         return SlurmJobHandle(self, self.job_id, profile.launch.stop_timeout if profile.launch else 20.0,
@@ -275,19 +275,10 @@ class SlurmNodes(Nodes):
             try:
                 self._start_agents(info)
             except Exception as exc:
-                self.notes.append(("agent.failed", {"detail": f"agents on the new allocation: {exc}", "t": time.time()}))
-            self._flush_notes()
-
-    def _flush_notes(self) -> None:
-        if self.history is None:
-            return
-        for kind, data in self.notes:
-            node = data.pop("node", None)
-            self.history.record("harness", kind, node=node, **data)
-        self.notes.clear()
+                self.note("agent.failed", {"detail": f"agents on the new allocation: {exc}", "t": time.time()})
 
     def probes(self, history: History) -> list[Any]:
-        self.history = history
+        self.attach(history)
         assert self.job_id is not None
         return [SchedulerProbe(history, poll=lambda: self.slurm.job(self.job_id or ""), changed=self.on_job)]
 

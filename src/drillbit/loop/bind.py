@@ -1,0 +1,97 @@
+"""Binding a fault to the job profile: each fault declares what it takes from the profile
+(``Fault.binds``) — the job's checkpoint, a tier's folder, the per-node launcher, the
+node-replacement hook — and the param it goes into. The drill's own params win; what they
+leave unset comes from the profile, its placeholders filled for this run. Nothing is
+guessed from a param's name.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from drillbit.checkpoints import CheckpointSpec
+from drillbit.errors import ConfigError
+from drillbit.faults import get as get_fault
+from drillbit.spec.config import JobProfile
+from drillbit.spec.models import DrillSpec
+from drillbit.spec.placeholders import expand
+
+
+def job_checkpoint(job: JobProfile, run_dir: Path) -> CheckpointSpec | None:
+    """The job profile's checkpoints, its folder's placeholders filled for this run."""
+    if job.checkpoint is None:
+        return None
+    return job.checkpoint.model_copy(update={"dir": expand(job.checkpoint.dir, {"run_dir": str(run_dir)})})
+
+
+def _checkpoint(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
+    if params.checkpoint is None and job.checkpoint is not None:
+        return params.model_copy(update={"checkpoint": job_checkpoint(job, run_dir)})
+    if isinstance(params.checkpoint, CheckpointSpec):
+        return params.model_copy(update={"checkpoint": params.checkpoint.model_copy(
+            update={"dir": expand(params.checkpoint.dir, {"run_dir": str(run_dir)})})})
+    return params
+
+
+def _tier(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
+    values = {"run_dir": str(run_dir)}
+    tier = job.tiers.get(params.tier or "")
+    if params.folder is None and tier is not None and hasattr(tier, "dir"):
+        params = params.model_copy(update={"folder": expand(tier.dir, values)})
+    elif isinstance(params.folder, str):
+        params = params.model_copy(update={"folder": expand(params.folder, values)})
+    if params.folder is None and params.tier is not None:
+        raise ConfigError(f"{fault} takes a tier's folder away: the job profile has no folder for "
+                          f"tiers.{params.tier} ({', '.join(job.tiers) or 'no tiers'}); name one in the profile "
+                          "or the drill's params.folder")
+    return params
+
+
+def _launcher(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
+    if params.launcher is None and job.launcher is not None:
+        return params.model_copy(update={"launcher": job.launcher})
+    return params
+
+
+def _replacement(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
+    if params.hook is not None or job.replacement is None:
+        return params
+    values = {"run_dir": str(run_dir)}
+    hook = job.replacement
+    return params.model_copy(update={"hook": hook.model_copy(update={
+        "shim_dir": expand(hook.shim_dir, values),
+        "declare_dead": [expand(a, {**values, "python": sys.executable}) for a in hook.declare_dead or []] or None,
+        "revive": [expand(a, {**values, "python": sys.executable}) for a in hook.revive or []] or None})})
+
+
+BINDERS: dict[str, Callable[[Any, JobProfile, Path, str], Any]] = {
+    "checkpoint": _checkpoint, "tier": _tier, "launcher": _launcher, "replacement": _replacement,
+}
+
+
+def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path) -> BaseModel:
+    """The fault's params: the drill's, then what the fault takes from the job profile, then
+    what a during_save trigger hands a fault that waits for the save itself."""
+    fault = get_fault(spec.fault.type)
+    params = fault.Params.model_validate(spec.fault.params)
+    for binding in fault.binds:
+        params = BINDERS[binding](params, job, run_dir, spec.fault.type)
+    if job.launch is None and fault.heals_after_job(params):
+        raise ConfigError(f"{spec.fault.type}: its heal waits for the job to stop (restore_after puts the checkpoint "
+                          "folder back), and a drill never stops a job it attached to; drop restore_after, or "
+                          "let the drill launch the job")
+    if fault.needs_checkpoint and params.checkpoint is None:
+        raise ConfigError(f"{spec.fault.type} needs the job's checkpoints: the job profile has no checkpoint: "
+                          "{dir, layout}, and the drill's params name none")
+    during = spec.fault.trigger.during_save
+    if during is not None and fault.arms_on_save:  # the fault waits for the save on the node itself
+        update: dict = {"save": during.save, "delay_s": during.delay, "settle_s": during.settle}
+        if during.watch != "signal":
+            update["watch"] = during.watch
+        if during.files and "point" not in spec.fault.params:
+            update["point"] = f"close * #{during.files}"
+        params = params.model_copy(update=update)
+    return params
