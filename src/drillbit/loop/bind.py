@@ -20,20 +20,21 @@ from drillbit.spec.models import DrillSpec
 from drillbit.spec.placeholders import expand
 
 
+def _filled(checkpoint: CheckpointSpec, run_dir: Path) -> CheckpointSpec:
+    return checkpoint.model_copy(update={"dir": expand(checkpoint.dir, {"run_dir": str(run_dir)})})
+
+
 def job_checkpoint(job: JobProfile, run_dir: Path) -> CheckpointSpec | None:
     """The job profile's checkpoints, its folder's placeholders filled for this run."""
-    if job.checkpoint is None:
-        return None
-    return job.checkpoint.model_copy(update={"dir": expand(job.checkpoint.dir, {"run_dir": str(run_dir)})})
+    return None if job.checkpoint is None else _filled(job.checkpoint, run_dir)
 
 
 def _checkpoint(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
-    if params.checkpoint is None and job.checkpoint is not None:
-        return params.model_copy(update={"checkpoint": job_checkpoint(job, run_dir)})
-    if isinstance(params.checkpoint, CheckpointSpec):
-        return params.model_copy(update={"checkpoint": params.checkpoint.model_copy(
-            update={"dir": expand(params.checkpoint.dir, {"run_dir": str(run_dir)})})})
-    return params
+    """The drill's own checkpoint, else the profile's; either way its folder filled in."""
+    checkpoint = job.checkpoint if params.checkpoint is None else params.checkpoint
+    if not isinstance(checkpoint, CheckpointSpec):  # none at all, or a plugin's own kind of value
+        return params
+    return params.model_copy(update={"checkpoint": _filled(checkpoint, run_dir)})
 
 
 def _tier(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:

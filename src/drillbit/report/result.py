@@ -1,21 +1,22 @@
 """result.json: the contract in DESIGN.md, built from a run's outcome.
 
-``RunResult`` is what result.json is: every report, the results store and ``drill
-compare`` read a run through it (``RunResult.load``); ``payload()`` is the plain dict the
-JSON outputs and the reports are written from.
+``RunResult`` is what result.json is: ``build`` validates every payload through it before it
+is written, and ``RunResult.load`` reads one back (``drill simulate --from`` does; the other
+readers still take the plain dict). ``payload()`` is the dict the reports are written from.
 """
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from drillbit.atomic import write_atomic
 from drillbit.checks import CheckResult
 from drillbit.checks.slo import SLOResult
+from drillbit.checks.verdict import Verdict
 from drillbit.exitcodes import exit_code
 from drillbit.history import History
 
@@ -58,7 +59,7 @@ class RunResult(BaseModel):
     drill: str
     cluster: str
     job: str
-    verdict: Literal["pass", "fail", "inconclusive", "aborted"]
+    verdict: Verdict
     exit_code: int
     reasons: list[str]
     error: str | None
