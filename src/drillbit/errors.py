@@ -35,6 +35,12 @@ class SpecError(ConfigError):
         super().__init__("\n".join(str(p) for p in problems))
 
 
+class Inconclusive(DrillError):
+    """The drill could not establish anything about the recovery path (exit 3): the job
+    exited or never stepped before steady state, so nothing was injected. Not a harness bug,
+    and not a recovery that failed."""
+
+
 class FaultError(DrillError):
     """A fault could not be planned, injected or healed."""
 

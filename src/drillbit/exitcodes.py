@@ -6,7 +6,9 @@
 One function decides a drill's code from its verdict and its error, and one decides a
 suite's; ``drill run``, ``drill suite run``, ``drill gate`` and ``drill gameday run`` all
 use them. An error wins over a verdict — a drill whose harness broke cannot prove a
-recovery failure: config (2) before harness (5) before the worst verdict.
+recovery failure: config (2) before harness (5) before the worst verdict. A job that never
+let the drill begin (it exited, or never stepped, before steady state) is no harness bug:
+that drill is inconclusive (3).
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ BY_VERDICT = {"pass": PASS, "fail": FAIL, "inconclusive": INCONCLUSIVE, "aborted
 def exit_code(verdict: str, error_kind: str | None = None) -> int:
     if error_kind == "config":
         return USAGE
+    if error_kind == "inconclusive":  # the job never let the drill begin: nothing established
+        return BY_VERDICT[worst(verdict, "inconclusive")]
     if error_kind is not None:
         return HARNESS
     return BY_VERDICT[verdict]
@@ -33,6 +37,7 @@ def suite_exit_code(results: Iterable[tuple[str, str | None]]) -> int:
     kinds = {k for _, k in results}
     if "config" in kinds:
         return USAGE
-    if kinds - {None}:
+    if kinds - {None, "inconclusive"}:
         return HARNESS
-    return BY_VERDICT[worst(*[v for v, _ in results])] if results else INCONCLUSIVE
+    verdicts = [worst(v, "inconclusive") if k == "inconclusive" else v for v, k in results]
+    return BY_VERDICT[worst(*verdicts)] if results else INCONCLUSIVE

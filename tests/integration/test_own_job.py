@@ -69,7 +69,7 @@ def test_no_steady_state_says_what_the_logs_held(tmp_path):
         "steady: {warmup_steps: 3}", "steady: {warmup_steps: 3, timeout: 4s}"))
     proc = drill_cli("run", str(spec), "--job", "chatty", "--config", str(path), "--cluster", "local-process",
                      "--reports", str(tmp_path / "r"), "--json", timeout=120)
-    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # nothing established; not a harness bug
     error = json.loads(proc.stdout)["error"]
     assert "no steady state: 0 steps in 4 s" in error and "presets ['drillbit']" in error
     assert "nothing.log" in error and "first lines no step signal matched: 'epoch 0 batch 0'" in error

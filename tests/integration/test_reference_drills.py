@@ -41,26 +41,39 @@ def test_kill_rank_passes_on_the_reference_stack(tmp_path):
     assert result["fault"]["targets"][0]["rank"] == 2
 
 
-def test_kill_rank_fails_without_the_store_fix(tmp_path):
-    # The stale store is a real race: which side of each gloo pair connects follows the
-    # ports the restarted ranks were given, so now and then every pair comes out right and
-    # the restart truly works (a true PASS: won in both CI runs of 2026-12-01, lost in 7 of 7 runs
-    # on the development machine). The gate must
-    # fail on this profile when the race is lost, as it is most of the time: up to 5 drills.
-    for attempt in range(5):
-        result = run("kill-rank-fast", "reference-nostorefix", tmp_path / f"run{attempt}", window=30)
-        if result["verdict"] != "pass":
-            break
-        assert result["measurements"]["restarts"] == 1 and result["measurements"]["time_to_first_step"] is not None
-    assert result["verdict"] == "fail"
+def test_kill_rank_fails_without_a_restart_budget(tmp_path):
+    result = run("kill-rank-fast-short", "reference-norestarts", tmp_path)
+    assert result["verdict"] == "fail", result["reasons"]
     assert result["exit_code"] == 1
-    # No restart rendezvouses (the fixture loses the stale-store race every time); should one
-    # limp back after burning its restart budget, that must fail too.
+    assert result["measurements"]["restarts"] == 0 and result["measurements"]["time_to_first_step"] is None
+    assert "the job never made a step again; the job exited (code 1)" in result["reasons"][0]
+    first = next(s for s in result["slos"] if s["name"] == "first_step_within")
+    assert first["status"] == "fail" and first["measured"] is None
+    assert result["fault"]["confirmed"] and result["fault"]["healed"]
+
+
+def test_kill_rank_without_the_store_fix_is_judged_by_what_the_restart_did(tmp_path):
+    # The stale store is a real race: which side of each gloo pair connects follows the ports
+    # the restarted ranks were given, so now and then every pair comes out right and the
+    # restart truly works (won in two CI runs of 2026-12-01, lost 7 of 7 times alone on the
+    # development machine). A gate cannot be shown failing on a race; the deterministic broken
+    # path is the test above. This one holds the verdict to the job's own record either way.
+    result = run("kill-rank-fast", "reference-nostorefix", tmp_path, window=30)
+    m = result["measurements"]
+    if result["verdict"] == "pass":
+        assert m["restarts"] == 1 and m["time_to_first_step"] is not None
+        assert result["exit_code"] == 0
+        return
+    assert result["verdict"] == "fail" and result["exit_code"] == 1
     restarts = next(s for s in result["slos"] if s["name"] == "limits.restarts.max")
-    if result["measurements"]["time_to_first_step"] is None:
+    if m["time_to_first_step"] is None:
         assert "no restart ever produced a step" in result["reasons"][0]
         first = next(s for s in result["slos"] if s["name"] == "first_step_within")
         assert first["status"] == "fail" and first["measured"] is None
+        # a restart that said why it failed (gloo's connectFullMesh against a dead worker's
+        # address, when it gives up within the window) is quoted in the verdict
+        for error in [e for e in m["job_errors"] if any(a >= 1 for a in e["attempts"])][:3]:
+            assert error["message"][:60] in result["reasons"][0], (error, result["reasons"])
     else:
         assert restarts["status"] == "fail" and restarts["measured"] > 1
         assert any("restarts to recover from one fault" in r for r in result["reasons"])

@@ -104,6 +104,9 @@ def test_job_exiting_before_steady_state(tmp_path):
     job.exit_code = 3
     outcome, agent, nodes = drill(tmp_path, job=job)
     assert "the job exited (code 3) before steady state" in outcome.error
+    assert outcome.error_kind == "inconclusive" and outcome.result.verdict == "inconclusive"
+    assert any(r.startswith("inconclusive: the job exited (code 3)") for r in outcome.result.reasons)
+    assert exit_code(outcome.result.verdict, outcome.error_kind) == 3
     assert_left_clean(agent, nodes)
 
 

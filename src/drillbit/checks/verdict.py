@@ -74,6 +74,10 @@ def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reason
     if aborts:
         verdict = worst(verdict, "aborted")
         reasons += [f"aborted: {a.data.get('reason', 'unknown')}" for a in aborts]
+    undecided = history.of("inconclusive")
+    if undecided:
+        verdict = worst(verdict, "inconclusive")
+        reasons += [f"inconclusive: {e.data.get('reason', 'unknown')}" for e in undecided]
     if history.first("steady") is None:
         verdict = worst(verdict, "inconclusive")
         reasons.append("the job never reached steady state, so there is no baseline")

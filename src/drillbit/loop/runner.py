@@ -28,7 +28,7 @@ from drillbit.checkpoints import SavedTier, tier_steps
 from drillbit.checks import CheckResult, check
 from drillbit.checks.baseline import Baseline
 from drillbit.checks.recovery import awaiting, recovered
-from drillbit.errors import ConfigError, DrillError
+from drillbit.errors import ConfigError, DrillError, Inconclusive
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
 from drillbit.fleet.simulate import Scenario
@@ -44,7 +44,7 @@ from drillbit.spec.config import ClusterSpec, JobProfile
 from drillbit.spec.models import DrillSpec
 from drillbit.transport.nodes import Nodes
 
-ErrorKind = Literal["config", "harness"]
+ErrorKind = Literal["config", "inconclusive", "harness"]
 
 
 class Interrupted(BaseException):
@@ -183,6 +183,9 @@ class DrillRunner:
                 self.nemesis.heal(job_running=self.launched is not None)
         except (Interrupted, Aborted) as exc:
             self.record("abort", reason=str(exc))
+        except Inconclusive as exc:
+            error, kind = str(exc), "inconclusive"
+            self.record("inconclusive", reason=str(exc))
         except ConfigError as exc:
             error, kind = str(exc), "config"
             self.record("abort", reason=f"config error: {exc}")
@@ -294,10 +297,10 @@ class DrillRunner:
             code = self._job_exited()
             if code is not None:
                 self.record("job.exit", code=code)
-                raise DrillError(f"the job exited (code {code}) before steady state ({len(self.progress.steps)} steps)")
+                raise Inconclusive(f"the job exited (code {code}) before steady state ({len(self.progress.steps)} steps)")
             if time.time() > limit:
                 why = "; ".join(p.explain() for p in self.probes if hasattr(p, "explain"))
-                raise DrillError(f"no steady state: {len(self.progress.steps)} steps in {self.spec.steady.timeout:g} s "
+                raise Inconclusive(f"no steady state: {len(self.progress.steps)} steps in {self.spec.steady.timeout:g} s "
                                  f"(presets {self.job.presets}, {len(self.job.signals)} signal(s) of the profile's own"
                                  + (f"; {why}" if why else "") + ")")
             self._tick()

@@ -80,10 +80,12 @@ def init_process_group(store_fix: bool, attempt: int) -> None:
 
 def _lose_the_stale_store_race(rank: int, attempt: int) -> None:
     """The reused store's stale addresses make a restart fail only when a peer reads them
-    before their owner overwrites them: a race a loaded machine sometimes wins (a rank 0
-    that started a few seconds late read fresh ones). The fixture exists to show the bug, so
-    it loses every time: the other ranks wait until rank 0 has begun its rendezvous, then
-    long enough for it to read what the dead workers left."""
+    before their owner overwrites them, and only for the pairs whose reader is the side that
+    connects (gloo picks it by comparing the pair's addresses, ports included). The fixture
+    tilts the race toward the bug: the other ranks wait until rank 0 has begun its
+    rendezvous, then long enough for it to read what the dead workers left. It is still a
+    race (won now and then: the restart then truly works); `reference-norestarts` is the
+    broken profile that fails every time."""
     client = dist.TCPStore(
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
         is_master=False, timeout=datetime.timedelta(seconds=300),

@@ -421,7 +421,11 @@ BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
 BUILTIN_JOBS: dict[str, JobProfile] = {
     "reference": _reference("4-rank DDP under torchrun with watchdog, checksummed checkpoints, store fix"),
     "reference-nowatchdog": _reference("reference job with its progress watchdog switched off", "--no-watchdog"),
-    "reference-nostorefix": _reference("reference job without the per-attempt store prefix (restarts never rendezvous)", "--no-store-fix"),
+    "reference-nostorefix": _reference("reference job without the per-attempt store prefix: a restart reads the dead "
+                                       "workers' addresses and, most of the time, never rendezvouses (a real race)",
+                                       "--no-store-fix"),
+    "reference-norestarts": _reference("reference job under torchrun --max-restarts 0: a lost worker ends the job",
+                                       "--max-restarts", "0"),
     "reference-noverify": _reference("reference job restoring without checksum verification", "--no-verify"),
     "reference-nockpt": _reference("reference job with checkpoints switched off", "--ckpt-every", "0"),
     "reference-nostraggler": _reference("reference job without a straggler detector", "--straggler", "off"),
