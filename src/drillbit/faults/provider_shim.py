@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
