@@ -21,7 +21,7 @@ import random
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import Field, model_validator
 
@@ -36,9 +36,7 @@ from drillbit.faults import get as get_fault
 from drillbit.fleet.simulate import Cause, Scenario, SimParams, load_scenario, simulate
 from drillbit.history import Event, History
 from drillbit.loading import fault_problems, load_config
-from drillbit.loop.nemesis import Nemesis
-from drillbit.loop.runner import DrillRunner, job_params
-from drillbit.loop.schedule import choose_targets
+from drillbit.loop.runner import DrillRunner
 from drillbit.session import new_run_dir
 from drillbit.spec.load import _line, _suggest, find_config, read_yaml, validate
 from drillbit.spec.models import (
@@ -180,91 +178,98 @@ def segment(history: History, start: float, end: float, baseline_step_s: float |
     return History(events=[e.model_copy(update={"seq": i}) for i, e in enumerate(events)])
 
 
-class CampaignRunner(DrillRunner):
-    """A drill runner whose inject phase is the whole campaign: one launch, one steady
-    state, many faults, each healed before the next."""
+class CampaignFaults:
+    """A campaign as a stream of faults for the drill runner (one launch, one steady state):
+    each fault due at its arrival, drawn from the cause mix, watched until it recovers (or,
+    overlapping, until the next arrives), healed before the next; the segments it measured
+    are kept for the judge."""
 
-    def __init__(self, campaign: CampaignSpec, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, campaign: CampaignSpec) -> None:
         self.campaign = campaign
-        super().__init__(drill_spec_for(campaign, campaign.faults[0]), *args, **kwargs)
         self.segments: list[dict[str, Any]] = []
-        self.all_handles: list = []
 
-    def _use(self, f: CampaignFault) -> None:
-        self.spec = drill_spec_for(self.campaign, f)
-        self.fault = get_fault(f.type)
-        self.params = job_params(self.spec, self.job, self.run_dir)
-        self.nemesis = Nemesis(self.nodes, f.type, self.fault, self.params, self.history, self.nemesis.heal_timeout)
-
-    def inject(self) -> None:
+    def __call__(self, runner: DrillRunner) -> Iterator["CampaignStep"]:
         c = self.campaign
         weights, mix = cause_weights(c)
         if mix:
-            self.record("campaign.mix", **mix)
+            runner.record("campaign.mix", **mix)
         rng = random.Random(c.arrival.seed)
         start = time.time()
         end = start + float(c.duration)
         due = start + c.arrival.gap(rng)
-        self.ui.phase("campaign", f"{len(c.faults)} fault kind(s), {c.arrival.process} arrivals, until "
-                                  f"{float(c.duration):g} s")
+        runner.ui.phase("campaign", f"{len(c.faults)} fault kind(s), {c.arrival.process} arrivals, until "
+                                    f"{float(c.duration):g} s")
         index = 0
         while due < end:
-            while time.time() < due:
-                if self._job_exited() is not None:
-                    self.record("job.exit", code=self._job_exited())
-                    self.record("campaign.end", faults=index)
-                    return
-                self.ui.status(f"fault {index + 1} in {due - time.time():4.1f} s")
-                self._tick(0.1)
             f = rng.choices(c.faults, weights=weights)[0]
-            self._use(f)
-            t_start = time.time()
-            self.record("campaign.fault", index=index, fault=f.type)
-            self.targets = choose_targets(self.nodes, self.job, self.spec, self.attached, self.fault.max_targets)
-            self.ui.phase("inject", f"#{index + 1}: {f.type} on rank(s) {', '.join(str(t.rank) for t in self.targets)}")
-            self.nemesis.inject(self.targets)
-            confirmed = self.nemesis.confirm(self.progress)
             nxt = due + c.arrival.gap(rng)
-            if confirmed:
-                self._observe_segment(index, t_start, nxt if c.mode == "overlapping" else None)
-            self.nemesis.heal()
-            self.all_handles += self.nemesis.handles
-            self.segments.append({"index": index, "fault": f.type, "t_start": t_start, "t_end": time.time(),
-                                  "confirmed": confirmed, "targets": [t.rank for t in self.targets]})
-            self.record("campaign.segment.end", index=index, fault=f.type)
+            step = CampaignStep(self, index, f, due, nxt if c.mode == "overlapping" else None)
+            yield step
+            if not step.began:
+                runner.record("campaign.end", faults=index)
+                return
             index += 1
-            if self.history.first("job.exit") is not None:
+            if runner.history.first("job.exit") is not None:
                 break  # no job left to break
             due = nxt if c.mode == "overlapping" else time.time() + c.arrival.gap(rng)
-        self.record("campaign.end", faults=index)
+        runner.record("campaign.end", faults=index)
 
-    def _observe_segment(self, index: int, t_start: float, cut: float | None) -> None:
-        obs = self.campaign.recovery
-        confirmed = self.history.last("fault.confirmed")
-        t0 = confirmed.t if confirmed else t_start
-        steady = self.history.first("steady")
+
+class CampaignStep:
+    """One fault of a campaign, for the runner: due at its arrival, watched as its segment."""
+
+    def __init__(self, stream: CampaignFaults, index: int, fault: CampaignFault, due: float,
+                 cut: float | None) -> None:
+        self.stream, self.index, self.campaign_fault, self.at, self.cut = stream, index, fault, due, cut
+        self.spec = drill_spec_for(stream.campaign, fault)
+        self.label = f"#{index + 1}: "
+        self.began = False
+        self.t_start = 0.0
+
+    def due(self, runner: DrillRunner) -> bool:
+        while time.time() < self.at:
+            if runner.job_exit_code() is not None:
+                runner.record("job.exit", code=runner.job_exit_code())
+                return False
+            runner.ui.status(f"fault {self.index + 1} in {self.at - time.time():4.1f} s")
+            runner.tick(0.1)
+        self.began = True
+        self.t_start = time.time()
+        runner.record("campaign.fault", index=self.index, fault=self.campaign_fault.type)
+        return True
+
+    def watch(self, runner: DrillRunner) -> None:
+        obs = self.stream.campaign.recovery
+        segments = self.stream.segments
+        confirmed = runner.history.last("fault.confirmed")
+        t0 = confirmed.t if confirmed else self.t_start
+        steady = runner.history.first("steady")
         base = steady.data.get("baseline_step_s") if steady else None
-        begin = self.segments[-1]["t_end"] if self.segments else (steady.t if steady else t_start)
+        begin = segments[-1]["t_end"] if segments else (steady.t if steady else self.t_start)
         seen = -1
         while True:
             now = time.time()
-            if len(self.history) != seen:
-                seen = len(self.history)
-                if recovered(segment(self.history, begin, now, base), obs.until_steps_after_recovery):
+            if len(runner.history) != seen:
+                seen = len(runner.history)
+                if recovered(segment(runner.history, begin, now, base), obs.until_steps_after_recovery):
                     return
-            code = self._job_exited()
+            code = runner.job_exit_code()
             if code is not None:  # the job gave up (a restart budget spent): this fault's recovery failed
-                for probe in self.probes:
+                for probe in runner.probes:
                     probe.poll_once()
-                self.record("job.exit", code=code)
+                runner.record("job.exit", code=code)
                 return
-            if now - t0 >= obs.window or (cut is not None and now >= cut):
+            if now - t0 >= obs.window or (self.cut is not None and now >= self.cut):
                 return
-            self.ui.status(f"fault {index + 1}: +{now - t0:5.1f} s")
-            self._tick(0.2)
+            runner.ui.status(f"fault {self.index + 1}: +{now - t0:5.1f} s")
+            runner.tick(0.2)
 
-    def observe(self) -> None:
-        pass  # each fault was observed in inject
+    def settle(self, runner: DrillRunner, confirmed: bool) -> None:
+        runner.nemesis.heal()
+        self.stream.segments.append({"index": self.index, "fault": self.campaign_fault.type, "t_start": self.t_start,
+                                     "t_end": time.time(), "confirmed": confirmed,
+                                     "targets": [t.rank for t in runner.targets]})
+        runner.record("campaign.segment.end", index=self.index, fault=self.campaign_fault.type)
 
 
 def judge(campaign: CampaignSpec, history: History, segments: list[dict[str, Any]]) -> dict[str, Any]:
@@ -480,13 +485,14 @@ def execute(campaign: CampaignSpec, *, cluster: str | None = None, job: str | No
         raise SpecError(problems)
     run_dir = new_run_dir(Path(reports_dir or config.reports_dir), f"campaign-{campaign.name}")
     spec = config.clusters[cluster_name]
-    runner = CampaignRunner(campaign, cluster_name, spec, job_name, config.jobs[job_name], run_dir, ui,
-                            nodes=connect(cluster_name, spec, run_dir))
-    outcome = runner.run()
+    runner = DrillRunner(drill_spec_for(campaign, campaign.faults[0]), cluster_name, spec, job_name,
+                         config.jobs[job_name], run_dir, ui, nodes=connect(cluster_name, spec, run_dir))
+    faults = CampaignFaults(campaign)
+    outcome = runner.run(faults)
     history = History.load(run_dir / "history.jsonl")
-    report = judge(campaign, history, runner.segments)
+    report = judge(campaign, history, faults.segments)
     pred = predicted(report, history)
     report |= {"cluster": cluster_name, "job": job_name, "run_dir": str(run_dir), "error": outcome.error,
                "error_kind": outcome.error_kind}
-    write(run_dir, report, pred, history, runner.segments)
+    write(run_dir, report, pred, history, faults.segments)
     return {**report, "predicted": pred}, run_dir

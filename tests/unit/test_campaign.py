@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from drillbit.campaign import CampaignRunner, CampaignSpec, judge, load_campaign, markdown, predicted
+from drillbit.campaign import CampaignFaults, CampaignSpec, drill_spec_for, judge, load_campaign, markdown, predicted
+from drillbit.loop import DrillRunner
 from drillbit.checks.goodput import BUCKETS
 from drillbit.errors import SpecError
 from tests.fakes.fake_cluster import CLUSTER, JOB, FakeAgent, FakeJob, FakeNodes, fake_probes
@@ -26,15 +27,18 @@ def campaign(**over) -> CampaignSpec:
 def test_a_campaign_injects_heals_and_measures_each_fault(tmp_path):
     job = FakeJob()
     agent = FakeAgent("n0", job)
-    runner = CampaignRunner(campaign(), "fake", CLUSTER, "fake-job", JOB, tmp_path, nodes=FakeNodes(tmp_path, agent),
-                            probes=fake_probes(job), heal_timeout=0.3)
-    outcome = runner.run()
+    c = campaign()
+    faults = CampaignFaults(c)  # a campaign is a stream of faults the drill runner takes, not a runner of its own
+    runner = DrillRunner(drill_spec_for(c, c.faults[0]), "fake", CLUSTER, "fake-job", JOB, tmp_path,
+                         nodes=FakeNodes(tmp_path, agent),
+                         probes=fake_probes(job), heal_timeout=0.3)
+    outcome = runner.run(faults)
     agent.release.set()
     assert outcome.error is None and agent.active == {} and agent.stopped
-    segs = runner.segments
+    segs = faults.segments
     assert len(segs) >= 3 and all(s["confirmed"] for s in segs)
     assert all(a["t_end"] <= b["t_start"] for a, b in zip(segs, segs[1:]))  # sequential: one fault at a time
-    report = judge(runner.campaign, outcome.history, segs)
+    report = judge(c, outcome.history, segs)
     assert report["faults"] == len(segs) and report["verdict"] == "pass", report["per_fault"]
     assert all(r["lost_steps"] is not None and r["lost_steps"] < 5 for r in report["per_fault"])
     led = report["ledger"]

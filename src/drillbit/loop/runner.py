@@ -1,6 +1,11 @@
-"""The drill loop: preflight, launch, steady, inject, observe, heal, teardown, check.
+"""The drill loop: open (preflight, launch, steady), one fault at a time (due, inject,
+confirm, watch, settle), close (heal, teardown, check).
 
-The runner composes the parts and owns their order; each part is its own module:
+A run is a stream of faults (:class:`Step`), as in Jepsen's generators: a drill is the
+stream of its one fault (:class:`OneFault`, due at its trigger, watched until recovery);
+a campaign is a stream of many (``drillbit.campaign.CampaignFaults``), each due at its
+arrival, healed and measured before the next. The runner composes the parts and owns
+their order; each part is its own module:
 the schedule (trigger and targets), the nemesis (inject / confirm / heal, which always
 heals), the watch (probes built from the job profile, and the progress view) and the
 ``recovered`` predicate of :mod:`drillbit.checks.recovery`. The nodes (the executor, any
@@ -20,7 +25,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Callable, Iterable, Literal, Protocol
 
 import psutil
 
@@ -78,6 +83,43 @@ class QuietUI:
         pass
 
 
+class Step(Protocol):
+    """One fault of a run's stream: the drill it is measured as, and what the runner asks of
+    it around the fault's inject and confirm."""
+
+    spec: DrillSpec
+
+    def due(self, runner: "DrillRunner") -> bool:
+        """Wait until the fault is due; False ends the stream here (the job is gone)."""
+
+    def watch(self, runner: "DrillRunner") -> None:
+        """Watch the recovery from a confirmed fault."""
+
+    def settle(self, runner: "DrillRunner", confirmed: bool) -> None:
+        """After the watch: what the stream does before its next fault (heal it, measure it)."""
+
+
+Stream = Callable[["DrillRunner"], Iterable[Step]]
+
+
+class OneFault:
+    """A drill's stream: its one fault, due at the trigger, watched until recovery, healed
+    with the run's close."""
+
+    def __init__(self, spec: DrillSpec) -> None:
+        self.spec = spec
+
+    def due(self, runner: "DrillRunner") -> bool:
+        runner.wait_for_trigger()
+        return True
+
+    def watch(self, runner: "DrillRunner") -> None:
+        runner.observe()
+
+    def settle(self, runner: "DrillRunner", confirmed: bool) -> None:
+        pass
+
+
 @dataclass
 class RunOutcome:
     run_dir: Path
@@ -105,13 +147,13 @@ class DrillRunner:
         self.ui = ui or QuietUI()
         self.baseline = baseline
         self.scenarios = scenarios or {}
-        self.fault = get_fault(spec.fault.type)
-        self.params = job_params(spec, job, run_dir)
         self.history = History(run_dir / "history.jsonl")
         self.nodes = nodes
         self.make_probes = probes
-        self.nemesis = Nemesis(nodes, spec.fault.type, self.fault, self.params, self.history, heal_timeout)
-        self.progress = Progress(self.history, self._tick)
+        self.heal_timeout = heal_timeout
+        self.handles: list[Handle] = []  # every fault's, in the order they were injected
+        self.use(spec)
+        self.progress = Progress(self.history, self.tick)
         self.launched = None
         self.attached: ProcRef | None = None
         self.probes: list[Probe] = []
@@ -124,14 +166,14 @@ class DrillRunner:
     def record(self, kind: str, **data: object) -> Event:
         return self.history.record(HARNESS, kind, **data)
 
-    def _job_exited(self) -> int | None:
+    def job_exit_code(self) -> int | None:
         if self.launched is not None:
             return self.launched.exit_code()
         if self.attached is not None and self.cluster.engine == "process" and not self.attached.alive():
             return -1
         return None
 
-    def _tick(self, delay: float = 0.1) -> None:
+    def tick(self, delay: float = 0.1) -> None:
         if time.time() > self._deadline:
             raise Aborted(f"max_duration of {self.spec.abort.max_duration:g} s reached")
         if self.nodes.problem is not None:
@@ -151,8 +193,17 @@ class DrillRunner:
               f"{LEAVE_WINDOW_S:g} s to leave them in place (their agents' dead-man's switches will still heal "
               "them, and `drill heal RUN_DIR` can)", file=sys.stderr)
 
+    def use(self, spec: DrillSpec) -> None:
+        """Measure what follows as this drill: its fault, bound to the job profile, with a
+        nemesis of its own (a campaign's next fault)."""
+        self.spec = spec
+        self.fault = get_fault(spec.fault.type)
+        self.params = job_params(spec, self.job, self.run_dir)
+        self.nemesis = Nemesis(self.nodes, spec.fault.type, self.fault, self.params, self.history, self.heal_timeout)
+
     # --- the loop ------------------------------------------------------------------------
-    def run(self) -> RunOutcome:
+    def run(self, faults: Stream | None = None) -> RunOutcome:
+        """Open, the stream's faults one at a time (a drill's own one by default), close."""
         started = time.time()
         self._deadline = started + self.spec.abort.max_duration
         self.record("drill.start", drill=self.spec.name, cluster=self.cluster_name, job=self.job_name,
@@ -174,12 +225,12 @@ class DrillRunner:
             try:
                 self.launch()
                 self.steady()
-                self.inject()
-                if self.history.first("fault.confirmed") is not None:
-                    self.observe()
+                for step in (faults or (lambda _runner: [OneFault(self.spec)]))(self):
+                    if not self.one_fault(step):
+                        break
             finally:
                 self._holding = True  # from here on, a Ctrl-C waits for the heal
-                self.ui.phase("heal", f"{len(self.nemesis.handles)} fault(s) injected")
+                self.ui.phase("heal", f"{len(self.handles)} fault(s) injected")
                 self.nemesis.heal(job_running=self.launched is not None)
         except (Interrupted, Aborted) as exc:
             self.record("abort", reason=str(exc))
@@ -220,7 +271,7 @@ class DrillRunner:
         self.ui.close()  # a game day's next prompt must not sit behind this drill's spinner
         result = check(self.spec, self.history, baseline=self.baseline, scenarios=self.scenarios)
         return RunOutcome(run_dir=self.run_dir, history=self.history, result=result, targets=self.targets,
-                          handles=self.nemesis.handles, error=error, error_kind=kind, started_at=started,
+                          handles=self.handles, error=error, error_kind=kind, started_at=started,
                           finished_at=time.time())
 
     def _close(self) -> None:
@@ -294,7 +345,7 @@ class DrillRunner:
         self.ui.phase("steady", f"waiting for {want} steps")
         limit = time.time() + self.spec.steady.timeout
         while len(self.progress.steps) < want + 1:
-            code = self._job_exited()
+            code = self.job_exit_code()
             if code is not None:
                 self.record("job.exit", code=code)
                 raise Inconclusive(f"the job exited (code {code}) before steady state ({len(self.progress.steps)} steps)")
@@ -303,31 +354,48 @@ class DrillRunner:
                 raise Inconclusive(f"no steady state: {len(self.progress.steps)} steps in {self.spec.steady.timeout:g} s "
                                  f"(presets {self.job.presets}, {len(self.job.signals)} signal(s) of the profile's own"
                                  + (f"; {why}" if why else "") + ")")
-            self._tick()
+            self.tick()
         baseline, step = self.progress.baseline(want)
         self.record("steady", baseline_step_s=round(baseline, 6), step=step)
         self.ui.status(f"baseline {baseline * 1000:.0f} ms/step")
 
-    def inject(self) -> None:
-        trigger = self.spec.fault.trigger
-        self.ui.phase("inject", f"waiting: {describe_trigger(trigger)}")
-        try:
-            wait_trigger(trigger, self.progress, self._job_exited, self._ckpt_dir_here(), self.fault.arms_on_save)
-        except JobExited as exc:
-            self.record("job.exit", code=exc.code)
-            raise
+    def one_fault(self, step: Step) -> bool:
+        """One fault of the stream: due, targets, inject, confirm, watch, settle. False: the
+        stream ends here."""
+        if step.spec is not self.spec:
+            self.use(step.spec)
+        if not step.due(self):
+            return False
         # every rank as the fault found them: attribution maps a pid the stack blames to its rank
         self.targets = choose_targets(self.nodes, self.job, self.spec, self.attached, self.fault.max_targets,
                                       found=lambda ranks: self.record("job.ranks", ranks=[
                                           {"rank": r.rank, "pid": r.pid, "node": r.node} for r in ranks]))
-        self.ui.phase("inject", f"{self.spec.fault.type} on rank(s) {', '.join(str(t.rank) for t in self.targets)}")
+        label = getattr(step, "label", "")
+        self.ui.phase("inject", f"{label}{self.spec.fault.type} on rank(s) "
+                                f"{', '.join(str(t.rank) for t in self.targets)}")
         if self.job.tiers and not self.cluster.logs_on_agents:  # what each tier held when the fault hit
-
             saved = {name: t.lost_with for name, t in self.job.tiers.items() if isinstance(t, SavedTier)}
             self.record("ckpt.tiers", tiers=tier_steps(self.job.tiers, {"run_dir": str(self.run_dir)}),
                         **({"saved": saved} if saved else {}))
-        self.nemesis.inject(self.targets)
-        self.nemesis.confirm(self.progress)
+        try:
+            self.nemesis.inject(self.targets)
+        finally:
+            self.handles += self.nemesis.handles
+        confirmed = self.nemesis.confirm(self.progress)
+        if confirmed:
+            step.watch(self)
+        step.settle(self, confirmed)
+        return True
+
+    def wait_for_trigger(self) -> None:
+        """A drill's fault is due when its trigger fires (a step, a time, a save)."""
+        trigger = self.spec.fault.trigger
+        self.ui.phase("inject", f"waiting: {describe_trigger(trigger)}")
+        try:
+            wait_trigger(trigger, self.progress, self.job_exit_code, self._ckpt_dir_here(), self.fault.arms_on_save)
+        except JobExited as exc:
+            self.record("job.exit", code=exc.code)
+            raise
 
     def _ckpt_dir_here(self) -> Path | None:
         """The job's checkpoint folder when this machine sees it (local clusters, a shared
@@ -358,7 +426,7 @@ class DrillRunner:
                 if recovered(self.history, obs.until_steps_after_recovery):
                     reason = "recovered"
                     break
-            code = self._job_exited()
+            code = self.job_exit_code()
             if code is not None:
                 for probe in self.probes:
                     probe.poll_once()
@@ -372,7 +440,7 @@ class DrillRunner:
             self.ui.status(f"+{now - t0:5.1f} s since fault · last step {last.data['n'] if last else '-'} · "
                            f"{self.progress.rate():.1f} steps/s · awaiting "
                            f"{awaiting(self.history, obs.until_steps_after_recovery)}")
-            self._tick(0.2)
+            self.tick(0.2)
         self.record("observe.end", reason=reason)
 
     def teardown(self) -> None:
