@@ -21,7 +21,6 @@ from drillbit.errors import ConfigError, SpecError
 from drillbit.faults import get as get_fault
 from drillbit.loading import load_drill
 from drillbit.loop.runner import job_params
-from drillbit.loop.schedule import attach_root
 from drillbit.probes.preset import load as load_preset
 from drillbit.probes.tail import FileFollower
 from drillbit.proc import ProcRef
@@ -231,7 +230,7 @@ def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfil
         if job.launch is not None:
             launched = nodes.launch(job)
         else:
-            attached = attach_root(job.attach_pid or 0, job.attach_start_time, cluster.engine)
+            attached = nodes.attach_root(job.attach_pid or 0, job.attach_start_time)
         watcher = Watcher(job, nodes.log_paths(job))
         saves = SaveWatch(job, nodes.values, cluster)
         exit_code = None

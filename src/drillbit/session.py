@@ -22,7 +22,7 @@ from drillbit.history import Event, History
 from drillbit.loading import load_config, load_drill
 from drillbit.loop import UI, DrillRunner, RunOutcome
 from drillbit.loop.runner import job_params
-from drillbit.loop.schedule import attach_root, choose_targets, describe_trigger
+from drillbit.loop.schedule import choose_targets, describe_trigger
 from drillbit.report import render
 from drillbit.report import result as result_json
 from drillbit.report.store import Store, store_path
@@ -102,7 +102,7 @@ def resolve_steps(r: Resolved) -> list[PlanStep] | str:
             nodes.clients = nodes.connect()
             for client in nodes.clients.values():
                 client.handshake()
-            attach = attach_root(job.attach_pid, job.attach_start_time, cluster.engine)
+            attach = nodes.attach_root(job.attach_pid, job.attach_start_time)
             targets = choose_targets(nodes, job, r.spec, attach, type(get_fault(r.spec.fault.type)).max_targets)
             params = job_params(r.spec, job, Path(tmp)).model_dump()
             return [nodes.plan(r.spec.fault.type, t, params) for t in targets]

@@ -183,7 +183,10 @@ class FakeLease:
 
 
 class FakeNodes(Nodes):
+    """A fake transport to one fake agent; its job runs on this machine, as on the in-process engine."""
+
     heartbeat_s = 0.05
+    local = True
 
     def __init__(self, run_dir: Path, agent: FakeAgent) -> None:
         super().__init__(run_dir, "fake", deadman_s=5.0, job_grace_s=0.0)

@@ -41,7 +41,7 @@ from drillbit.history import Event, History
 from drillbit.loop.agentlogs import AgentLogProbe
 from drillbit.loop.bind import job_checkpoint, job_params
 from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
-from drillbit.loop.schedule import JobExited, attach_root, choose_targets, describe_trigger, wait_trigger
+from drillbit.loop.schedule import JobExited, choose_targets, describe_trigger, wait_trigger
 from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
 from drillbit.probes.preset import signals_of
 from drillbit.proc import ProcRef
@@ -169,7 +169,7 @@ class DrillRunner:
     def job_exit_code(self) -> int | None:
         if self.launched is not None:
             return self.launched.exit_code()
-        if self.attached is not None and self.cluster.engine == "process" and not self.attached.alive():
+        if self.attached is not None and self.nodes.local and not self.attached.alive():
             return -1
         return None
 
@@ -290,27 +290,15 @@ class DrillRunner:
         self.ui.phase("preflight", f"cluster {self.cluster_name}, job {self.job_name}")
         if self.cluster.protected:
             raise ConfigError(f"cluster {self.cluster_name!r} is protected; drills are refused there")
-        if self.job.launch is None and self.job.attach_pid is None and not self._slurm_attach():
-            raise ConfigError(f"job profile {self.job_name!r} has neither launch nor attach_pid (nor slurm.job_id)")
         self.nodes.allowed_hosts = self.cluster.allowed_hosts  # checked at each agent's handshake
-        if self.fault.needs_engine is not None and self.cluster.engine != self.fault.needs_engine:
-            raise ConfigError(f"{self.spec.fault.type} works on clusters of engine {self.fault.needs_engine}; "
-                              f"cluster {self.cluster_name!r} is engine {self.cluster.engine}")
-        self.nodes.check(self.job, self.spec.fault.type, self.spec.abort.max_duration)
-        if self.job.launch is None and self.job.attach_pid is not None:
-            self.attached = attach_root(self.job.attach_pid, self.job.attach_start_time, self.cluster.engine)
-        if self.job.launch is not None and self.cluster.engine != "ray" and any(
-                "{ray_address}" in a for a in self.job.launch.command):
-            raise ConfigError(f"job profile {self.job_name!r} runs on Ray; cluster {self.cluster_name!r} is "
-                              f"engine {self.cluster.engine} (try --cluster local)")
-
-    def _slurm_attach(self) -> bool:
-        return self.cluster.engine == "slurm" and self.job.slurm is not None and self.job.slurm.job_id is not None
+        self.nodes.check(self.job, self.spec.fault.type, self.spec.abort.max_duration, self.job_name)
+        if self.nodes.launches(self.job) is None and self.job.attach_pid is not None:
+            self.attached = self.nodes.attach_root(self.job.attach_pid, self.job.attach_start_time)
 
     def launch(self) -> None:
-        if self.job.launch is not None or self._slurm_attach():
-            self.ui.phase("launch", " ".join(self.job.launch.command) if self.job.launch
-                          else f"attaching to Slurm job {self.job.slurm.job_id}")  # type: ignore[union-attr]
+        launches = self.nodes.launches(self.job)
+        if launches is not None:
+            self.ui.phase("launch", launches)
             try:
                 self.launched = self.nodes.launch(self.job)
             finally:

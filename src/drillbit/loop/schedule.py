@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-import psutil
 
 from drillbit.errors import ConfigError, DrillError
 from drillbit.loop.watch import Progress
@@ -60,21 +59,6 @@ def check_blast_radius(targets: list[ProcRef], ranks: list[ProcRef], radius: Bla
                         f"target(s), not {len(targets)}")
     if problems:
         raise ConfigError("target selection refused, nothing was touched: " + "; ".join(problems))
-
-
-def attach_root(pid: int, start_time: float | None, engine: str) -> ProcRef:
-    """The attached job's root, named by pid *and* start time. On the in-process engine the
-    start time can be read here; elsewhere the pid alone could name a process on any node."""
-    if start_time is not None:
-        return ProcRef(pid=pid, start_time=start_time)
-    if engine != "process":
-        raise ConfigError(f"attach_pid {pid} needs attach_start_time on a cluster of several machines (the "
-                          "process's create time, e.g. python -c 'import psutil; print(psutil.Process(PID)"
-                          ".create_time())' on its node)")
-    try:
-        return ProcRef.of(psutil.Process(pid))
-    except psutil.NoSuchProcess:
-        raise ConfigError(f"attach_pid {pid}: no such process on this machine") from None
 
 
 def choose_targets(nodes: "Nodes", job: JobProfile, spec: DrillSpec, attach: ProcRef | None,

@@ -28,6 +28,11 @@ class InProcessClient(AgentClient):
 
 
 class InProcessNodes(Nodes):
+    """One node, the agent in the drill's own process: the job runs on this machine."""
+
+    engine = "process"
+    local = True
+
     def __init__(self, run_dir: Path, cluster_name: str = "local-process", node: str = "local", *,
                  deadman_s: float = 5.0, job_grace_s: float = 30.0, version: str | None = None) -> None:
         super().__init__(run_dir, cluster_name, deadman_s=deadman_s, job_grace_s=job_grace_s)

@@ -16,15 +16,21 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
+
 from drillbit.agent.api import Record
 from drillbit.agent.deadman import heal_with_deadline
 from drillbit.errors import ConfigError, DrillError
+from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.lease import Lease
 from drillbit.proc import ProcRef
 from drillbit.spec.config import HEARTBEAT_S, JobProfile, RankDiscovery
 from drillbit.spec.placeholders import expand
 from drillbit.transport.client import AgentClient
+
+# a placeholder only some engine fills: (what the job runs on, a cluster that has it)
+PLACEHOLDER_ENGINES = {"ray_address": ("Ray", "local")}
 
 
 def each_node(nodes: list[str], fn: Callable[[str], Any]) -> tuple[dict[str, Any], list[str]]:
@@ -77,8 +83,14 @@ class NodeJobs:
 
 
 class Nodes:
-    """Drives one agent per node. Transports implement ``connect`` (and ``acquire``)."""
+    """Drives one agent per node. Transports implement ``connect`` (and ``acquire``); where
+    an engine differs from the others it says so through the hooks here (``engine``,
+    ``local``, ``provides``, ``launches``, ``check_engine``, ``probes``), never through a branch in the
+    loop."""
 
+    engine = "process"
+    local = False  # the job's processes are on this machine: a pid alone names one
+    provides: frozenset[str] = frozenset()  # placeholders only this engine fills ({ray_address})
     heartbeat_s = HEARTBEAT_S
     heal_timeout = 60.0  # per fault, when close() finds one still active
 
@@ -157,8 +169,45 @@ class Nodes:
                                   "rtt_s": round(rtt, 6)})
         client.arm(self.deadman_s, self.job_grace_s)
 
-    def check(self, profile: JobProfile, fault: str, max_duration_s: float) -> None:
-        """Preflight for this engine (the drill's job, fault and abort limit), before anything starts."""
+    def check(self, profile: JobProfile, fault: str, max_duration_s: float, job_name: str = "the job") -> None:
+        """Preflight on this engine (the drill's job, fault and abort limit), before anything
+        starts: what every engine refuses, then the engine's own (``check_engine``)."""
+        if self.launches(profile) is None and profile.attach_pid is None:
+            raise ConfigError(f"job profile {job_name!r} has neither launch nor attach_pid (nor slurm.job_id)")
+        needs = get_fault(fault).needs_engine
+        if needs is not None and needs != self.engine:
+            raise ConfigError(f"{fault} works on clusters of engine {needs}; cluster {self.cluster_name!r} is "
+                              f"engine {self.engine}")
+        if profile.launch is not None:
+            wanted = {name for name in PLACEHOLDER_ENGINES if any(f"{{{name}}}" in a for a in profile.launch.command)}
+            for name in sorted(wanted - self.provides):
+                raise ConfigError(f"job profile {job_name!r} runs on {PLACEHOLDER_ENGINES[name][0]}; cluster "
+                                  f"{self.cluster_name!r} is engine {self.engine} "
+                                  f"(try --cluster {PLACEHOLDER_ENGINES[name][1]})")
+        self.check_engine(profile, fault, max_duration_s)
+
+    def check_engine(self, profile: JobProfile, fault: str, max_duration_s: float) -> None:
+        """What this engine alone refuses (Slurm: a profile it can neither submit nor attach)."""
+
+    def launches(self, profile: JobProfile) -> str | None:
+        """How this engine starts the profile's job, in words for the launch phase; None: it
+        does not (the job is attached to by pid)."""
+        return " ".join(profile.launch.command) if profile.launch is not None else None
+
+    def attach_root(self, pid: int, start_time: float | None) -> ProcRef:
+        """An attached job's root, named by pid *and* start time. Where the job runs on this
+        machine the start time can be read here; elsewhere a pid alone could name a process on
+        any node."""
+        if start_time is not None:
+            return ProcRef(pid=pid, start_time=start_time)
+        if not self.local:
+            raise ConfigError(f"attach_pid {pid} needs attach_start_time on a cluster of several machines (the "
+                              "process's create time, e.g. python -c 'import psutil; print(psutil.Process(PID)"
+                              ".create_time())' on its node)")
+        try:
+            return ProcRef.of(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            raise ConfigError(f"attach_pid {pid}: no such process on this machine") from None
 
     def probes(self, history: Any) -> list[Any]:
         """Probes this engine adds to the job's own (a scheduler's view of the job)."""

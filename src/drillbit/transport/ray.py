@@ -51,6 +51,9 @@ class RayAgentClient(AgentClient):
 class RayNodes(Nodes):
     """Agents as Ray actors on a running cluster (``address``) or the embedded one."""
 
+    engine = "ray"
+    provides = frozenset({"ray_address"})
+
     @classmethod
     def for_cluster(cls, run_dir: Path, name: str, cluster: "ClusterSpec") -> "RayNodes":
         """The nodes of a cluster entry of engine ray: its address, size and token read here."""

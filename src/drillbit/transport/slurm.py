@@ -166,6 +166,8 @@ class SlurmJobHandle:
 
 
 class SlurmNodes(Nodes):
+    engine = "slurm"
+
     def __init__(self, run_dir: Path, cluster_name: str, cluster: ClusterSpec) -> None:
         super().__init__(run_dir, cluster_name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace)
         self.cluster = cluster
@@ -374,7 +376,12 @@ class SlurmNodes(Nodes):
         super().close()
 
     # --- preflight -------------------------------------------------------------------------
-    def check(self, profile: JobProfile, fault: str, max_duration_s: float) -> None:
+    def launches(self, profile: JobProfile) -> str | None:
+        if profile.launch is None and profile.slurm is not None and profile.slurm.job_id is not None:
+            return f"attaching to Slurm job {profile.slurm.job_id}"
+        return super().launches(profile)
+
+    def check_engine(self, profile: JobProfile, fault: str, max_duration_s: float) -> None:
         self.max_duration_s = max_duration_s
         if profile.launch is None and (profile.slurm is None or profile.slurm.job_id is None):
             raise ConfigError("on engine slurm a job profile needs launch (submitted with sbatch) or slurm.job_id")

@@ -125,6 +125,8 @@ class SshLease:
 
 
 class SshNodes(Nodes):
+    engine = "ssh"
+
     def __init__(self, run_dir: Path, cluster_name: str, cluster: ClusterSpec) -> None:
         super().__init__(run_dir, cluster_name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace)
         self.cluster = cluster
