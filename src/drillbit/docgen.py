@@ -20,6 +20,8 @@ from pydantic_core import PydanticUndefined
 
 from drillbit.campaign import CampaignSpec
 from drillbit.catalogue import CLASSES, load_catalogue
+from drillbit.checks.recovery import FAMILIES
+from drillbit.checks.slo import JUDGES
 from drillbit.faults import registry
 from drillbit.layers import drawn
 from drillbit.spec.config import BUILTIN_CLUSTERS, BUILTIN_JOBS, DrillConfig
@@ -185,8 +187,20 @@ def layers() -> str:
     return table(rows, ("layer", "modules", "imports from")) + "\n"
 
 
+def measurements() -> str:
+    """result.json's measurements, family by family, and the SLO judges that read each."""
+    rows = []
+    for family in FAMILIES:
+        judges = [judge.__name__.removeprefix("_judge_") for judge, reads in JUDGES if family in reads]
+        doc = " ".join((family.__doc__ or "").split())
+        rows.append((family.__name__.removesuffix("Figures").lower(), doc,
+                     ", ".join(f"`{n}`" for n in family.model_fields), ", ".join(judges) or "—"))
+    return table(rows, ("family", "what it measures", "fields", "judged by")) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "config": config_reference, "catalogue": fault_catalogue, "builtins": builtin_jobs, "layers": layers,
+    "measurements": measurements,
 }
 MARK = re.compile(r"<!-- generated: ([a-z-]+) -->")
 

@@ -202,3 +202,52 @@ if given is not None:
         cats = led.categories()
         assert min(cats.values()) >= 0, cats
         assert sum(cats.values()) == pytest.approx(led.wall_s, abs=1e-9), cats
+
+
+class _Reading:
+    """Measurements that note which fields a judge read."""
+
+    def __init__(self, m):
+        object.__setattr__(self, "_m", m)
+        object.__setattr__(self, "read", set())
+
+    def __getattr__(self, name):
+        self.read.add(name)
+        return getattr(self._m, name)
+
+
+def test_measurements_come_in_families_and_each_judge_reads_only_its_own():
+    from drillbit.checks.attribution import Attribution
+    from drillbit.checks.recovery import FAMILIES, Measurements
+    from drillbit.checks.witness import DamagedRestore
+    from drillbit.checks.slo import JUDGES, Judging
+    from drillbit.spec.models import SLO
+
+    owners = {}
+    for family in FAMILIES:
+        for name in family.model_fields:
+            assert name not in owners, f"{name} in {owners.get(name)} and {family.__name__}"
+            owners[name] = family
+    assert set(owners) == set(Measurements.model_fields)  # every figure in exactly one family
+    assert list(Measurements.model_dump(Measurements())) == list(owners)  # reported family by family
+    slo = SLO.model_validate({
+        "detect_within": "5s", "restart_within": "10s", "restore_within": "15s", "first_step_within": "20s",
+        "max_lost_steps": 5, "goodput_min": 0.5, "straggler_within": "30s", "attribution": "exact",
+        "requeue_within": "60s", "restore_tier": {"max_steps_behind_best": 0}, "rerun_avoids_failed_node": True,
+        "recover_or_escalate_within": "90s", "limits": {"restarts": {"max": 1}}, "regression": {"time_to_detect": 0.2}})
+    m = Measurements(t_fault=100.0, observed_s=120.0, time_to_detect=1.0, time_to_restart=2.0, time_to_restore=3.0,
+                     time_to_first_step=4.0, step_at_fault=20, restored_step=10, lost_steps=10, restarts=1,
+                     goodput=0.6, expects="slow", target_ranks=[1], straggler_rank=1, time_to_straggler=3.0,
+                     straggler_correct=True, time_to_requeue=5.0, failed_nodes=["n1"], rerun_nodes=["n2"],
+                     rerun_on_failed_node=False, best_available_step=10, steps_behind_best=0, restored_from="local",
+                     crash_point="create", crashed_complete=False, restored_incomplete=False,
+                     fell_back_further_than_needed=False,
+                     damaged_restore=DamagedRestore(checkpoint="/c/step_10", step=10, loaded=True, resumed=True,
+                                                    witnesses=[], why="read after the damage"),
+                     attribution=Attribution(hurt=[1], blamed=[1], correct=True))
+    for judge, families in JUDGES:
+        reading = _Reading(m)
+        judge(Judging(slo=slo, m=reading, watched=120.0, baseline=None))
+        allowed = {n for f in families for n in f.model_fields}
+        read = reading.read & set(Measurements.model_fields)
+        assert read <= allowed, f"{judge.__name__} reads {sorted(read - allowed)} outside {families}"

@@ -36,7 +36,10 @@ class JobError(BaseModel):
         return f"{span}{who}: {text}"
 
 
-class Measurements(BaseModel):
+class RecoveryFigures(BaseModel):
+    """Every drill: the fault, detection, restart, restore, the first step after it, what
+    was lost, the job's exit and its own errors, goodput."""
+
     t_fault: float | None = None
     t_observe_end: float | None = None
     observed_s: float | None = None
@@ -55,9 +58,18 @@ class Measurements(BaseModel):
     job_exit_s: float | None = None
     job_exit_code: int | None = None
     goodput: float | None = None
-    # fail-slow
-    expects: str | None = None
+    expects: str | None = None                # what the fault expects of the job: stop, hang, slow
     target_ranks: list[int] = []
+    # the event kinds the job's profile can read (None: not recorded, an older history)
+    signal_kinds: list[str] | None = None
+    # the job's own errors after the fault, the first per rank per attempt (error signals)
+    job_errors: list[JobError] = []
+
+
+class FailSlowFigures(BaseModel):
+    """A slowed rank (slow-rank, throttle-clocks): how slow, who was named, what the
+    fleet paid, and the escalation."""
+
     target_slowdown: float | None = None
     slowdown_achieved: float | None = None
     time_to_straggler: float | None = None
@@ -67,15 +79,30 @@ class Measurements(BaseModel):
     slowdown: float | None = None
     fleet_tax: float | None = None
     time_to_escalate: float | None = None
+
+
+class ReplacementFigures(BaseModel):
+    """A node replacement that failed (fail-node-replacement): how often, and what came back."""
+
     replace_failures: int = 0
     replacement_node: str | None = None
+
+
+class DamageFigures(BaseModel):
+    """A damaged checkpoint (corrupt-checkpoint, restore-hang): which one, and whether the
+    restart loaded it (the witnesses of checks/witness.py)."""
+
     corrupted_checkpoint: str | None = None   # its name (the folder's, or the file's)
     corrupted_path: str | None = None
     corrupted_step: int | None = None
     restored_path: str | None = None
     rejected_corrupted: bool | None = None
-    damaged_restore: DamagedRestore | None = None  # did the restart load it: the witnesses (checks/witness.py)
-    # kill-during-save: where the crash landed and what the restart made of it
+    damaged_restore: DamagedRestore | None = None
+
+
+class SaveCrashFigures(BaseModel):
+    """A crash inside a save (kill-during-save): where it landed and what the restart made of it."""
+
     crash_point: str | None = None
     crash_lag_s: float | None = None          # the crash point's file event -> the kill
     crashed_checkpoint: str | None = None     # what the cut-short save left visible (None: nothing)
@@ -86,23 +113,45 @@ class Measurements(BaseModel):
     best_complete: str | None = None
     restored_incomplete: bool | None = None
     fell_back_further_than_needed: bool | None = None
-    # the event kinds the job's profile can read (None: not recorded, an older history)
-    signal_kinds: list[str] | None = None
-    # the job's own errors after the fault, the first per rank per attempt (error signals)
-    job_errors: list[JobError] = []
-    # whom the stack blamed, against whom the fault hurt (checks/attribution.py)
+
+
+class AttributionFigures(BaseModel):
+    """Whom the stack blamed, against whom the fault hurt (checks/attribution.py)."""
+
     attribution: Attribution | None = None
-    # a scheduler's requeue (Slurm): the fault -> the job requeued -> running again, and where
+
+
+class RequeueFigures(BaseModel):
+    """A scheduler's requeue (Slurm): the fault -> the job requeued -> running again, and where."""
+
     time_to_requeue: float | None = None
     failed_nodes: list[str] = []
     rerun_nodes: list[str] | None = None
     rerun_on_failed_node: bool | None = None
-    # multi-tier checkpoints: where the restore came from, against the best copy left
+
+
+class TierFigures(BaseModel):
+    """Multi-tier checkpoints: where the restore came from, against the best copy left."""
+
     restored_from: str | None = None          # the tier the job's lines name (local, peer, persistent)
     best_available_step: int | None = None    # the newest step any surviving copy held when the fault hit
     best_available_tier: str | None = None
     lost_copies: list[str] = []               # tier copies the fault took away
     steps_behind_best: int | None = None
+
+
+# The families, in the order their fields are reported (result.json keeps one flat object).
+FAMILIES: tuple[type[BaseModel], ...] = (RecoveryFigures, FailSlowFigures, ReplacementFigures, DamageFigures,
+                                         SaveCrashFigures, AttributionFigures, RequeueFigures, TierFigures)
+
+
+class Measurements(TierFigures, RequeueFigures, AttributionFigures, SaveCrashFigures, DamageFigures,
+                   ReplacementFigures, FailSlowFigures, RecoveryFigures):
+    """One drill's figures: the families above, flat (a field belongs to exactly one)."""
+
+    @staticmethod
+    def family_of(name: str) -> type[BaseModel]:
+        return next(f for f in FAMILIES if name in f.model_fields)
 
 
 def _window(history: History) -> tuple[list[Event], float | None]:

@@ -12,7 +12,18 @@ from typing import Callable, Literal
 from pydantic import BaseModel
 
 from drillbit.checks.baseline import Baseline
-from drillbit.checks.recovery import Measurements
+from drillbit.checks.recovery import (
+    FAMILIES,
+    AttributionFigures,
+    DamageFigures,
+    FailSlowFigures,
+    Measurements,
+    RecoveryFigures,
+    ReplacementFigures,
+    RequeueFigures,
+    SaveCrashFigures,
+    TierFigures,
+)
 from drillbit.history import History
 from drillbit.spec.models import SLO
 
@@ -266,20 +277,21 @@ def _judge_regression(j: Judging) -> None:
                              f"{allowed:.0%} and the last {verdict.runs} passing run(s)' own spread")
 
 
-# The judges, in the order their results and reasons are reported.
-JUDGES: tuple[Judge, ...] = (
-    _judge_timed,
-    _judge_recover_or_escalate,
-    _judge_rerun_avoids_failed_node,
-    _judge_restore_tier,
-    _judge_straggler,
-    _judge_attribution,
-    _judge_restore_skipped_corrupted,
-    _judge_crash_invariants,
-    _judge_max_lost_steps,
-    _judge_goodput_min,
-    _judge_limits,
-    _judge_regression,
+# The judges, in the order their results and reasons are reported, each with the families
+# of measurements it reads (limits and regressions name any measurement).
+JUDGES: tuple[tuple[Judge, tuple[type[BaseModel], ...]], ...] = (
+    (_judge_timed, (RecoveryFigures, RequeueFigures)),
+    (_judge_recover_or_escalate, (RecoveryFigures, FailSlowFigures, ReplacementFigures)),
+    (_judge_rerun_avoids_failed_node, (RequeueFigures,)),
+    (_judge_restore_tier, (RecoveryFigures, TierFigures)),
+    (_judge_straggler, (RecoveryFigures, FailSlowFigures)),
+    (_judge_attribution, (RecoveryFigures, AttributionFigures)),
+    (_judge_restore_skipped_corrupted, (RecoveryFigures, DamageFigures)),
+    (_judge_crash_invariants, (RecoveryFigures, SaveCrashFigures)),
+    (_judge_max_lost_steps, (RecoveryFigures,)),
+    (_judge_goodput_min, (RecoveryFigures,)),
+    (_judge_limits, FAMILIES),
+    (_judge_regression, FAMILIES),
 )
 
 
@@ -290,7 +302,7 @@ def evaluate(slo: SLO, m: Measurements, history: History,
     if m.t_fault is None:
         return [], []
     j = Judging(slo=slo, m=m, watched=m.observed_s or 0.0, baseline=baseline)
-    for judge in JUDGES:
+    for judge, _reads in JUDGES:
         judge(j)
     return j.results, j.reasons
 
