@@ -25,7 +25,6 @@ from typing import Any, Iterator, Literal
 
 from pydantic import Field, model_validator
 
-from drillbit.atomic import write_atomic
 from drillbit.checks import CheckResult, check
 from drillbit.checks.goodput import BUCKETS, Ledger
 from drillbit.checks.projection import save_stats
@@ -37,6 +36,8 @@ from drillbit.fleet.simulate import Cause, Scenario, SimParams, load_scenario, s
 from drillbit.history import Event, History
 from drillbit.loading import fault_problems, load_config
 from drillbit.loop.runner import DrillRunner
+from drillbit.report import multirun
+from drillbit.report.multirun import Bullets, Figure, Page, Table
 from drillbit.session import new_run_dir
 from drillbit.spec.load import _line, _suggest, find_config, read_yaml, validate
 from drillbit.spec.models import (
@@ -349,40 +350,46 @@ def predicted(report: dict[str, Any], history: History, trials: int = 2000) -> d
                        "save_s": params.save_s, "interval_s": params.interval_s}}
 
 
-def markdown(report: dict[str, Any], predicted_: dict[str, Any] | None) -> str:
+def page(report: dict[str, Any], predicted_: dict[str, Any] | None, figure: str = "") -> Page:
     fmt = lambda v: "—" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))  # noqa: E731
-    lines = [f"## Campaign {report['campaign']}: {report['verdict'].upper()}", "",
-             f"{report['faults']} fault(s) of {len(report['kinds'])} kind(s) ({', '.join(report['kinds'])}).", "",
-             "| # | t (s) | fault | rank(s) | verdict | detect s | first step s | lost steps | restarts |",
-             "|---:|---:|---|---|---|---:|---:|---:|---:|"]
-    for r in report["per_fault"]:
-        lines.append(f"| {r['index']} | {r['t']} | {r['fault']} | {r['targets']} | {r['verdict']} | "
-                     f"{fmt(r['time_to_detect'])} | {fmt(r['time_to_first_step'])} | {fmt(r['lost_steps'])} | "
-                     f"{fmt(r['restarts'])} |")
+    head = ("#", "t (s)", "fault", "rank(s)", "verdict", "detect s", "first step s", "lost steps", "restarts")
+    faults = report["per_fault"]
+    blocks: list = [f"{report['faults']} fault(s) of {len(report['kinds'])} kind(s) ({', '.join(report['kinds'])}).",
+                    Table(head, [[str(r["index"]), str(r["t"]), r["fault"], str(r["targets"]), r["verdict"],
+                                  fmt(r["time_to_detect"]), fmt(r["time_to_first_step"]), fmt(r["lost_steps"]),
+                                  fmt(r["restarts"])] for r in faults],
+                          right=frozenset({"#", "t (s)", "detect s", "first step s", "lost steps", "restarts"}),
+                          tones=[r["verdict"] for r in faults])]
+    if figure:
+        blocks.append(Figure(figure))
     mix = report.get("mix")
     if mix:
         share = ", ".join(f"{t} {v:.1%}" for t, v in mix["share"].items())
         skipped = ", ".join(f"{k} ({v:g})" for k, v in mix["not_drilled"].items()) or "none"
-        lines += ["", f"Fault mix from scenario {mix['scenario']} ({mix['interruptions']:g} interruptions): {share}; "
+        blocks.append(f"Fault mix from scenario {mix['scenario']} ({mix['interruptions']:g} interruptions): {share}; "
                       f"causes not drilled: {skipped}. At that fleet's rate one GPU meets an interruption every "
-                      f"{mix['fleet_mtbi_per_gpu_h']:g} GPU-hours; the campaign compresses it to its arrival process."]
+                      f"{mix['fleet_mtbi_per_gpu_h']:g} GPU-hours; the campaign compresses it to its arrival process.")
     ttr = report["time_to_recover"]
     if ttr:
-        lines += ["", f"Time to recover (first step after the fault): median {ttr['median']:.2f} s, p90 "
-                      f"{ttr['p90']:.2f} s, min {ttr['min']:.2f} s, max {ttr['max']:.2f} s over {ttr['n']} fault(s)."]
+        blocks.append(f"Time to recover (first step after the fault): median {ttr['median']:.2f} s, p90 "
+                      f"{ttr['p90']:.2f} s, min {ttr['min']:.2f} s, max {ttr['max']:.2f} s over {ttr['n']} fault(s).")
     led = report["ledger"]
     if led:
         parts = ", ".join(f"{k} {led[f'{k}_s']:.1f} s" for k in BUCKETS)
-        lines += ["", f"Goodput over the campaign: **{led['goodput']:.1%}** of {led['wall_s']:.0f} s ({parts})."]
+        blocks.append(f"Goodput over the campaign: **{led['goodput']:.1%}** of {led['wall_s']:.0f} s ({parts}).")
     if predicted_:
-        lines += ["", f"Measured against simulated: measured {predicted_['measured_goodput']:.1%}, the fleet "
+        blocks.append(f"Measured against simulated: measured {predicted_['measured_goodput']:.1%}, the fleet "
                       f"simulator fed this campaign's fault process and recovery times predicts "
                       f"{predicted_['simulated_goodput_p50']:.1%} (p5 {predicted_['simulated_goodput_p5']:.1%}); "
-                      f"error {predicted_['error'] * 100:+.1f} points."]
-    failing = [r for r in report["per_fault"] if r["verdict"] != "pass"]
+                      f"error {predicted_['error'] * 100:+.1f} points.")
+    failing = [r for r in faults if r["verdict"] != "pass"]
     if failing:
-        lines += ["", *[f"- fault {r['index']} ({r['fault']}): {'; '.join(r['reasons'][:2])}" for r in failing]]
-    return "\n".join(lines) + "\n"
+        blocks.append(Bullets([f"fault {r['index']} ({r['fault']}): {'; '.join(r['reasons'][:2])}" for r in failing]))
+    return Page(f"Campaign {report['campaign']}: {report['verdict'].upper()}", blocks)
+
+
+def markdown(report: dict[str, Any], predicted_: dict[str, Any] | None) -> str:
+    return page(report, predicted_).markdown()
 
 
 def timeline_svg(history: History, segments: list[dict[str, Any]], width: int = 900, height: int = 220) -> str:
@@ -412,16 +419,8 @@ def timeline_svg(history: History, segments: list[dict[str, Any]], width: int = 
 
 def write(run_dir: Path, report: dict[str, Any], predicted_: dict[str, Any] | None, history: History,
           segments: list[dict[str, Any]]) -> None:
-    import json
-
-    write_atomic(run_dir / "campaign.json", json.dumps({**report, "predicted": predicted_}, indent=2, default=str))
-    md = markdown(report, predicted_)
-    write_atomic(run_dir / "campaign.md", md)
-    import html as _html
-
-    write_atomic(run_dir / "campaign.html", "<!doctype html><meta charset=utf-8><title>campaign</title>"
-                 "<body style='font:14px system-ui;margin:24px'>" + timeline_svg(history, segments)
-                 + "<pre>" + _html.escape(md) + "</pre></body>\n")
+    multirun.write(run_dir, page(report, predicted_, timeline_svg(history, segments)), md="campaign.md",
+                   html="campaign.html", data={**report, "predicted": predicted_}, json_name="campaign.json")
 
 
 def load_campaign(path: str | Path, config=None) -> CampaignSpec:

@@ -13,9 +13,7 @@ bad input, 5 for a harness error, else the worst other verdict's.
 """
 from __future__ import annotations
 
-import html as _html
 import importlib.metadata
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +25,9 @@ from drillbit.exitcodes import suite_exit_code
 from drillbit.faults import get as get_fault
 from drillbit.loop import UI
 from drillbit.loop.runner import job_params
-from drillbit.runfolder import new_folder, write_files
+from drillbit.report import multirun
+from drillbit.report.multirun import Page, Table
+from drillbit.runfolder import new_folder
 from drillbit.session import Resolved, execute, resolve
 from drillbit.spec.models import SuiteSpec
 
@@ -179,35 +179,20 @@ def _versions_line(comp: Comparison) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(comp.versions.items()))
 
 
+def page(comp: Comparison) -> Page:
+    table_rows = rows(comp)
+    return Page(f"Compare: suite `{comp.suite.name}` on `{comp.cluster}`", [
+        f"Jobs: {', '.join(comp.jobs)}. Versions: {_versions_line(comp)}.",
+        Table(COLUMNS, [[r[c] for c in COLUMNS] for r in table_rows], right=frozenset(NUMERIC),
+              tones=[r["verdict"].split()[0] if r["verdict"] else None for r in table_rows])])
+
+
 def markdown(comp: Comparison) -> str:
-    lines = [f"## Compare: suite `{comp.suite.name}` on `{comp.cluster}`", "",
-             f"Jobs: {', '.join(comp.jobs)}. Versions: {_versions_line(comp)}.", "",
-             "| " + " | ".join(COLUMNS) + " |",
-             "|" + "|".join("---:" if c in NUMERIC else "---" for c in COLUMNS) + "|"]
-    for r in rows(comp):
-        lines.append("| " + " | ".join(r[c].replace("|", "\\|") for c in COLUMNS) + " |")
-    return "\n".join(lines) + "\n"
+    return page(comp).markdown()
 
 
 def html(comp: Comparison) -> str:
-    color = {"pass": "#1a7f37", "fail": "#cf222e", "n/a": "#6e7781"}
-    head = "".join(f"<th>{_html.escape(c)}</th>" for c in COLUMNS)
-    body = []
-    for r in rows(comp):
-        tds = []
-        for c in COLUMNS:
-            style = ' class="num"' if c in NUMERIC else ""
-            if c == "verdict":
-                style = f' style="color:{color.get(r[c].split()[0], "#9a6700")};font-weight:600"'
-            tds.append(f"<td{style}>{_html.escape(r[c])}</td>")
-        body.append("<tr>" + "".join(tds) + "</tr>")
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>drillbit compare: "
-            f"{_html.escape(comp.suite.name)}</title><style>body{{font-family:system-ui,sans-serif;margin:2em}}"
-            "table{border-collapse:collapse}td,th{border:1px solid #d0d7de;padding:4px 8px;vertical-align:top}"
-            ".num{text-align:right}</style></head><body>"
-            f"<h1>Compare: suite {_html.escape(comp.suite.name)} on {_html.escape(comp.cluster)}</h1>"
-            f"<p>Jobs: {_html.escape(', '.join(comp.jobs))}. Versions: {_html.escape(_versions_line(comp))}.</p>"
-            f"<table><tr>{head}</tr>{''.join(body)}</table></body></html>\n")
+    return page(comp).html()
 
 
 def to_json(comp: Comparison) -> dict[str, Any]:
@@ -219,6 +204,6 @@ def to_json(comp: Comparison) -> dict[str, Any]:
 
 def write_outputs(comp: Comparison, reports_dir: str | Path) -> Path:
     folder = new_folder(reports_dir, comp.suite.name, kind="compare")
-    write_files(folder, {"compare.md": markdown(comp), "compare.html": html(comp),
-                         "compare.json": json.dumps(to_json(comp), indent=2, default=str) + "\n"})
+    multirun.write(folder, page(comp), md="compare.md", html="compare.html", data=to_json(comp),
+                   json_name="compare.json")
     return folder

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from drillbit.checks.verdict import worst
+from drillbit.verdicts import worst
 
 PASS, FAIL, USAGE, INCONCLUSIVE, ABORTED, HARNESS = 0, 1, 2, 3, 4, 5
 BY_VERDICT = {"pass": PASS, "fail": FAIL, "inconclusive": INCONCLUSIVE, "aborted": ABORTED}

@@ -16,7 +16,8 @@ from rich.panel import Panel
 from rich.prompt import Confirm
 
 from drillbit.session import Resolved, plan_text
-from drillbit.suite import SuiteRun, summary_markdown
+from drillbit.report.multirun import Bullets, Heading, Page, Table
+from drillbit.suite import SuiteRun, summary_page
 
 EXPECTED = (  # (SLO field, measurement, words)
     ("detect_within", "time_to_detect", "detected"),
@@ -51,39 +52,44 @@ class Host:
                            + ("; ".join(payload["reasons"]) or "all SLOs met"))
 
 
-def review_markdown(run: SuiteRun, specs: dict[str, Resolved], run_dirs: list[Path]) -> str:
-    lines = [f"# Game day review: {run.suite.name} on {run.cluster}", "",
-             f"Held {time.strftime('%Y-%m-%d %H:%M')}. {run.suite.description}", ""]
+def review_page(run: SuiteRun, specs: dict[str, Resolved], run_dirs: list[Path]) -> Page:
+    blocks: list = [f"Held {time.strftime('%Y-%m-%d %H:%M')}. {run.suite.description}"]
     planned = [e.drill for e in run.suite.entries()]
     if not run.complete:
         ran = [r["drill"] for r in run.results]
         not_run = [d for d in planned if Path(d).stem not in ran and d not in ran]
-        lines += [f"**Incomplete game day:** {len(run.results)} of {len(planned)} drills ran; not run: "
-                  f"{', '.join(not_run)} ({len(run.skipped)} declined at the prompt"
-                  + (", the rest left out after a failure (stop_on_failure)" if len(not_run) > len(run.skipped)
-                     else "") + ").", ""]
-    lines.append(summary_markdown(run, "Outcome" if run.complete else "Outcome of the drills that ran"))
+        blocks.append(f"**Incomplete game day:** {len(run.results)} of {len(planned)} drills ran; not run: "
+                      f"{', '.join(not_run)} ({len(run.skipped)} declined at the prompt"
+                      + (", the rest left out after a failure (stop_on_failure)" if len(not_run) > len(run.skipped)
+                         else "") + ").")
+    outcome = summary_page(run, "Outcome" if run.complete else "Outcome of the drills that ran")
+    blocks += [Heading(outcome.title), *outcome.blocks]
     follow_ups: list[str] = []
     for payload, run_dir in zip(run.results, run_dirs):
         spec = specs[payload["drill"]].spec
         m = payload["measurements"]
-        lines += [f"## {payload['drill']} ({spec.class_}) — {payload['verdict']}", "", spec.summary, "",
-                  "| milestone | expected | actual |", "|---|---:|---:|"]
+        rows = []
         for field, key, words in EXPECTED:
             limit = getattr(spec.slo, field)
             actual = m.get(key)
-            lines.append(f"| {words} | {'≤ %gs' % limit if limit is not None else '—'} | "
-                         f"{'+%.1fs' % actual if actual is not None else 'never'} |")
+            rows.append([words, "≤ %gs" % limit if limit is not None else "—",
+                         "+%.1fs" % actual if actual is not None else "never"])
         if spec.slo.max_lost_steps is not None:
-            lines.append(f"| lost steps | ≤ {spec.slo.max_lost_steps} | {m.get('lost_steps', '—')} |")
-        lines += ["", "**What broke:** " + ("; ".join(payload["reasons"]) or "nothing; every SLO held."), "",
-                  f"Report: `{run_dir}/report.html`", ""]
+            rows.append(["lost steps", f"≤ {spec.slo.max_lost_steps}", str(m.get("lost_steps", "—"))])
+        blocks += [Heading(f"{payload['drill']} ({spec.class_}) — {payload['verdict']}"), spec.summary,
+                   Table(("milestone", "expected", "actual"), rows, right=frozenset({"expected", "actual"})),
+                   "**What broke:** " + ("; ".join(payload["reasons"]) or "nothing; every SLO held."),
+                   f"Report: `{run_dir}/report.html`"]
         for slo in payload["slos"]:
             if slo["status"] != "pass":
                 book = f" (runbook: `drill runbook {spec.runbook}`)" if spec.runbook else ""
-                follow_ups.append(f"- [ ] {payload['drill']}: {slo['name']} {slo['status']} "
+                follow_ups.append(f"[ ] {payload['drill']}: {slo['name']} {slo['status']} "
                                   f"(limit {slo['limit']}, measured {slo['measured']}){book}")
     for name in run.skipped:
-        follow_ups.append(f"- [ ] {name}: skipped at the prompt; reschedule it")
-    lines += ["## Follow-ups", ""] + (follow_ups or ["- none: every drill met its SLOs"])
-    return "\n".join(lines) + "\n"
+        follow_ups.append(f"[ ] {name}: skipped at the prompt; reschedule it")
+    blocks += [Heading("Follow-ups"), Bullets(follow_ups or ["none: every drill met its SLOs"])]
+    return Page(f"Game day review: {run.suite.name} on {run.cluster}", blocks, level=1)
+
+
+def review_markdown(run: SuiteRun, specs: dict[str, Resolved], run_dirs: list[Path]) -> str:
+    return review_page(run, specs, run_dirs).markdown()

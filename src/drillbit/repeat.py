@@ -7,7 +7,6 @@ failing run with its reason. The results store keeps every run.
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
@@ -15,7 +14,9 @@ from typing import Any
 
 from drillbit import exitcodes
 from drillbit.checks.verdict import interrupted, worst
-from drillbit.runfolder import new_folder, write_files
+from drillbit.report import multirun
+from drillbit.report.multirun import Bullets, Page, Table
+from drillbit.runfolder import new_folder
 from drillbit.session import execute
 
 # measurements summarised (numbers only)
@@ -56,14 +57,19 @@ def aggregate(drill: str, payloads: list[dict[str, Any]], run_dirs: list[str],
             "cluster": payloads[0]["cluster"] if payloads else None, "job": payloads[0]["job"] if payloads else None}
 
 
-def summary_markdown(agg: dict[str, Any]) -> str:
-    lines = [f"## {agg['drill']} x {agg['repeat']}: {agg['verdict'].upper()} ({agg['passes']} of {agg['repeat']} "
-             "passed)", "", "| measurement | median | p90 | min | max | runs |", "|---|---:|---:|---:|---:|---:|"]
-    for name, s in agg["stats"].items():
-        lines.append(f"| {name} | {s['median']:.3g} | {s['p90']:.3g} | {s['min']:.3g} | {s['max']:.3g} | {s['n']} |")
+def page(agg: dict[str, Any]) -> Page:
+    head = ("measurement", "median", "p90", "min", "max", "runs")
+    rows = [[name, f"{st['median']:.3g}", f"{st['p90']:.3g}", f"{st['min']:.3g}", f"{st['max']:.3g}", str(st["n"])]
+            for name, st in agg["stats"].items()]
+    blocks: list = [Table(head, rows, right=frozenset(head[1:]))]
     if agg["reasons"]:
-        lines += ["", *[f"- {r}" for r in agg["reasons"]]]
-    return "\n".join(lines) + "\n"
+        blocks.append(Bullets(list(agg["reasons"])))
+    return Page(f"{agg['drill']} x {agg['repeat']}: {agg['verdict'].upper()} ({agg['passes']} of {agg['repeat']} "
+                "passed)", blocks)
+
+
+def summary_markdown(agg: dict[str, Any]) -> str:
+    return page(agg).markdown()
 
 
 def run_repeated(resolved, n: int, *, min_pass_rate: float | None = None, reports_dir: str | None = None,
@@ -78,5 +84,5 @@ def run_repeated(resolved, n: int, *, min_pass_rate: float | None = None, report
             break
     agg = aggregate(resolved.spec.name, payloads, dirs, min_pass_rate)
     out = new_folder(reports_dir or resolved.config.reports_dir, resolved.spec.name, kind="repeat")
-    write_files(out, {"repeat.json": json.dumps(agg, indent=2), "summary.md": summary_markdown(agg)})
+    multirun.write(out, page(agg), md="summary.md", html="summary.html", data=agg, json_name="repeat.json")
     return agg, out

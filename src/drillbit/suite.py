@@ -17,7 +17,9 @@ from drillbit.exitcodes import suite_exit_code
 from drillbit.loop import UI
 from drillbit.repeat import run_repeated
 from drillbit.report import junit
-from drillbit.runfolder import new_folder, write_files
+from drillbit.report import multirun
+from drillbit.report.multirun import Page, Table
+from drillbit.runfolder import new_folder
 from drillbit.session import Resolved, execute, resolve
 from drillbit.spec.models import SLO, SuiteSpec
 
@@ -131,30 +133,40 @@ def repeated_payload(agg: dict[str, Any]) -> dict[str, Any]:
             "measurements": {k: s["median"] for k, s in agg["stats"].items()}, "slos": [], "repeat": agg}
 
 
-def summary_markdown(run: SuiteRun, title: str) -> str:
-    icon = {"pass": "✅", "fail": "❌", "inconclusive": "❔", "aborted": "⛔"}
-    lines = [f"## {title}: {icon.get(run.verdict, '')} {run.verdict.upper()}", "",
-             f"Suite `{run.suite.name}` on cluster `{run.cluster}`"
-             + ("." if run.complete else f": incomplete, {len(run.results)} of {len(run.suite.entries())} drills ran."),
-             "",
-             "| drill | job | verdict | detect s | first step s | lost steps | vs baseline | why |",
-             "|---|---|---|---:|---:|---:|---|---|"]
+ICON = {"pass": "✅", "fail": "❌", "inconclusive": "❔", "aborted": "⛔"}
+
+
+def summary_blocks(run: SuiteRun) -> list:
+    """The suite's outcome: where it ran, then a row per drill (a game day's review holds it too)."""
+    fmt = lambda v: "—" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))  # noqa: E731
+    head = ("drill", "job", "verdict", "detect s", "first step s", "lost steps", "vs baseline", "why")
+    rows, tones = [], []
     for r in run.results:
         m = r["measurements"]
         regress = [s for s in r["slos"] if s["name"].startswith("regression.")]
         vs = ", ".join(f"{s['measurement']} {s['measured']:+.0%}" if s["measured"] is not None else
                        f"{s['measurement']}: {s['detail']}" for s in regress) or "—"
-        fmt = lambda v: "—" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))  # noqa: E731
-        why = "<br>".join(r["reasons"]).replace("|", "\\|") or "all SLOs met"
-        lines.append(f"| {r['drill']} | {r['job']} | {icon.get(r['verdict'], '')} {r['verdict']} | "
-                     f"{fmt(m.get('time_to_detect'))} | {fmt(m.get('time_to_first_step'))} | "
-                     f"{fmt(m.get('lost_steps'))} | {vs} | {why} |")
+        rows.append([r["drill"], r["job"], f"{ICON.get(r['verdict'], '')} {r['verdict']}",
+                     fmt(m.get("time_to_detect")), fmt(m.get("time_to_first_step")), fmt(m.get("lost_steps")), vs,
+                     "<br>".join(r["reasons"]) or "all SLOs met"])
+        tones.append(r["verdict"])
     for name in run.skipped:
-        lines.append(f"| {name} | | skipped | | | | | declined at the prompt |")
-    return "\n".join(lines) + "\n"
+        rows.append([name, "", "skipped", "", "", "", "", "declined at the prompt"])
+        tones.append("skipped")
+    where = (f"Suite `{run.suite.name}` on cluster `{run.cluster}`"
+             + ("." if run.complete else f": incomplete, {len(run.results)} of {len(run.suite.entries())} drills ran."))
+    return [where, Table(head, rows, right=frozenset({"detect s", "first step s", "lost steps"}), tones=tones)]
+
+
+def summary_page(run: SuiteRun, title: str) -> Page:
+    return Page(f"{title}: {ICON.get(run.verdict, '')} {run.verdict.upper()}", summary_blocks(run))
+
+
+def summary_markdown(run: SuiteRun, title: str) -> str:
+    return summary_page(run, title).markdown()
 
 
 def write_gate_outputs(run: SuiteRun, reports_dir: str | Path) -> Path:
     out = new_folder(reports_dir, run.suite.name, kind="gate")
-    return write_files(out, {"junit.xml": junit.to_xml(f"drillbit.{run.suite.name}", run.results),
-                             "summary.md": summary_markdown(run, "Recovery gate")})
+    return multirun.write(out, summary_page(run, "Recovery gate"), md="summary.md", html="summary.html",
+                          extra={"junit.xml": junit.to_xml(f"drillbit.{run.suite.name}", run.results)})

@@ -13,8 +13,6 @@ never came to the point (nothing to judge). The matrix goes to
 """
 from __future__ import annotations
 
-import html
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,9 @@ from drillbit.checks.verdict import interrupted, worst
 from drillbit.dirwatch import FileEvent
 from drillbit.errors import ConfigError
 from drillbit.evidence import SaveRecorded, effects
-from drillbit.runfolder import new_folder, write_files
+from drillbit.report import multirun
+from drillbit.report.multirun import Page, Table
+from drillbit.runfolder import new_folder
 from drillbit.saves import CrashPoint, Save, crash_points, sample
 from drillbit.session import execute
 
@@ -99,8 +99,7 @@ def run_sweep(resolved, *, points: list[CrashPoint] | None = None, n: int | None
               "verdict": worst(*[r["verdict"] for r in rows]) if rows else "inconclusive", "exit_code": code, "counts": counts, "rows": rows,
               "recorded": recorded, "versions": versions()}
     out = new_folder(reports_dir or resolved.config.reports_dir, resolved.job, kind="sweep")
-    write_files(out, {"sweep.json": json.dumps(report, indent=2), "sweep.md": markdown(report),
-                      "sweep.html": html_page(report)})
+    multirun.write(out, page(report), md="sweep.md", html="sweep.html", data=report, json_name="sweep.json")
     return report, out
 
 
@@ -132,34 +131,17 @@ def _cells(r: dict[str, Any]) -> list[str]:
             "; ".join(r["reasons"][:2]) or "-"]
 
 
-def markdown(report: dict[str, Any]) -> str:
+def page(report: dict[str, Any]) -> Page:
     counts = ", ".join(f"{n} {c}" for c, n in report["counts"].items() if n)
-    lines = [f"## Crash-point sweep: {report['drill']} on {report['job']} ({report['cluster']}): "
-             f"{report['verdict'].upper()} — {counts}", ""]
+    blocks: list = []
     if report.get("recorded"):
-        lines += [f"One save recorded: {len(report['recorded']['events'])} file events, "
-                  f"{report['recorded']['points']} crash points; {len(report['rows'])} drilled.", ""]
-    lines += ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    for r in report["rows"]:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |")
-    lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items())]
-    return "\n".join(lines) + "\n"
+        blocks.append(f"One save recorded: {len(report['recorded']['events'])} file events, "
+                      f"{report['recorded']['points']} crash points; {len(report['rows'])} drilled.")
+    blocks.append(Table(HEAD, [_cells(r) for r in report["rows"]], tones=[r["class"] for r in report["rows"]]))
+    blocks.append("Versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()))
+    return Page(f"Crash-point sweep: {report['drill']} on {report['job']} ({report['cluster']}): "
+                f"{report['verdict'].upper()} — {counts}", blocks)
 
 
-COLOURS = {"pass": "#cfc", "silent": "#fc9", "hard-fail": "#f99", "lost-work": "#ffc", "fail": "#f99",
-           "not-reached": "#eee", "error": "#ddd"}
-
-
-def html_page(report: dict[str, Any]) -> str:
-    e = html.escape
-    rows = "".join(
-        f"<tr style='background:{COLOURS[r['class']]}'>" + "".join(f"<td>{e(c)}</td>" for c in _cells(r)) + "</tr>"
-        for r in report["rows"])
-    counts = ", ".join(f"{n} {c}" for c, n in report["counts"].items() if n)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>sweep {e(report['job'])}</title>"
-            "<style>body{font-family:sans-serif}td,th{border:1px solid #999;padding:3px 6px}"
-            "table{border-collapse:collapse}</style></head><body>"
-            f"<h1>Crash-point sweep: {e(report['drill'])} on {e(report['job'])}</h1>"
-            f"<p>{e(report['verdict'].upper())} — {e(counts)} · cluster {e(report['cluster'])} · "
-            + e(", ".join(f"{k} {v}" for k, v in report["versions"].items())) + "</p>"
-            "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in HEAD) + f"</tr>{rows}</table></body></html>")
+def markdown(report: dict[str, Any]) -> str:
+    return page(report).markdown()

@@ -4,18 +4,12 @@ Combining ranks fail > aborted > inconclusive > pass.
 """
 from __future__ import annotations
 
-from typing import Literal
-
 from drillbit.checks.recovery import Measurements, quiet_after_fault
 from drillbit.checks.slo import SLOResult
 from drillbit.history import History
+from drillbit.verdicts import RANK, Verdict, worst
 
-Verdict = Literal["pass", "fail", "inconclusive", "aborted"]
-RANK: dict[str, int] = {"pass": 0, "inconclusive": 1, "aborted": 2, "fail": 3}
-
-
-def worst(*verdicts: Verdict) -> Verdict:
-    return max(verdicts, key=lambda v: RANK[v]) if verdicts else "pass"
+__all__ = ["RANK", "Verdict", "worst", "combine", "interrupted"]
 
 
 def _diagnosis(history: History, m: Measurements) -> str | None:

@@ -11,7 +11,8 @@ from drillbit import exitcodes
 from drillbit.cli.common import emit_json, err, json_option, out
 from drillbit.loading import load_config
 from drillbit.report.console import ConsoleUI
-from drillbit.runfolder import new_folder, write_files
+from drillbit.report import multirun
+from drillbit.runfolder import new_folder
 from drillbit.spec.load import find_config
 
 
@@ -114,14 +115,14 @@ def gameday() -> None:
 def gameday_run(name: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
                 db: str | None, as_json: bool, assume_yes: bool) -> int:
     """Announce, confirm and run each drill of a suite; write review.md."""
-    from drillbit.gameday import Host, review_markdown
+    from drillbit.gameday import Host, review_page
 
     host = Host(out, assume_yes)
     run, config = _suite_run(name, cluster, job, config_path, reports_dir, db, None, before=host.before,
                              after=host.after)
     folder = new_folder(reports_dir or config.reports_dir, Path(name).stem if name.endswith((".yaml", ".yml")) else name,
                         kind="gameday")
-    write_files(folder, {"review.md": review_markdown(run, host.specs, run.run_dirs)})
+    multirun.write(folder, review_page(run, host.specs, run.run_dirs), md="review.md", html="review.html")
     if as_json:
         emit_json(_suite_json(run, review=str(folder / "review.md")))
     else:
