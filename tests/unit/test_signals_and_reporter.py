@@ -144,3 +144,22 @@ def test_a_reporter_step_from_another_rank_is_not_a_second_step():
     assert matcher.match("drillbit-event t=1.0 kind=step n=5 rank=3") == []
     assert matcher.match("drillbit-event t=1.0 kind=step n=5 rank=0")[0][0] == "step"
     assert json.dumps(matcher.match("drillbit-event t=1.0 kind=step n=5")[0][2]) == '{"n": 5, "t_source": "line"}'
+
+
+def test_a_stamp_of_whole_seconds_takes_the_read_time_within_its_second():
+    """Megatron's training_log stamps whole seconds: a step read 0.3 s into its second was
+    written then, not at the second's start (a restart's first step would otherwise fall
+    before the restore line read just before it)."""
+    import time
+    from datetime import datetime
+
+    from drillbit.probes.preset import load, matcher
+
+    match = matcher(load("megatron").signals)
+    line = lambda when: f" [{when.strftime('%Y-%m-%d %H:%M:%S')}] iteration       21/     100 | lm loss: 1.0 |"  # noqa: E731
+    before = time.time()
+    [(kind, t, data)] = [h for h in match.match(line(datetime.now())) if h[0] == "step"]
+    assert kind == "step" and data["n"] == 21 and before <= t <= time.time()
+    old = datetime.fromtimestamp(before - 3600)
+    [(_, t_old, _)] = [h for h in match.match(line(old)) if h[0] == "step"]
+    assert t_old == float(int(before - 3600))  # read long after its second: the stamp stands

@@ -242,7 +242,9 @@ def measure(history: History) -> Measurements:
     if m.crash_point is not None and m.best_complete is not None and m.best_complete_step is None:
         m.best_complete_step = (m.crashed_step if m.best_complete == m.crashed_checkpoint else
                                 saved_step(events, os.path.join(crash_dir, m.best_complete), injected, "ckpt.save"))
-    if m.corrupted_path is not None:
+    if m.corrupted_path is not None and (m.signal_kinds is None or "ckpt.reject" in m.signal_kinds):
+        # the job's own word that it refused the damaged one; a profile that reads no reject
+        # line cannot say either way (the witnesses still judge what was loaded)
         m.rejected_corrupted = any(e.data.get("path") and relation(str(e.data["path"]), m.corrupted_path) == "same"
                                    for e in events if e.kind == "ckpt.reject" and e.t >= t0)
     escalate = first("escalate")

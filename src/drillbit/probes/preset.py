@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -71,6 +72,13 @@ class Matcher:
                     t = sig.parse_time(stamp)
                 except ValueError:
                     data["t_unread"] = stamp
+                else:
+                    # a coarse stamp (whole seconds) bounds the time from below; the line was
+                    # read after it was written, so a read within the stamp's span is the
+                    # closer time (a restart's first step then falls after its restore line)
+                    span, now = sig.time_resolution(stamp), time.time()
+                    if span and t <= now < t + span:
+                        t = now
             data["t_source"] = "line" if t is not None else "read"
             try:
                 for k in sig.ints:

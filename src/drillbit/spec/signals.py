@@ -119,6 +119,18 @@ class Signal(Strict):
                     raise ValueError("time_format is iso8601 or a strptime format such as %Y-%m-%d %H:%M:%S,%f")
         return self
 
+    def time_resolution(self, text: str) -> float:
+        """How coarse group t is, in seconds: a stamp of whole seconds (Megatron's
+        ``%Y-%m-%d %H:%M:%S``) says only that the line was written within that second."""
+        if self.time_format is None or self.time_format == "iso8601":
+            clock = text.strip().replace("Z", "")
+            if "." in clock or "," in clock:
+                return 0.0
+            return 60.0 if self.time_format and clock.count(":") == 1 else 1.0
+        if "%f" in self.time_format:
+            return 0.0
+        return 1.0 if "%S" in self.time_format or "%s" in self.time_format else 60.0
+
     def parse_time(self, text: str) -> float:
         """Group t as epoch seconds; ValueError when it cannot be read."""
         if self.time_format is None:
