@@ -76,7 +76,9 @@ def run_sweep(resolved, *, points: list[CrashPoint] | None = None, n: int | None
     for point in points:
         payload, outcome = execute(with_params(resolved, point=point.label()), reports_dir=reports_dir, db=db, ui=ui)
         m = Measurements.model_validate(payload["measurements"])
-        if payload.get("error"):
+        if payload.get("error_kind") == "inconclusive":
+            cls = "not-reached"  # the job ended before the save came to this point: nothing to judge
+        elif payload.get("error"):
             cls = "error"  # the harness broke: nothing to judge
         elif m.crash_point is None:
             cls = "not-reached"  # the save never came to this point: nothing to judge

@@ -110,6 +110,24 @@ def test_job_exiting_before_steady_state(tmp_path):
     assert_left_clean(agent, nodes)
 
 
+def test_job_exiting_before_the_trigger_is_inconclusive(tmp_path):
+    job = FakeJob()
+
+    def end_at_step_10() -> None:
+        while job.step < 10:
+            time.sleep(0.005)
+        job.exit_code = 2
+        job._stop.set()
+
+    threading.Thread(target=end_at_step_10, daemon=True).start()
+    outcome, agent, nodes = drill(tmp_path, drill_spec=spec(fault={"type": "kill-rank", "targets": {"ranks": [1]},
+                                                                   "trigger": {"at_step": 500}}), job=job)
+    assert outcome.error_kind == "inconclusive" and "before the trigger step 500" in outcome.error
+    assert outcome.result.verdict == "inconclusive" and exit_code(outcome.result.verdict, outcome.error_kind) == 3
+    assert "inject" not in agent.calls
+    assert_left_clean(agent, nodes)
+
+
 def test_sigint_mid_observe_aborts_and_heals(tmp_path):
     job = FakeJob(recovers=False)
 

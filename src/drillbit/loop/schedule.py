@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 
-from drillbit.errors import ConfigError, DrillError
+from drillbit.errors import ConfigError, Inconclusive
 from drillbit.loop.watch import Progress
 from drillbit.proc import ProcRef
 from drillbit.spec.config import JobProfile
@@ -145,7 +145,9 @@ def wait_during_save(ds: DuringSave, progress: Progress, job_exited: Callable[[]
     wait_for(progress, ds.delay)
 
 
-class JobExited(DrillError):
+class JobExited(Inconclusive):
+    """The job ended before the fault was due: nothing was injected, nothing established."""
+
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
