@@ -14,6 +14,7 @@ from drillbit.agent.deadman import read_records
 from drillbit.atomic import write_atomic
 from drillbit.checks import CheckResult, check
 from drillbit.checks.baseline import Baseline
+from drillbit.checks.predict import predict
 from drillbit.errors import ConfigError, DrillError, Problem, SpecError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import PlanStep
@@ -81,7 +82,21 @@ def plan_text(r: Resolved) -> str:
         f"observe   until {s.observe.until_steps_after_recovery} steps after recovery, window {s.observe.window:g} s",
         f"slo       {slo or '(none)'}",
         f"abort     after {s.abort.max_duration:g} s",
-    ] + _steps_text(resolve_steps(r)))
+    ] + _predicted_text(r) + _steps_text(resolve_steps(r)))
+
+
+def _predicted_text(r: Resolved) -> list[str]:
+    """Detection predicted from the job's declared timeouts, and the SLOs it decides."""
+    fault = get_fault(r.spec.fault.type)
+    p = predict(fault.seen_by(), fault.verb, r.config.jobs[r.job].timeouts, r.spec.slo)
+    if p is None:
+        return ["predicted (declare the job's timeouts: in its profile to predict detection)"]
+    head = ("never detected by a timeout" if p.never else "unknown" if p.detect_s is None
+            else f"detected within {p.detect_s:g} s by {p.by}")
+    lines = [f"predicted {head}: {p.why}"]
+    lines += [f"          {s.name} ({s.limit:g} s) will {s.status}" for s in p.slos]
+    lines += [f"warning   {w}" for w in p.warnings]
+    return lines
 
 
 def resolve_steps(r: Resolved) -> list[PlanStep] | str:

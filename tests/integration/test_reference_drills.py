@@ -84,6 +84,7 @@ def test_stall_nccl_passes_with_the_watchdog(tmp_path):
     assert result["verdict"] == "pass", result["reasons"]
     m = result["measurements"]
     assert 5 < m["time_to_detect"] < 30  # the reference watchdog's deadline is 10 s
+    assert (m["predicted_by"], m["predicted_detect_s"]) == ("watchdog", 10.0)  # from the profile's timeouts
     assert m["time_to_first_step"] > m["time_to_detect"]
 
 
@@ -93,6 +94,7 @@ def test_stall_nccl_fails_with_the_watchdog_off(tmp_path):
     assert "the stall was never detected" in result["reasons"][0]
     detect = next(s for s in result["slos"] if s["name"] == "detect_within")
     assert detect["status"] == "fail"
+    assert result["measurements"]["predicted_by"] == "collective"  # predicted: gloo's 30 min, past any SLO
     # the heal resumed the stopped rank before teardown
     heal = result["fault"]["heals"][0]
     assert heal["verified"] and "resumed" in heal["detail"]

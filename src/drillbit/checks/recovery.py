@@ -140,13 +140,22 @@ class TierFigures(BaseModel):
     steps_behind_best: int | None = None
 
 
+class PredictionFigures(BaseModel):
+    """Detection as the job's declared timeouts predicted it before the drill (checks/predict.py),
+    beside what was measured; not judged."""
+
+    predicted_detect_s: float | None = None
+    predicted_by: str | None = None           # the timeout predicted to see the fault first
+
+
 # The families, in the order their fields are reported (result.json keeps one flat object).
 FAMILIES: tuple[type[BaseModel], ...] = (RecoveryFigures, FailSlowFigures, ReplacementFigures, DamageFigures,
-                                         SaveCrashFigures, AttributionFigures, RequeueFigures, TierFigures)
+                                         SaveCrashFigures, AttributionFigures, RequeueFigures, TierFigures,
+                                         PredictionFigures)
 
 
-class Measurements(TierFigures, RequeueFigures, AttributionFigures, SaveCrashFigures, DamageFigures,
-                   ReplacementFigures, FailSlowFigures, RecoveryFigures):
+class Measurements(PredictionFigures, TierFigures, RequeueFigures, AttributionFigures, SaveCrashFigures,
+                   DamageFigures, ReplacementFigures, FailSlowFigures, RecoveryFigures):
     """One drill's figures: the families above, flat (a field belongs to exactly one)."""
 
     @staticmethod
@@ -166,6 +175,9 @@ def measure(history: History) -> Measurements:
     steady = next((e for e in events if e.kind == "steady"), None)
     confirmed = next((e for e in events if e.kind == "fault.confirmed"), None)
     m = Measurements(baseline_step_s=steady.data.get("baseline_step_s") if steady else None, t_observe_end=t_end)
+    predicted = next((e for e in events if e.kind == "predicted"), None)
+    if predicted is not None:
+        m.predicted_detect_s, m.predicted_by = predicted.data.get("detect_s"), predicted.data.get("by")
     launch = next((e for e in events if e.kind in ("job.launch", "job.attach")), None)
     if launch is not None and isinstance(launch.data.get("reads"), list):
         m.signal_kinds = [str(k) for k in launch.data["reads"]]

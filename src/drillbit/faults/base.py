@@ -135,6 +135,17 @@ class Fault(Generic[P, S]):
     # What the job's progress should do once the fault took effect: "stall" faults are
     # confirmed only when global progress stops too (confirm_progress).
     expects: ClassVar[Literal["crash", "stall", "slow"]] = "crash"
+    # which of a job's timeouts can see this fault (JobTimeouts' names), for the predicted
+    # detection; None: by what it expects (a crash: the launcher's poll; a stall: a progress
+    # watchdog or the collective the peers wait in; a slowdown: none)
+    detected_by: ClassVar[tuple[str, ...] | None] = None
+
+    @classmethod
+    def seen_by(cls) -> tuple[str, ...]:
+        """The job timeouts (JobTimeouts' names) that can detect this fault."""
+        if cls.detected_by is not None:
+            return cls.detected_by
+        return {"crash": ("monitor_interval",), "stall": ("watchdog", "collective"), "slow": ()}[cls.expects]
     # A fault that touches one shared thing for all its targets (a checkpoint file, the node
     # pool) takes at most this many; a wider selection is refused before anything is touched.
     max_targets: ClassVar[int | None] = None

@@ -23,6 +23,7 @@ class DataloaderHang(HangCollective):
 
     name = "dataloader-hang"
     verb = "stalled in its data loader"
+    detected_by = ("watchdog", "collective")  # the rank itself is alive: its heartbeat goes on
 
     def plan(self, targets: list[ProcRef], params: HangParams) -> Plan:
         return Plan(fault=self.name, targets=targets, action="SIGSTOP the DataLoader worker of each target rank",

@@ -38,6 +38,7 @@ class HangCollective(Fault[HangParams, HangState]):
     Params = HangParams
     State = HangState
     expects = "stall"
+    detected_by = ("watchdog", "collective", "heartbeat")  # a stopped process stops heartbeating too
 
     def plan(self, targets: list[ProcRef], params: HangParams) -> Plan:
         return Plan(fault=self.name, targets=targets, action="SIGSTOP each target",

@@ -96,6 +96,9 @@ class KillNode(Fault[KillNodeParams, KillNodeState]):
     Params = KillNodeParams
     State = KillNodeState
     expects = "crash"
+    # the survivors' workers lose their peer (a reset connection, else the collective's
+    # timeout, or a heartbeat) and their launchers see them fail at the next poll
+    detected_by = ("monitor_interval", "heartbeat", "collective")
 
     def plan(self, targets: list[ProcRef], params: KillNodeParams) -> Plan:
         nodes = sorted({t.node or "?" for t in targets})

@@ -32,6 +32,7 @@ import psutil
 from drillbit.checkpoints import SavedTier, tier_steps
 from drillbit.checks import CheckResult, check
 from drillbit.checks.baseline import Baseline
+from drillbit.checks.predict import predict
 from drillbit.checks.recovery import awaiting, recovered
 from drillbit.errors import ConfigError, DrillError, Inconclusive
 from drillbit.faults import get as get_fault
@@ -294,6 +295,9 @@ class DrillRunner:
         self.nodes.check(self.job, self.spec.fault.type, self.spec.abort.max_duration, self.job_name)
         if self.nodes.launches(self.job) is None and self.job.attach_pid is not None:
             self.attached = self.nodes.attach_root(self.job.attach_pid, self.job.attach_start_time)
+        prediction = predict(self.fault.seen_by(), self.fault.verb, self.job.timeouts, self.spec.slo)
+        if prediction is not None:  # from the job's declared timeouts, before anything runs
+            self.record("predicted", **prediction.model_dump())
 
     def launch(self) -> None:
         launches = self.nodes.launches(self.job)

@@ -217,6 +217,24 @@ class ReplacementHook(Strict):
         return value
 
 
+class JobTimeouts(Strict):
+    """The job's own timeouts, as its configuration sets them: from these a dry run predicts
+    when each drill's fault is detected and which SLO will fail, and the report sets the
+    prediction beside the measurement."""
+
+    collective: Duration | None = None
+    """the process group's collective timeout (torch's defaults: NCCL 10 min, gloo 30 min): a
+    rank waiting in a collective on a peer that never comes gives up after it"""
+    watchdog: Duration | None = None
+    """a progress watchdog's deadline: no step for this long and it acts"""
+    heartbeat: Duration | None = None
+    """a liveness heartbeat's timeout (NVRx's rank monitor, JAX's coordination service): it
+    sees a process that stopped or died, not one that is alive and waiting"""
+    monitor_interval: Duration | None = None
+    """how often the launcher polls its workers (torchrun --monitor-interval): a dead worker
+    is seen within it"""
+
+
 class JobProfile(Strict):
     description: str = ""
     """one line, shown by drill list"""
@@ -249,6 +267,9 @@ class JobProfile(Strict):
                                                                "(corrupt-checkpoint, restore-hang, drill probe)")
     replacement: ReplacementHook | None = Field(None, description="the job's node-replacement command "
                                                                   "(fail-node-replacement)")
+    timeouts: JobTimeouts | None = Field(None, description="the job's own timeouts (collective, watchdog, "
+                                                           "heartbeat, monitor_interval): detection predicted from "
+                                                           "them by --dry-run and set beside the measurement")
     tiers: dict[str, Tier] = Field(
         default_factory=dict, description="multi-tier checkpoints, nearest first: tier name (local, memory, "
                                           "persistent) -> where its copies are; a dir may be a glob, each match one "
@@ -284,6 +305,10 @@ def _reference(description: str, *flags: str) -> JobProfile:
         logs=["{run_dir}/job/events.log", "{run_dir}/job/launcher.log"],
         heartbeat_file="{run_dir}/job/heartbeat/rank0",
         checkpoint=CheckpointSpec(dir="{run_dir}/job/ckpt", layout="reference"),
+        # the launcher's defaults (drillbit.reference.launch, train.py): gloo's 30 min collective
+        # timeout, the progress watchdog's 10 s deadline, torchrun polled every 0.5 s
+        timeouts=JobTimeouts(collective=1800.0, monitor_interval=0.5,
+                             watchdog=None if "--no-watchdog" in flags else 10.0),
         replacement=ReplacementHook(command="drillbit-ref-nodepool", failed_arg="--failed", declare_dead=[
             "{python}", "-m", "drillbit.reference.nodepool", "mark-bad", "--pool", "{run_dir}/job/pool.json",
             "--active"], revive=["{python}", "-m", "drillbit.reference.nodepool", "mark-good", "--pool",
