@@ -56,10 +56,10 @@ def predict(seen_by: tuple[str, ...], verb: str, timeouts: JobTimeouts | None, s
                               "(timeouts: in the job profile)")
     by, seconds = min(declared.items(), key=lambda kv: kv[1])
     slos = []
-    if slo.detect_within is not None:
+    if slo.detect_within is not None:  # a timeout equal to the limit fires at it: the detection comes just after
         slos.append(PredictedSLO(name="detect_within", limit=float(slo.detect_within),
-                                 status="fail" if seconds > slo.detect_within else "pass"))
-    if slo.first_step_within is not None and seconds > slo.first_step_within:  # no first step before detection
+                                 status="fail" if seconds >= slo.detect_within else "pass"))
+    if slo.first_step_within is not None and seconds >= slo.first_step_within:  # no first step before detection
         slos.append(PredictedSLO(name="first_step_within", limit=float(slo.first_step_within), status="fail"))
     others = [f"{n} {v:g} s" for n, v in declared.items() if n != by]
     return Prediction(detect_s=float(seconds), by=by, slos=slos, warnings=notes,

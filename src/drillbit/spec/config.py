@@ -292,6 +292,11 @@ class DrillConfig(Strict):
     """the jobs drilled, by name (--job NAME)"""
 
 
+def _flag(flags: tuple[str, ...], name: str, default: float) -> float:
+    """A fixture's numeric flag as its launch command passes it, else its default."""
+    return float(flags[flags.index(name) + 1]) if name in flags else default
+
+
 def _reference(description: str, *flags: str) -> JobProfile:
     return JobProfile(
         description=description,
@@ -333,6 +338,7 @@ def _raytrain(description: str, *flags: str) -> JobProfile:
                                    "--address", "{ray_address}", *flags], stop_timeout=30.0),
         ranks=RankDiscovery(pidfiles="{run_dir}/job/pids/*.json"),
         logs=["{run_dir}/job/events.log", "{run_dir}/job.out"],
+        timeouts=JobTimeouts(collective=_flag(flags, "--collective-timeout", 10.0)),  # its process group's
     )
 
 
@@ -350,6 +356,7 @@ def _torchft(description: str, *flags: str) -> JobProfile:
                             exclude_cmdline=r"torch\.distributed\.run", rank_env="REPLICA_GROUP_ID"),
         launcher=r"torch\.distributed\.run|drillbit\.stacks\.torchft_job launch",
         logs=["{run_dir}/job/lighthouse.log", "{run_dir}/job/group0.log", "{run_dir}/job/group1.log"],
+        timeouts=JobTimeouts(collective=_flag(flags, "--timeout", 10.0)),  # torchft's, for collectives and RPCs
     )
 
 
@@ -383,7 +390,11 @@ def _loop_job(stack: str, agent: str, logs: list[str], description: str, *flags:
 
 def _nvrx(description: str, *flags: str) -> JobProfile:
     """Two ranks under NVRx's ft_launcher with rank-monitor heartbeats."""
-    return _loop_job("nvrx", "ft_launcher", ["{run_dir}/job/launcher.log"], description, *flags)
+    # NVRx's heartbeat is sent from the training loop, once a step: a progress watchdog, not a
+    # liveness one (its defaults: 60 min before the first heartbeat, 45 min after)
+    return _loop_job("nvrx", "ft_launcher", ["{run_dir}/job/launcher.log"], description, *flags).model_copy(
+        update={"timeouts": JobTimeouts(collective=1800.0,
+                                        watchdog=2700.0 if "--default-timeouts" in flags else 10.0)})
 
 
 def _dlrover(description: str, *flags: str) -> JobProfile:
@@ -433,6 +444,8 @@ def _jax(description: str, *flags: str) -> JobProfile:
         checkpoint=CheckpointSpec(dir="{run_dir}/job/persistent", layout="orbax"),
         tiers={"local": CheckpointSpec(dir="{run_dir}/job/local/p{rank}", layout="orbax"),
                "persistent": CheckpointSpec(dir="{run_dir}/job/persistent", layout="orbax")},
+        # JAX's coordination service: heartbeats from a thread of its own, a liveness check
+        timeouts=JobTimeouts(heartbeat=_flag(flags, "--heartbeat", 10.0)),
     )
 
 
