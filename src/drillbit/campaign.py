@@ -205,10 +205,7 @@ class CampaignFaults:
             f = rng.choices(c.faults, weights=weights)[0]
             nxt = due + c.arrival.gap(rng)
             step = CampaignStep(self, index, f, due, nxt if c.mode == "overlapping" else None)
-            yield step
-            if not step.began:
-                runner.record("campaign.end", faults=index)
-                return
+            yield step  # the runner takes it; a step that never began ended the stream (and said so)
             index += 1
             if runner.history.first("job.exit") is not None:
                 break  # no job left to break
@@ -224,17 +221,16 @@ class CampaignStep:
         self.stream, self.index, self.campaign_fault, self.at, self.cut = stream, index, fault, due, cut
         self.spec = drill_spec_for(stream.campaign, fault)
         self.label = f"#{index + 1}: "
-        self.began = False
         self.t_start = 0.0
 
     def due(self, runner: DrillRunner) -> bool:
         while time.time() < self.at:
-            if runner.job_exit_code() is not None:
+            if runner.job_exit_code() is not None:  # the job ended before this fault came: the campaign ends
                 runner.record("job.exit", code=runner.job_exit_code())
+                runner.record("campaign.end", faults=self.index)
                 return False
             runner.ui.status(f"fault {self.index + 1} in {self.at - time.time():4.1f} s")
             runner.tick(0.1)
-        self.began = True
         self.t_start = time.time()
         runner.record("campaign.fault", index=self.index, fault=self.campaign_fault.type)
         return True

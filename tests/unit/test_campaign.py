@@ -99,3 +99,28 @@ def test_a_bad_cause_mix_is_refused_with_every_problem(tmp_path):
                                              "no-such-fleet"))
     with pytest.raises(SpecError, match="no such scenario"):
         load_campaign(path)
+
+
+def test_a_job_that_ends_between_faults_ends_the_campaign_and_says_so(tmp_path):
+    import threading
+    import time
+
+    job = FakeJob()
+    agent = FakeAgent("n0", job)
+    c = campaign(arrival={"process": "fixed", "interval": "5s"}, duration="30s")
+    faults = CampaignFaults(c)
+
+    def end_before_the_first_fault() -> None:
+        while job.step < 10:
+            time.sleep(0.005)
+        job.exit_code = 1
+        job._stop.set()
+
+    threading.Thread(target=end_before_the_first_fault, daemon=True).start()
+    runner = DrillRunner(drill_spec_for(c, c.faults[0]), "fake", CLUSTER, "fake-job", JOB, tmp_path,
+                         nodes=FakeNodes(tmp_path, agent), probes=fake_probes(job), heal_timeout=0.3)
+    outcome = runner.run(faults)
+    agent.release.set()
+    assert faults.segments == [] and "inject" not in agent.calls
+    [end] = outcome.history.of("campaign.end")
+    assert end.data["faults"] == 0 and outcome.history.first("job.exit").data["code"] == 1
