@@ -241,3 +241,25 @@ def test_result_json_is_a_typed_run_result_and_reads_back(tmp_path):
 
     with _pytest.raises(ValidationError):
         RunResult.model_validate(broken)
+
+
+def test_the_prediction_from_the_jobs_timeouts_sits_beside_the_measurement():
+    import io
+
+    from rich.console import Console
+
+    from drillbit.report.console import summary
+
+    h = kill_pass_history()
+    predicted = History.build([(h.first("drill.start").t + 0.01, "predicted",
+                                {"detect_s": 0.5, "by": "monitor_interval", "why": "…"})])
+    history = History(events=sorted([*h, *predicted], key=lambda e: e.t))
+    payload = payload_for(history)
+    m = payload["measurements"]
+    assert (m["predicted_detect_s"], m["predicted_by"], m["time_to_detect"]) == (0.5, "monitor_interval", 0.2)
+    out = io.StringIO()
+    summary(Console(file=out, width=200), payload, "run")
+    assert "detection predicted from the job's timeouts: within 0.5 s by its monitor interval; measured 0.20 s" \
+        in out.getvalue()
+    assert "Detection predicted from the job's timeouts: within 0.5 s, by its monitor interval; measured: 0.2 s" \
+        in render.markdown(payload)

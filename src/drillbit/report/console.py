@@ -74,6 +74,11 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
     for key, unit in rows:
         table.add_row(key, _fmt(m.get(key), unit))
     console.print(table)
+    if m.get("predicted_by"):
+        detect = m.get("time_to_detect")
+        console.print(f"  detection predicted from the job's timeouts: within {m['predicted_detect_s']:g} s by its "
+                      f"{m['predicted_by'].replace('_', ' ')}; measured "
+                      + ("never" if detect is None else f"{detect:.2f} s"))
     if m.get("attribution"):
         console.print(f"  attribution: {m['attribution']['text']}")
     if payload["slos"]:
