@@ -72,6 +72,16 @@ class FakeJob:
     def kill(self) -> None:
         self.down_since = time.time()
 
+    def exit_at(self, step: int, code: int) -> None:
+        """End the job with ``code`` once it has made ``step`` steps (a job that gives up on its own)."""
+        def watch() -> None:
+            while self.step < step:
+                time.sleep(0.005)
+            self.exit_code = code
+            self._stop.set()
+
+        threading.Thread(target=watch, daemon=True).start()
+
     def stop(self) -> int:
         self._stop.set()
         self._thread.join(timeout=2)

@@ -102,21 +102,11 @@ def test_a_bad_cause_mix_is_refused_with_every_problem(tmp_path):
 
 
 def test_a_job_that_ends_between_faults_ends_the_campaign_and_says_so(tmp_path):
-    import threading
-    import time
-
     job = FakeJob()
     agent = FakeAgent("n0", job)
     c = campaign(arrival={"process": "fixed", "interval": "5s"}, duration="30s")
     faults = CampaignFaults(c)
-
-    def end_before_the_first_fault() -> None:
-        while job.step < 10:
-            time.sleep(0.005)
-        job.exit_code = 1
-        job._stop.set()
-
-    threading.Thread(target=end_before_the_first_fault, daemon=True).start()
+    job.exit_at(10, 1)  # before the first fault is due
     runner = DrillRunner(drill_spec_for(c, c.faults[0]), "fake", CLUSTER, "fake-job", JOB, tmp_path,
                          nodes=FakeNodes(tmp_path, agent), probes=fake_probes(job), heal_timeout=0.3)
     outcome = runner.run(faults)

@@ -112,14 +112,7 @@ def test_job_exiting_before_steady_state(tmp_path):
 
 def test_job_exiting_before_the_trigger_is_inconclusive(tmp_path):
     job = FakeJob()
-
-    def end_at_step_10() -> None:
-        while job.step < 10:
-            time.sleep(0.005)
-        job.exit_code = 2
-        job._stop.set()
-
-    threading.Thread(target=end_at_step_10, daemon=True).start()
+    job.exit_at(10, 2)
     outcome, agent, nodes = drill(tmp_path, drill_spec=spec(fault={"type": "kill-rank", "targets": {"ranks": [1]},
                                                                    "trigger": {"at_step": 500}}), job=job)
     assert outcome.error_kind == "inconclusive" and "before the trigger step 500" in outcome.error
