@@ -39,6 +39,18 @@ class ProcessStopped(_Strict):
     status: str
 
 
+class LinkCut(_Strict):
+    """partition, lossy-link: the nftables table that drops the node's packets is loaded."""
+
+    kind: ClassVar[str] = "link-cut"
+    table: str
+    netns: str
+    scope: str
+    endpoint: str | None
+    direction: str
+    loss_pct: float
+
+
 class NodeGone(_Strict):
     """kill-node, node-crash: every process of the job on the node is gone."""
 
@@ -153,7 +165,7 @@ class ReplacementBroken(_Strict):
 
 KINDS: dict[str, type[Effect]] = {m.kind: m for m in (Effect, ProcessGone, ProcessStopped, NodeGone, NodeState,
                                                        FileDamage, SaveCrash, SaveRecorded, Slowed, Throttled,
-                                                       TierLost, ReplacementBroken)}
+                                                       TierLost, ReplacementBroken, LinkCut)}
 
 
 def parse(evidence: dict[str, Any]) -> Effect | None:

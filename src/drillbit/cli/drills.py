@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -236,6 +237,10 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
             from drillbit.history import History
 
             merge_deadman_records(folder, History.load(folder / "history.jsonl"))
+    # a namespace cluster whose controller and reaper were both killed: its namespaces go too
+    from drillbit.transport.netcluster import sweep
+
+    swept = sweep() if os.geteuid() == 0 else []
     if as_json:
         emit_json([d.model_dump() for d in done] + [{"node": u.split(":", 1)[0], "unreached": u} for u in unreached])
     else:
@@ -253,7 +258,10 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
                 err.print(f"[yellow]{d.node}: abandoned[/] {what} ({abandon}); undo it by hand")
             if d.job_stopped:
                 out.print(f"{d.node}: stopped the job the drill had launched")
-        if not unreached and not any(d.healed or d.failed or d.job_stopped or d.abandoned or d.skipped for d in done):
+        for ns in swept:
+            out.print(f"removed network namespace {ns} (its drill's controller is gone)")
+        if not unreached and not swept and not any(d.healed or d.failed or d.job_stopped or d.abandoned or d.skipped
+                                                   for d in done):
             out.print(f"nothing left in place in {len(folders)} run folder(s)")
     if any(d.failed for d in done) or unreached:
         return exitcodes.HARNESS

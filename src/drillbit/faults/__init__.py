@@ -27,6 +27,8 @@ _BUILTIN = {
     "node-down": "drillbit.faults.slurm_node:NodeDown",
     "node-crash": "drillbit.faults.slurm_node:NodeCrash",
     "lose-local-tier": "drillbit.faults.lose_local_tier:LoseLocalTier",
+    "partition": "drillbit.faults.partition:Partition",
+    "lossy-link": "drillbit.faults.partition:LossyLink",
 }
 
 

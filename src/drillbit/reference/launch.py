@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ckpt-every", type=int, default=10, help="0 switches checkpoints off")
     p.add_argument("--watchdog", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--watchdog-deadline", type=float, default=10.0)
+    p.add_argument("--watchdog-watch", choices=["progress", "liveness"], default="progress",
+                   help="what the watchdog watches: steps, or only that each worker's heartbeat thread runs")
     p.add_argument("--store-fix", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--save-mode", choices=["atomic", "inplace"], default="atomic",
@@ -83,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         "--verify" if args.verify else "--no-verify",
         "--save-mode", args.save_mode, "--save-pause-ms", str(args.save_pause_ms),
         "--pool", str(run_dir / "pool.json"), "--replace-policy", args.replace_policy,
+        "--alive-dir", str(run_dir / "alive"),
     ]
     # LOGLEVEL=INFO makes torchrun print "Worker group FAILED. k/M attempts left; will restart
     # worker group", which the torchrun signal preset reads.
@@ -99,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.watchdog:
         children.append(subprocess.Popen(
             [py, "-m", "drillbit.reference.watchdog", "--events", str(events),
-             "--agent-pid", str(agent.pid), "--deadline", str(args.watchdog_deadline)],
+             "--agent-pid", str(agent.pid), "--deadline", str(args.watchdog_deadline),
+             "--watch", args.watchdog_watch, "--alive-dir", str(run_dir / "alive")],
             env=env,
         ))
 

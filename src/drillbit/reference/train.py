@@ -18,6 +18,7 @@ import io
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -48,6 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "straight into step_N/ (no marker) and a restart loads the newest folder unchecked")
     p.add_argument("--save-pause-ms", type=float, default=0.0, help="pause after each checkpoint file")
     p.add_argument("--heartbeat-dir", default=None, help="per-rank heartbeat files")
+    p.add_argument("--alive-dir", default=None,
+                   help="a thread touches ALIVE_DIR/<pid> every second: what a liveness-only watchdog reads")
     p.add_argument("--pool", default=None, help="node pool file (node replacement on restart)")
     p.add_argument("--replace-policy", choices=["fallback", "naive"], default="fallback",
                    help="fallback: time out, check the node, try another spare, escalate; naive: one call, "
@@ -170,6 +173,20 @@ def serialize(model: nn.Module, optim: torch.optim.Optimizer, step: int) -> byte
     return buf.getvalue()
 
 
+def _beat_alive(folder: Path, every_s: float = 1.0) -> None:
+    """A heartbeat from a thread of its own, as NVRx's rank monitor and JAX's coordination
+    service have: it goes on while the main thread waits in a collective that never ends."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / str(os.getpid())
+
+    def beat() -> None:
+        while True:
+            path.touch()
+            time.sleep(every_s)
+
+    threading.Thread(target=beat, name="alive", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank = int(os.environ["RANK"])
@@ -225,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             log.emit("restore", step=step, path=found.path, seconds=f"{time.time() - t0:.4f}")
     dist.barrier()
 
+    if args.alive_dir:
+        _beat_alive(Path(args.alive_dir))
     heartbeat = None
     if args.heartbeat_dir:
         Path(args.heartbeat_dir).mkdir(parents=True, exist_ok=True)

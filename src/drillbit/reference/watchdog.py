@@ -5,6 +5,11 @@ landed for ``--deadline`` seconds it logs ``detect`` and SIGKILLs every worker o
 torchrun agent, so torchrun restarts the worker group (and the workers restore from the
 newest good checkpoint). A stopped (SIGSTOPped) rank is as dead to it as a killed one.
 BLOOM lost ~18 h to a hang that a liveness check called "running" (FACTS.md).
+
+``--watch liveness`` makes it that liveness check instead, for the drills that must tell
+the two apart: each worker's thread touches ``ALIVE_DIR/<pid>`` every second
+(train.py ``--alive-dir``), and the watchdog acts only when one of those goes stale — a
+stopped or dead worker, never one that is alive but waiting on a network that dropped it.
 """
 from __future__ import annotations
 
@@ -37,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--restore-deadline", type=float, default=10.0,
                    help="seconds one checkpoint read during restore may take before it is quarantined")
     p.add_argument("--poll", type=float, default=0.25)
+    p.add_argument("--watch", choices=["progress", "liveness"], default="progress")
+    p.add_argument("--alive-dir", default=None, help="--watch liveness: the workers' heartbeat files")
     args = p.parse_args(argv)
+    if args.watch == "liveness":
+        return watch_liveness(args)
 
     log = EventLog(args.events, source="watchdog")
     follower = FileFollower(args.events, from_start=False)
@@ -83,6 +92,47 @@ def main(argv: list[str] | None = None) -> int:
                 except psutil.NoSuchProcess:
                     pass
             last_step, waiting_since = None, time.time()
+        time.sleep(args.poll)
+    return 0
+
+
+def stale_workers(agent_pid: int, alive_dir: Path, deadline: float, grace: float) -> list[psutil.Process]:
+    """The agent's workers whose heartbeat file is older than ``deadline`` (a worker that has
+    written none yet gets ``grace`` from its start)."""
+    now = time.time()
+    stale = []
+    try:
+        workers = psutil.Process(agent_pid).children()
+    except psutil.NoSuchProcess:
+        return []
+    for proc in workers:
+        try:
+            beat = (alive_dir / str(proc.pid)).stat().st_mtime
+            limit = deadline
+        except OSError:
+            try:
+                beat, limit = proc.create_time(), grace
+            except psutil.NoSuchProcess:
+                continue
+        if now - beat > limit:
+            stale.append(proc)
+    return stale
+
+
+def watch_liveness(args: argparse.Namespace) -> int:
+    log = EventLog(args.events, source="watchdog")
+    alive = Path(args.alive_dir)
+    log.emit("watchdog.start", deadline=args.deadline, agent_pid=args.agent_pid, watch="liveness")
+    while psutil.pid_exists(args.agent_pid):
+        stale = stale_workers(args.agent_pid, alive, args.deadline, args.startup_grace)
+        if stale:
+            victims = worker_processes(args.agent_pid)
+            log.emit("detect", reason="no-heartbeat", stale=",".join(str(p.pid) for p in stale), workers=len(victims))
+            for proc in victims:
+                try:
+                    proc.send_signal(signal.SIGKILL)
+                except psutil.NoSuchProcess:
+                    pass
         time.sleep(args.poll)
     return 0
 

@@ -54,6 +54,8 @@ class ClusterSpec(Strict):
     address: str | None = Field(None, description="a running Ray cluster (host:port); none: the embedded "
                                                   "local cluster, started and stopped by the drill")
     nodes: int | None = Field(None, ge=1, description="nodes to use (embedded: nodes to simulate, default 2)")
+    topology: Literal["host", "netns"] = "host"
+    """process: netns simulates ``nodes`` nodes (default 2), each a network namespace with its own address and hostname on a private bridge, so a partition cuts one node off from the others (needs root, iproute2 and nftables); host: one node, this machine's network"""
     cpus_per_node: int = Field(2, ge=1, description="embedded cluster: logical CPUs per simulated node")
     ray_auth_token: SecretStr | None = Field(None, description="ray: the cluster's token (Ray token "
                                                                "authentication); never written to reports or logs. "
@@ -117,6 +119,8 @@ class ClusterSpec(Strict):
             raise ValueError("engine slurm reads the job's logs on the controller (the agents end with each "
                              "allocation): the logs must be on a filesystem this machine sees, like the job's "
                              "sbatch output")
+        if self.topology == "netns" and self.engine != "process":
+            raise ValueError(f"topology netns is for engine process (the embedded namespace cluster), not {self.engine}")
         if self.deadman <= 2 * HEARTBEAT_S:
             raise ValueError(f"deadman must exceed twice the heartbeat ({2 * HEARTBEAT_S:g} s): one late "
                              "heartbeat must not trip the dead-man's switch")
@@ -313,7 +317,8 @@ def _reference(description: str, *flags: str) -> JobProfile:
         # the launcher's defaults (drillbit.reference.launch, train.py): gloo's 30 min collective
         # timeout, the progress watchdog's 10 s deadline, torchrun polled every 0.5 s
         timeouts=JobTimeouts(collective=1800.0, monitor_interval=0.5,
-                             watchdog=None if "--no-watchdog" in flags else 10.0),
+                             watchdog=None if "--no-watchdog" in flags or "liveness" in flags else 10.0,
+                             heartbeat=10.0 if "liveness" in flags else None),
         replacement=ReplacementHook(command="drillbit-ref-nodepool", failed_arg="--failed", declare_dead=[
             "{python}", "-m", "drillbit.reference.nodepool", "mark-bad", "--pool", "{run_dir}/job/pool.json",
             "--active"], revive=["{python}", "-m", "drillbit.reference.nodepool", "mark-good", "--pool",
@@ -454,6 +459,9 @@ BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
                                                             "127.0.0.1, started and stopped by the drill"),
     "local-process": ClusterSpec(engine="process", job_grace=5.0,
                                  description="one node, the agent in the drill's own process; no Ray"),
+    "local-netns": ClusterSpec(engine="process", topology="netns", nodes=2, job_grace=5.0,
+                               description="2 simulated nodes, each a network namespace (10.77.0.1-2) on a private "
+                                           "bridge, the agents in the drill's own process; needs root"),
 }
 
 BUILTIN_JOBS: dict[str, JobProfile] = {
@@ -464,6 +472,9 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
                                        "--no-store-fix"),
     "reference-norestarts": _reference("reference job under torchrun --max-restarts 0: a lost worker ends the job",
                                        "--max-restarts", "0"),
+    "reference-liveness": _reference("reference job whose watchdog checks only liveness: each worker's heartbeat "
+                                     "thread, not its steps (what NVRx's rank monitor and JAX's coordination "
+                                     "service check)", "--watchdog-watch", "liveness"),
     "reference-noverify": _reference("reference job restoring without checksum verification", "--no-verify"),
     "reference-nockpt": _reference("reference job with checkpoints switched off", "--ckpt-every", "0"),
     "reference-nostraggler": _reference("reference job without a straggler detector", "--straggler", "off"),

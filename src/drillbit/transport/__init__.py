@@ -33,7 +33,11 @@ def connect(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
         from drillbit.transport.slurm import SlurmNodes
 
         return SlurmNodes(run_dir, name, cluster)
-    from drillbit.transport.inprocess import InProcessNodes
+    from drillbit.transport.inprocess import InProcessNodes, NetnsNodes
+
+    if cluster.topology == "netns":
+        return NetnsNodes(run_dir, name, cluster.nodes or 2, deadman_s=cluster.deadman,
+                          job_grace_s=cluster.job_grace, version=cluster.simulate_agent_version)
 
     return InProcessNodes(run_dir, name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace,
                           version=cluster.simulate_agent_version)

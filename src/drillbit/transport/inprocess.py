@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.agent.service import AgentService
+from drillbit.errors import ConfigError
+from drillbit.transport.netcluster import Topology, preflight
 from drillbit.transport.nodes import Nodes
 from drillbit.transport.client import AgentClient
 
@@ -41,3 +43,43 @@ class InProcessNodes(Nodes):
 
     def connect(self) -> dict[str, AgentClient]:
         return {self.node: InProcessClient(AgentService(self.node, self.run_dir, version=self.version))}
+
+
+class NetnsNodes(InProcessNodes):
+    """A cluster of ``nodes`` simulated nodes, each a network namespace on a private bridge
+    (:mod:`drillbit.transport.netcluster`), their agents in the drill's own process. The job
+    launches in each node's namespace under its hostname, and rendezvouses at node 0's
+    address; the namespaces are taken down on close, or by the reaper if this process dies."""
+
+    def __init__(self, run_dir: Path, cluster_name: str, nodes: int, *, deadman_s: float = 5.0,
+                 job_grace_s: float = 30.0, version: str | None = None) -> None:
+        super().__init__(run_dir, cluster_name, deadman_s=deadman_s, job_grace_s=job_grace_s, version=version)
+        self.topology = Topology(nodes)
+
+    def connect(self) -> dict[str, AgentClient]:
+        missing = preflight()
+        if missing:
+            raise ConfigError(f"cluster {self.cluster_name!r} (topology netns) needs " + "; ".join(missing)
+                              + "; nothing was started")
+        self.topology.up()
+        self.note("topology.up", {"namespaces": self.topology.namespaces(),
+                                  "addresses": {n: self.topology.address(n) for n in self.topology.node_names()}})
+        return {n: InProcessClient(AgentService(n, self.run_dir, version=self.version))
+                for n in self.topology.node_names()}
+
+    def wrap(self, node: str, argv: list[str]) -> list[str]:
+        return self.topology.wrap(node, argv)
+
+    def node_env(self, node: str) -> dict[str, str]:
+        # gloo and NCCL pick the node's veth, not an address they would guess from the hostname
+        return {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}
+
+    def head_host(self) -> str:
+        return self.topology.address(self.topology.node_names()[0])
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            left = self.topology.down()
+            self.note("topology.down", {"verified": not left, "left": left})

@@ -266,6 +266,15 @@ class Nodes:
         """The interpreter for {python} on that node."""
         return sys.executable
 
+    def wrap(self, node: str, argv: list[str]) -> list[str]:
+        """The launch command as it runs on that node (a namespace cluster: inside the node's
+        network namespace)."""
+        return argv
+
+    def node_env(self, node: str) -> dict[str, str]:
+        """Environment this engine gives the job on that node, under the profile's own."""
+        return {}
+
     def head_host(self) -> str:
         """The address other nodes reach the first node at (the rendezvous host)."""
         return "127.0.0.1"
@@ -281,7 +290,7 @@ class Nodes:
             values = per_node[node]
             out = str(self.run_dir / (f"job-{node}.out" if len(nodes) > 1 else "job.out"))
             refs[node] = self.clients[node].launch(
-                [expand(a, values) for a in spec.command], self._env(profile, values),
+                self.wrap(node, [expand(a, values) for a in spec.command]), {**self.node_env(node), **self._env(profile, values)},
                 expand(spec.cwd, values) if spec.cwd else None, out, spec.stop_timeout)
         return NodeJobs({n: self.clients[n] for n in nodes}, refs, spec.stop_timeout)
 

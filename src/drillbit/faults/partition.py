@@ -1,0 +1,237 @@
+"""partition, lossy-link (fail-hang, fail-slow): cut a node's network, or drop a share of it.
+
+Every process stays alive and heartbeating while a collective never completes: the hang that
+cost BLOOM ~18 h, and the network causes Llama 3 counts among its 419 unexpected
+interruptions (FACTS.md). A SIGSTOP (hang-collective) freezes the heartbeat threads too, so
+only a partition tells a progress watchdog from a liveness one.
+
+The fault adds one nftables table of its own, ``inet drillbit_<id>``, in the network
+namespace of the target rank (its node, on a cluster whose nodes are namespaces or
+containers): every packet in and/or out of the namespace is dropped except loopback
+(``scope: node``), or only those to and from one ``endpoint`` (``host[:port]``: the
+rendezvous store, a lighthouse). ``loss_pct`` below 100 drops that share at random (nft
+``numgen random``): lossy-link. Heal deletes exactly that table and verifies it by listing
+the namespace's tables. A namespace whose every process is gone took its tables with it.
+
+Needs root or CAP_NET_ADMIN and Debian's ``nftables``; a rank in the agent's own namespace is
+refused (the cut would take the agent's heartbeat with it, and the dead-man's switch would
+heal it at once).
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+from pydantic import Field, model_validator
+
+from drillbit.errors import FaultError
+from drillbit.evidence import LinkCut
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep, Progress, State
+from drillbit.proc import ProcRef
+
+FAMILY = "inet"
+
+
+class PartitionParams(Params):
+    scope: Literal["node", "endpoint"] = "node"
+    """node: every packet of the target's namespace except loopback; endpoint: only those to and from ``endpoint``"""
+    endpoint: str | None = None
+    """scope endpoint: ``host`` or ``host:port`` (an IPv4 address) cut off from the target's node"""
+    direction: Literal["both", "in", "out"] = "both"
+    """both ways, or only what the node receives (in) or sends (out)"""
+    loss_pct: float = Field(100.0, gt=0, le=100)
+    """the share of matching packets dropped, at random; 100: all (a partition)"""
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> "PartitionParams":
+        if self.scope == "endpoint":
+            if not self.endpoint:
+                raise ValueError("scope endpoint needs endpoint: host or host:port")
+            host, _, port = self.endpoint.partition(":")
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise ValueError(f"endpoint {self.endpoint!r}: the host must be an IPv4 address") from None
+            if port and not (port.isdigit() and 0 < int(port) < 65536):
+                raise ValueError(f"endpoint {self.endpoint!r}: the port must be 1-65535")
+        elif self.endpoint:
+            raise ValueError("endpoint is for scope endpoint")
+        return self
+
+
+class PartitionState(State):
+    netns_inode: int  # the target's network namespace (/proc/PID/ns/net)
+    table: str  # the one table this fault adds there
+    ruleset: str  # what was loaded (nft -f), for the record and --dry-run
+    applied: bool = False
+
+
+def rules(table: str, params: PartitionParams) -> str:
+    """The nftables table that cuts what ``params`` names."""
+    drop = "drop" if params.loss_pct >= 100 else f"numgen random mod 100 < {params.loss_pct:g} drop"
+    match_in = match_out = ""
+    if params.scope == "endpoint":
+        assert params.endpoint is not None
+        host, _, port = params.endpoint.partition(":")
+        match_in = f"ip saddr {host} " + (f"tcp sport {port} " if port else "")
+        match_out = f"ip daddr {host} " + (f"tcp dport {port} " if port else "")
+    chains = []
+    if params.direction in ("both", "in"):
+        chains.append(f"  chain input {{ type filter hook input priority -300; policy accept; "
+                      f"iifname \"lo\" accept; {match_in}{drop}; }}")
+    if params.direction in ("both", "out"):
+        chains.append(f"  chain output {{ type filter hook output priority -300; policy accept; "
+                      f"oifname \"lo\" accept; {match_out}{drop}; }}")
+    return f"table {FAMILY} {table} {{\n" + "\n".join(chains) + "\n}\n"
+
+
+def netns_of(inode: int) -> str | None:
+    """A path that enters that network namespace: a named one (/run/netns), else any live
+    process in it. None: no process holds it any more (it is gone, with its tables)."""
+    named = Path("/run/netns")
+    if named.is_dir():
+        for entry in named.iterdir():
+            try:
+                if entry.stat().st_ino == inode:
+                    return str(entry)
+            except OSError:
+                continue
+    for proc in psutil.process_iter(["pid"]):
+        path = f"/proc/{proc.info['pid']}/ns/net"
+        try:
+            if os.stat(path).st_ino == inode:
+                return path
+        except OSError:
+            continue
+    return None
+
+
+def nft(netns: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    if shutil.which("nft") is None:
+        raise FaultError("nft not found: install Debian's nftables on the node")
+    return subprocess.run(["nsenter", f"--net={netns}", "nft", *args], input=stdin, capture_output=True,
+                          text=True, timeout=30)
+
+
+def tables(netns: str) -> list[str]:
+    proc = nft(netns, "list", "tables")
+    if proc.returncode != 0:
+        raise FaultError(f"nft list tables: {proc.stderr.strip()}")
+    return [line.split()[-1] for line in proc.stdout.splitlines() if line.startswith(f"table {FAMILY} ")]
+
+
+class Partition(Fault[PartitionParams, PartitionState]):
+    name = "partition"
+    fault_class = "fail-hang"
+    Params = PartitionParams
+    State = PartitionState
+    evidence = (LinkCut,)
+    verb = "cut off"
+    expects = "stall"
+    # every process stays alive and heartbeating: only a watch of progress, or the collective
+    # the peers wait in, can see it
+    detected_by = ("watchdog", "collective")
+
+    def hurts(self, params: PartitionParams) -> Literal["rank", "node"]:
+        return "node"
+
+    def plan(self, targets: list[ProcRef], params: PartitionParams) -> Plan:
+        what = "every packet except loopback" if params.scope == "node" else f"packets to and from {params.endpoint}"
+        share = "" if params.loss_pct >= 100 else f"{params.loss_pct:g}% of "
+        way = {"both": "in and out", "in": "in", "out": "out"}[params.direction]
+        return Plan(fault=self.name, targets=targets,
+                    action=f"nft table {FAMILY} drillbit_<id> in the target's network namespace: drop {share}{what}, "
+                           f"{way}",
+                    heal="nft delete table (that table only), then list the namespace's tables to verify")
+
+    def describe(self, target: ProcRef, params: PartitionParams) -> PlanStep:
+        step = super().describe(target, params)
+        inode = _inode(target)
+        where = netns_of(inode) if inode is not None else None
+        step.action += f"; namespace {where or '(gone)'}:\n" + rules("drillbit_<id>", params)
+        return step
+
+    def prepare(self, target: ProcRef, params: PartitionParams) -> PartitionState:
+        if target.process() is None:
+            raise FaultError(f"rank {target.rank} (pid {target.pid}) is gone")
+        inode = _inode(target)
+        if inode is None:
+            raise FaultError(f"cannot read the network namespace of pid {target.pid} (root or CAP_SYS_PTRACE needed)")
+        if inode == _inode_of_pid(os.getpid()):
+            raise FaultError(f"rank {target.rank} (pid {target.pid}) shares this agent's network namespace: a cut "
+                             "would cut the agent's heartbeat too, and its dead-man's switch would heal at once; "
+                             "drill it on a cluster whose nodes are namespaces or containers (topology netns)")
+        table = f"drillbit_{secrets.token_hex(4)}"
+        return PartitionState(netns_inode=inode, table=table, ruleset=rules(table, params))
+
+    def act(self, target: ProcRef, params: PartitionParams, intent: PartitionState) -> PartitionState:
+        where = netns_of(intent.netns_inode)
+        if where is None:
+            raise FaultError(f"the network namespace of pid {target.pid} is gone")
+        proc = nft(where, "-f", "-", stdin=intent.ruleset)
+        if proc.returncode != 0:
+            raise FaultError(f"nft -f refused the table: {proc.stderr.strip()} (root or CAP_NET_ADMIN needed)")
+        return intent.model_copy(update={"applied": True})
+
+    def confirm(self, target: ProcRef, params: PartitionParams, state: PartitionState) -> Evidence | None:
+        where = netns_of(state.netns_inode)
+        if not state.applied or where is None or state.table not in tables(where):
+            return None
+        return Evidence(what="link cut", data={"table": f"{FAMILY} {state.table}", "netns": where,
+                                               "scope": params.scope, "endpoint": params.endpoint,
+                                               "direction": params.direction, "loss_pct": params.loss_pct})
+
+    def heal(self, target: ProcRef, params: PartitionParams, state: PartitionState) -> HealReport:
+        where = netns_of(state.netns_inode)
+        if where is None:
+            return HealReport(healed=True, verified=True,
+                              detail="the namespace is gone (no process holds it), its tables with it")
+        if state.table in tables(where):
+            proc = nft(where, "delete", "table", FAMILY, state.table)
+            if proc.returncode != 0:
+                return HealReport(healed=False, verified=False, detail=f"nft delete table: {proc.stderr.strip()}")
+        left = tables(where)
+        if state.table in left:
+            return HealReport(healed=False, verified=False, detail=f"table {state.table} still listed in {where}")
+        return HealReport(healed=True, verified=True,
+                          detail=f"table {FAMILY} {state.table} deleted; {where} lists {left or 'no tables'}")
+
+    def confirm_progress(self, progress: Progress, t_effect: float) -> dict[str, Any] | None:
+        if self.expects != "stall":
+            return {}
+        quiet = progress.wait_quiet(t_effect)
+        return None if quiet is None else {"progress_quiet_s": round(quiet, 3)}
+
+
+class LossyLinkParams(PartitionParams):
+    loss_pct: float = Field(5.0, gt=0, lt=100)
+    """the share of the node's packets dropped, at random (nft numgen): a bad cable or NIC"""
+
+
+class LossyLink(Partition):
+    """Drop a share of a node's packets: the job slows (TCP retransmits) and nothing crashes."""
+
+    name = "lossy-link"
+    fault_class = "fail-slow"
+    Params = LossyLinkParams
+    verb = "made lossy"
+    expects = "slow"
+    detected_by = ()
+
+
+def _inode(target: ProcRef) -> int | None:
+    return _inode_of_pid(target.pid) if target.alive() else None
+
+
+def _inode_of_pid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+

@@ -1,0 +1,279 @@
+"""A local cluster whose nodes are network namespaces (``topology: netns``).
+
+Every simulated node gets a network namespace of its own (``dbit-<id>-node-<i>``), an address
+(10.77.0.<i+1>/24 on its ``eth0``) and a hostname (``node-<i>``, as the embedded Ray cluster names its nodes, in a UTS namespace of the
+launch, resolvable from every node through ``/etc/netns/<ns>/hosts``, which ``ip netns exec``
+mounts over ``/etc/hosts``). The other end of each node's veth pair sits on a bridge in a
+private outer namespace (``dbit-<id>-sw``): nothing is routed out of it, so a server that
+binds every interface is reachable from the simulated nodes and from nowhere else. A
+partition is then a real cut between node 1 and node 0 (faults/partition.py), not a rule on
+127.0.0.1.
+
+Teardown removes exactly what :meth:`Topology.up` made and verifies it by listing
+(``ip netns list``, ``/etc/netns``). A controller killed outright cannot tear down, so
+``up`` starts a reaper (``python -m drillbit.transport.netcluster reap MANIFEST``, in a
+session of its own): once the owner has died it waits for the job's processes to leave the
+node namespaces (the agent's guardian stops the job after its grace) or a bounded time, then
+tears down. The manifest lives in a folder only root can write. ``drill heal`` and the test
+suite sweep manifests whose owner is gone (:func:`sweep`).
+
+Needs root (CAP_SYS_ADMIN for namespaces, CAP_NET_ADMIN for links and nftables) and
+iproute2's ``ip``; :func:`preflight` says what is missing, as a config error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+SUBNET = "10.77.0"
+PREFIX = "dbit-"
+STATE_DIR = Path(os.environ.get("DRILLBIT_NETNS_STATE", "/run/drillbit-netns"))
+ETC_NETNS = Path("/etc/netns")
+REAP_WAIT_S = 120.0  # after the owner died: how long the reaper waits for the job to leave
+REAP_POLL_S = 0.5
+
+
+class TopologyError(RuntimeError):
+    """A namespace, link or address could not be made or removed."""
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if check and proc.returncode != 0:
+        raise TopologyError(f"ip {' '.join(args)}: {proc.stderr.strip() or proc.returncode}")
+    return proc
+
+
+def preflight() -> list[str]:
+    """What this machine lacks for a namespace cluster (empty: nothing)."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (namespaces need CAP_SYS_ADMIN, links and nftables CAP_NET_ADMIN); run the drill as "
+                       "root or use a cluster of topology host")
+    for tool, package in (("ip", "iproute2"), ("nft", "nftables"), ("nsenter", "util-linux"),
+                          ("unshare", "util-linux")):
+        if shutil.which(tool) is None:
+            missing.append(f"{tool} (Debian's {package})")
+    return missing
+
+
+def netns_inode(pid: int) -> int | None:
+    """The network namespace of a process, as the inode of /proc/PID/ns/net."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def named_inode(name: str) -> int | None:
+    try:
+        return os.stat(f"/run/netns/{name}").st_ino
+    except OSError:
+        return None
+
+
+def pids_in(inode: int) -> list[int]:
+    """Every process whose network namespace is that one."""
+    out = []
+    for proc in psutil.process_iter(["pid"]):
+        if netns_inode(proc.info["pid"]) == inode:
+            out.append(proc.info["pid"])
+    return out
+
+
+@dataclass
+class Topology:
+    """N node namespaces on a bridge in a private outer namespace. ``up`` then ``down``."""
+
+    nodes: int
+    run_id: str = field(default_factory=lambda: secrets.token_hex(3))
+    owner_pid: int = field(default_factory=os.getpid)
+    reaper: subprocess.Popen | None = None
+
+    @property
+    def switch(self) -> str:
+        return f"{PREFIX}{self.run_id}-sw"
+
+    def node_names(self) -> list[str]:
+        return [f"node-{i}" for i in range(self.nodes)]
+
+    def namespace(self, node: str) -> str:
+        return f"{PREFIX}{self.run_id}-{node}"
+
+    def address(self, node: str) -> str:
+        return f"{SUBNET}.{self.node_names().index(node) + 1}"
+
+    def namespaces(self) -> list[str]:
+        return [self.namespace(n) for n in self.node_names()] + [self.switch]
+
+    @property
+    def manifest(self) -> Path:
+        return STATE_DIR / f"{self.run_id}.json"
+
+    # --- up --------------------------------------------------------------------------
+    def up(self, reaper: bool = True) -> None:
+        """Make the namespaces, the bridge, the veth pairs and addresses; then the reaper.
+        On any failure what was made is removed before the error is raised."""
+        self._write_manifest()
+        try:
+            sw = self.switch
+            _ip("netns", "add", sw)
+            _ip("-n", sw, "link", "set", "lo", "up")
+            _ip("-n", sw, "link", "add", "br0", "type", "bridge")
+            _ip("-n", sw, "link", "set", "br0", "up")
+            hosts = "127.0.0.1 localhost\n" + "".join(f"{self.address(n)} {n}\n" for n in self.node_names())
+            for i, node in enumerate(self.node_names()):
+                ns = self.namespace(node)
+                _ip("netns", "add", ns)
+                _ip("-n", sw, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+                _ip("-n", sw, "link", "set", f"v{i}", "master", "br0", "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
+                _ip("-n", ns, "addr", "add", f"{self.address(node)}/24", "dev", "eth0")
+                _ip("-n", ns, "link", "set", "eth0", "up")
+                etc = ETC_NETNS / ns
+                etc.mkdir(parents=True, exist_ok=True)
+                (etc / "hosts").write_text(hosts)
+                (etc / "hostname").write_text(node + "\n")
+        except BaseException:
+            self.down()
+            raise
+        if reaper:
+            self.reaper = subprocess.Popen(
+                [sys.executable, "-m", "drillbit.transport.netcluster", "reap", str(self.manifest)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True)
+
+    def _write_manifest(self) -> None:
+        STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = STATE_DIR.stat()
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise TopologyError(f"{STATE_DIR} must belong to uid {os.geteuid()} and be writable by it alone")
+        owner = psutil.Process(self.owner_pid)
+        data = {"run_id": self.run_id, "nodes": self.nodes, "owner_pid": self.owner_pid,
+                "owner_start": owner.create_time(), "namespaces": self.namespaces(), "created": time.time()}
+        tmp = self.manifest.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.manifest)
+
+    # --- the job on a node -------------------------------------------------------------
+    def wrap(self, node: str, argv: list[str]) -> list[str]:
+        """``argv`` run in the node's namespace, under its hostname."""
+        return ["ip", "netns", "exec", self.namespace(node), "unshare", "--uts", "--", "sh", "-c",
+                'hostname "$0" && exec "$@"', node, *argv]
+
+    def owns(self, node: str, pid: int) -> bool:
+        """Whether the process lives in the node's namespace."""
+        inode = named_inode(self.namespace(node))
+        return inode is not None and netns_inode(pid) == inode
+
+    # --- down ------------------------------------------------------------------------
+    def down(self) -> list[str]:
+        """Remove every namespace, the hosts files and the manifest; verify by listing.
+        Returns what is still there (empty: all gone). Stops the reaper first."""
+        if self.reaper is not None and self.reaper.poll() is None:
+            self.reaper.terminate()
+            try:
+                self.reaper.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.reaper.kill()
+                self.reaper.wait()
+        return teardown(self.namespaces(), self.manifest)
+
+
+def listed() -> set[str]:
+    proc = _ip("netns", "list", check=False)
+    return {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
+
+
+def teardown(namespaces: list[str], manifest: Path | None) -> list[str]:
+    """Delete the namespaces (a node's veth goes with it, the bridge with the switch's),
+    their /etc/netns folders and the manifest; what is left, verified by listing."""
+    for ns in namespaces:
+        if ns in listed():
+            _ip("netns", "del", ns, check=False)
+        shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
+    left = sorted(set(namespaces) & listed()) + [str(ETC_NETNS / ns) for ns in namespaces
+                                                 if (ETC_NETNS / ns).exists()]
+    if not left and manifest is not None:
+        manifest.unlink(missing_ok=True)
+    return left
+
+
+def _owner_alive(data: dict) -> bool:
+    try:
+        return abs(psutil.Process(data["owner_pid"]).create_time() - data["owner_start"]) < 0.01
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _busy(namespaces: list[str]) -> bool:
+    inodes = {named_inode(ns) for ns in namespaces} - {None}
+    return any(netns_inode(p.info["pid"]) in inodes for p in psutil.process_iter(["pid"]))
+
+
+def reap(manifest: Path, wait_s: float = REAP_WAIT_S, poll_s: float = REAP_POLL_S) -> int:
+    """The reaper's loop: done when the manifest is gone (the owner tore down); once the
+    owner died, wait for the node namespaces to empty (at most ``wait_s``), then tear down."""
+    while True:
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            return 0
+        if not _owner_alive(data):
+            break
+        time.sleep(poll_s)
+    deadline = time.time() + wait_s
+    while _busy(data["namespaces"]) and time.time() < deadline:
+        time.sleep(poll_s)
+    return 1 if teardown(data["namespaces"], manifest) else 0
+
+
+def sweep() -> list[str]:
+    """Tear down every topology whose owner is gone (a reaper that was itself killed);
+    returns the namespaces removed."""
+    removed: list[str] = []
+    if not STATE_DIR.is_dir():
+        return removed
+    for manifest in sorted(STATE_DIR.glob("*.json")):
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        if not _owner_alive(data):
+            present = [ns for ns in data["namespaces"] if ns in listed()]
+            if not teardown(data["namespaces"], manifest):
+                removed += present
+    return removed
+
+
+def leftovers() -> list[str]:
+    """drillbit's namespaces and /etc/netns folders on this machine, whoever made them."""
+    found = sorted(ns for ns in listed() if ns.startswith(PREFIX))
+    if ETC_NETNS.is_dir():
+        found += sorted(str(p) for p in ETC_NETNS.iterdir() if p.name.startswith(PREFIX))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 2 and argv[0] == "reap":
+        return reap(Path(argv[1]))
+    if argv == ["sweep"]:
+        for ns in sweep():
+            print(f"removed {ns}")
+        return 0
+    print("usage: python -m drillbit.transport.netcluster reap MANIFEST | sweep", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

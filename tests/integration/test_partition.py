@@ -1,0 +1,184 @@
+"""partition on a cluster whose nodes are network namespaces (``local-netns``): real
+namespaces, a real bridge, real nftables tables, the real reference job across two nodes
+(c10d rendezvous at 10.77.0.1, gloo over each node's veth).
+
+A progress watchdog detects the cut while every process stays alive (PASS); a watchdog that
+checks only liveness, a heartbeat thread per worker, never does (FAIL). After every ending —
+pass, fail, Ctrl-C, a SIGKILLed controller — no namespace, /etc/netns folder, nft table or
+process is left.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from drillbit.faults.partition import Partition, PartitionParams, tables
+from drillbit.proc import ProcRef
+from drillbit.session import execute, resolve
+from drillbit.transport import netcluster
+from drillbit.transport.netcluster import Topology
+from tests.integration.cli import drill_script
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(bool(netcluster.preflight()), reason="; ".join(netcluster.preflight()))]
+CATALOGUE = Path(__file__).parents[2] / "drills"
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    before = netcluster.leftovers()
+    yield
+    deadline = time.time() + 90  # after a SIGKILL the reaper waits for the job to stop first
+    while netcluster.leftovers() != before and time.time() < deadline:
+        time.sleep(0.5)
+    assert netcluster.leftovers() == before, "namespaces left behind"
+
+
+SERVER = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 29555)); s.listen(8); print("ready", flush=True)
+while True:
+    c, _ = s.accept(); c.sendall(socket.gethostname().encode()); c.close()
+"""
+
+
+def reach(topology: Topology, node: str, host: str, timeout: float = 2.0) -> str | None:
+    """What the server at host:29555 says, asked from inside ``node``'s namespace; None if
+    it cannot be reached."""
+    code = (f"import socket\ns = socket.create_connection(({host!r}, 29555), timeout={timeout})\n"
+            "print(s.recv(64).decode())")
+    proc = subprocess.run(topology.wrap(node, [sys.executable, "-c", code]), capture_output=True, text=True,
+                          timeout=timeout + 10)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def test_a_partition_cuts_one_node_off_and_its_heal_is_verified_by_listing(tmp_path):
+    topology = Topology(2)
+    topology.up()
+    server = None
+    try:
+        server = subprocess.Popen(topology.wrap("node-1", [sys.executable, "-c", SERVER]), stdout=subprocess.PIPE,
+                                  text=True)
+        assert server.stdout.readline().strip() == "ready"
+        assert reach(topology, "node-0", "10.77.0.2") == "node-1"  # its own hostname, over the bridge
+        assert reach(topology, "node-0", "node-1") == "node-1"  # names resolve on every node
+
+        fault = Partition()
+        target = ProcRef.of(psutil.Process(server.pid))
+        params = PartitionParams()
+        state = fault.act(target, params, fault.prepare(target, params))
+        assert fault.confirm(target, params, state) is not None
+        assert reach(topology, "node-0", "10.77.0.2", timeout=1.0) is None  # cut, and the server is alive
+        assert server.poll() is None
+
+        report = fault.heal(target, params, state)
+        assert report.verified, report.detail
+        assert tables(f"/run/netns/{topology.namespace('node-1')}") == []
+        assert reach(topology, "node-0", "10.77.0.2") == "node-1"
+        assert fault.heal(target, params, state).verified  # idempotent
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        assert topology.down() == []
+    assert not any(ns in netcluster.listed() for ns in topology.namespaces())
+
+
+def test_an_endpoint_partition_cuts_only_that_address_and_port(tmp_path):
+    topology = Topology(3)
+    topology.up()
+    servers = []
+    try:
+        for node in ("node-1", "node-2"):
+            servers.append(subprocess.Popen(topology.wrap(node, [sys.executable, "-c", SERVER]),
+                                            stdout=subprocess.PIPE, text=True))
+            assert servers[-1].stdout.readline().strip() == "ready"
+        fault = Partition()
+        target = ProcRef.of(psutil.Process(servers[0].pid))
+        params = PartitionParams(scope="endpoint", endpoint="10.77.0.3:29555")
+        state = fault.act(target, params, fault.prepare(target, params))
+        # node-1 can no longer reach node-2's port; node-0 still can, and node-0 reaches node-1
+        assert reach(topology, "node-1", "10.77.0.3", timeout=1.0) is None
+        assert reach(topology, "node-0", "10.77.0.3") == "node-2"
+        assert reach(topology, "node-0", "10.77.0.2") == "node-1"
+        assert fault.heal(target, params, state).verified
+        assert reach(topology, "node-1", "10.77.0.3") == "node-2"
+    finally:
+        for s in servers:
+            s.kill()
+            s.wait()
+        assert topology.down() == []
+
+
+def run(job: str, tmp_path: Path) -> tuple[dict, Path]:
+    resolved = resolve(str(CATALOGUE / "partition-node.yaml"), cluster="local-netns", job=job)
+    payload, outcome = execute(resolved, reports_dir=str(tmp_path))
+    return payload, outcome.run_dir
+
+
+def test_partition_node_is_detected_by_a_progress_watchdog(tmp_path):
+    result, run_dir = run("reference", tmp_path)
+    assert result["verdict"] == "pass", result["reasons"]
+    m = result["measurements"]
+    assert m["time_to_detect"] < 20 and m["restarts"] >= 1
+    assert all(h["verified"] for h in result["fault"]["heals"])
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    [down] = [e for e in history if e["kind"] == "topology.down"]
+    assert down["data"]["verified"]
+    events = (run_dir / "job" / "events.log").read_text()
+    assert "reason=no-progress" in events  # the job's own watchdog saw it, from its steps
+
+
+def test_partition_node_is_missed_by_a_liveness_only_watchdog(tmp_path):
+    result, run_dir = run("reference-liveness", tmp_path)
+    assert result["verdict"] == "fail"
+    assert result["reasons"][0].startswith("no detection within 20 s"), result["reasons"]
+    detect = next(s for s in result["slos"] if s["name"] == "detect_within")
+    assert detect["status"] == "fail"
+    events = (run_dir / "job" / "events.log").read_text()
+    assert "kind=detect" not in events  # every heartbeat thread went on beating through the cut
+    assert all(h["verified"] for h in result["fault"]["heals"])
+
+
+@pytest.mark.parametrize("ending", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_no_namespace_table_or_process_outlives_an_interrupted_drill(tmp_path, ending):
+    env = dict(os.environ, DRILLBIT_CLUSTER="local-netns")
+    proc = subprocess.Popen([drill_script(), "run", str(CATALOGUE / "partition-node.yaml"), "--reports",
+                             str(tmp_path)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 180
+        history = None
+        while time.time() < deadline and proc.poll() is None:
+            found = list(tmp_path.glob("*/history.jsonl"))
+            if found and '"fault.confirmed"' in found[0].read_text():
+                history = found[0]
+                break
+            time.sleep(0.2)
+        assert history is not None, proc.stderr.read() if proc.poll() is not None else "no fault confirmed"
+        namespaces = json.loads(next(line for line in history.read_text().splitlines()
+                                     if '"topology.up"' in line))["data"]["namespaces"]
+        node1 = next(ns for ns in namespaces if ns.endswith("node-1"))
+        assert any(t.startswith("drillbit_") for t in tables(f"/run/netns/{node1}"))
+        proc.send_signal(ending)
+        code = proc.wait(timeout=120)
+        if ending == signal.SIGINT:
+            assert code == 4  # aborted
+        deadline = time.time() + 90
+        while any(ns in netcluster.listed() for ns in namespaces) and time.time() < deadline:
+            time.sleep(0.5)
+        assert not any(ns in netcluster.listed() for ns in namespaces)
+        assert not list(Path("/run/drillbit-netns").glob("*.json"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,113 @@
+"""partition / lossy-link without root: the nftables table each set of params makes, the
+params refused, the refusal of a rank in the agent's own namespace, and the namespace
+cluster's preflight and reaper on fakes of what needs root."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from pydantic import ValidationError
+
+from drillbit.checks.predict import predict
+from drillbit.errors import ConfigError, FaultError
+from drillbit.faults import get as get_fault
+from drillbit.faults.partition import LossyLinkParams, Partition, PartitionParams, rules
+from drillbit.proc import ProcRef
+from drillbit.spec.config import BUILTIN_JOBS, ClusterSpec
+from drillbit.spec.models import SLO
+from drillbit.transport import netcluster
+from drillbit.transport.inprocess import NetnsNodes
+
+
+def test_a_node_partition_drops_everything_but_loopback_both_ways():
+    text = rules("drillbit_t", PartitionParams())
+    assert text.startswith("table inet drillbit_t {")
+    assert 'chain input { type filter hook input priority -300; policy accept; iifname "lo" accept; drop; }' in text
+    assert 'chain output { type filter hook output priority -300; policy accept; oifname "lo" accept; drop; }' in text
+
+
+def test_an_endpoint_partition_one_way_matches_only_that_address_and_port():
+    text = rules("drillbit_t", PartitionParams(scope="endpoint", endpoint="10.77.0.1:29400", direction="out"))
+    assert "chain input" not in text
+    assert "ip daddr 10.77.0.1 tcp dport 29400 drop;" in text
+    text = rules("drillbit_t", PartitionParams(scope="endpoint", endpoint="10.77.0.1", direction="in"))
+    assert "chain output" not in text and "ip saddr 10.77.0.1 drop;" in text
+
+
+def test_a_lossy_link_drops_a_random_share():
+    assert "numgen random mod 100 < 5 drop;" in rules("drillbit_t", LossyLinkParams())
+    assert "numgen random mod 100 < 12.5 drop;" in rules("drillbit_t", LossyLinkParams(loss_pct=12.5))
+    with pytest.raises(ValidationError):
+        LossyLinkParams(loss_pct=100)  # that is a partition
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"scope": "endpoint"}, "scope endpoint needs endpoint"),
+    ({"endpoint": "10.0.0.1"}, "endpoint is for scope endpoint"),
+    ({"scope": "endpoint", "endpoint": "rdzv-host:29400"}, "must be an IPv4 address"),
+    ({"scope": "endpoint", "endpoint": "10.0.0.1:70000"}, "port must be 1-65535"),
+    ({"loss_pct": 0}, "greater than 0"),
+    ({"direction": "sideways"}, "'both', 'in' or 'out'"),
+])
+def test_bad_params_are_refused_with_the_reason(params, message):
+    with pytest.raises(ValidationError, match=message):
+        PartitionParams(**params)
+
+
+def test_a_rank_in_the_agents_own_namespace_is_refused_before_anything_is_touched():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        target = ProcRef.of(psutil.Process(child.pid))
+        with pytest.raises(FaultError, match="shares this agent's network namespace"):
+            Partition().prepare(target, PartitionParams())
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_faults_are_registered_with_what_can_see_them():
+    assert type(get_fault("partition")) is Partition
+    assert Partition.seen_by() == ("watchdog", "collective")  # alive and heartbeating: no heartbeat sees it
+    assert type(get_fault("lossy-link")).expects == "slow" and get_fault("lossy-link").seen_by() == ()
+
+
+def test_detection_predicted_for_a_partition_progress_watchdog_against_a_liveness_one():
+    slo = SLO(detect_within=20.0)
+    fast = predict(Partition.seen_by(), Partition.verb, BUILTIN_JOBS["reference"].timeouts, slo)
+    slow = predict(Partition.seen_by(), Partition.verb, BUILTIN_JOBS["reference-liveness"].timeouts, slo)
+    assert (fast.by, fast.detect_s) == ("watchdog", 10.0)
+    assert (slow.by, slow.detect_s) == ("collective", 1800.0)
+    assert [(s.name, s.status) for s in slow.slos] == [("detect_within", "fail")]
+
+
+def test_topology_netns_is_for_the_process_engine():
+    with pytest.raises(ValidationError, match="topology netns is for engine process"):
+        ClusterSpec(engine="ray", topology="netns")
+
+
+def test_a_machine_without_the_rights_is_a_config_error_before_anything_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr("drillbit.transport.inprocess.preflight", lambda: ["root (namespaces need CAP_SYS_ADMIN)"])
+    nodes = NetnsNodes(tmp_path, "local-netns", 2)
+    with pytest.raises(ConfigError, match="needs root .*nothing was started"):
+        nodes.connect()
+
+
+def test_the_reaper_tears_down_once_the_owner_died_and_stops_when_the_manifest_is_gone(tmp_path, monkeypatch):
+    torn: list[list[str]] = []
+    monkeypatch.setattr(netcluster, "teardown", lambda ns, manifest: torn.append(ns) or manifest.unlink() or [])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    manifest = tmp_path / "abc.json"
+    manifest.write_text(json.dumps({"owner_pid": dead.pid, "owner_start": time.time() - 5,
+                                    "namespaces": ["dbit-abc-node-0", "dbit-abc-sw"]}))
+    assert netcluster.reap(manifest, wait_s=1, poll_s=0.05) == 0
+    assert torn == [["dbit-abc-node-0", "dbit-abc-sw"]]
+    assert netcluster.reap(tmp_path / "gone.json", poll_s=0.05) == 0  # the owner tore down itself
+    me = psutil.Process(os.getpid())
+    manifest.write_text(json.dumps({"owner_pid": me.pid, "owner_start": me.create_time(), "namespaces": []}))
+    assert netcluster._owner_alive(json.loads(manifest.read_text()))
