@@ -15,7 +15,7 @@ import pytest
 MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.transport", "drillbit.stacks", "ray::", "gcs_server",
            "raylet", "ray/dashboard", "ray/autoscaler", "log_monitor.py", "sshd -D",
            "torchft_lighthouse", "ft_launcher", "dlrover-run", "dlrover.python", "slurmctld", "slurmd ", "slurmstepd",
-           "munged")
+           "munged", "etcd --name rdzv", "drillbit.transport.netcluster")
 
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist: which worker this is

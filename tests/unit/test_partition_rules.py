@@ -111,3 +111,13 @@ def test_the_reaper_tears_down_once_the_owner_died_and_stops_when_the_manifest_i
     me = psutil.Process(os.getpid())
     manifest.write_text(json.dumps({"owner_pid": me.pid, "owner_start": me.create_time(), "namespaces": []}))
     assert netcluster._owner_alive(json.loads(manifest.read_text()))
+
+
+def test_services_are_for_a_namespace_cluster_and_the_etcd_one_is_no_nodes():
+    from drillbit.spec.config import BUILTIN_CLUSTERS, ServiceSpec
+
+    with pytest.raises(ValidationError, match="services are for topology netns"):
+        ClusterSpec(engine="process", services=[ServiceSpec(name="etcd", command=["etcd"], port=2379)])
+    [etcd] = BUILTIN_CLUSTERS["local-netns-etcd"].services
+    assert "http://{service_host}:2379" in etcd.command  # the bridge's address, on no node
+    assert "{service_host}:2379" in BUILTIN_JOBS["reference-etcd"].launch.command

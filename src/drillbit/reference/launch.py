@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--node-name", default=None, help="this node's name (events carry it)")
     p.add_argument("--rdzv-endpoint", default=None, help="host:port of the c10d rendezvous store (node 0 hosts it)")
+    p.add_argument("--rdzv-backend", choices=["c10d", "etcd-v2"], default="c10d",
+                   help="c10d: the store lives in node 0's torchrun agent; etcd-v2: in the etcd at --rdzv-endpoint")
     p.add_argument("--max-restarts", type=int, default=3)
     p.add_argument("--monitor-interval", type=float, default=0.5)
     p.add_argument("--steps", type=int, default=1_000_000)
@@ -68,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.rdzv_endpoint:
             raise SystemExit("--rdzv-endpoint is needed with --nnodes above 1")
         min_nodes = int(args.min_nodes) if args.min_nodes else args.nnodes - 1
-        rdzv = ["--nnodes", f"{min_nodes}:{args.nnodes}", "--rdzv-backend", "c10d",
+        conf = "last_call_timeout=3,join_timeout=120"
+        rdzv = ["--nnodes", f"{min_nodes}:{args.nnodes}", "--rdzv-backend", args.rdzv_backend,
                 "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", run_dir.name,
-                "--rdzv-conf", f"is_host={int(primary)},last_call_timeout=3,join_timeout=120"]
+                "--rdzv-conf", f"is_host={int(primary)},{conf}" if args.rdzv_backend == "c10d" else conf]
     else:
         rdzv = ["--standalone", "--nnodes", "1"]
     torchrun = [

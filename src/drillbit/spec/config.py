@@ -44,6 +44,19 @@ class SshHost(Strict):
                                                     "else /tmp/drillbit-<uid>, created 0700)")
 
 
+class ServiceSpec(Strict):
+    """A process the namespace cluster runs beside its nodes, on the service address
+    (10.77.0.254, on the bridge): an etcd for torchrun's etcd-v2 rendezvous, a lighthouse.
+    It is no node's, so losing a node does not lose it."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]*$", description="its name in the history and its log "
+                                                               "(service-NAME.log in the run folder)")
+    command: list[str] = Field(min_length=1, description="placeholders: {run_dir} {python} {service_host}")
+    port: int = Field(ge=1, le=65535, description="the drill waits until it accepts connections here")
+    ready_timeout: Duration = 30.0
+    """how long it may take to start accepting"""
+
+
 class ClusterSpec(Strict):
     engine: Literal["process", "ray", "ssh", "slurm"] = "ray"
     """ray: one agent actor per node of a Ray cluster; ssh: one agent per host over SSH; slurm: the job submitted with sbatch, one agent per node of its allocation (srun --overlap); process: the agent in drillbit's own process"""
@@ -56,6 +69,8 @@ class ClusterSpec(Strict):
     nodes: int | None = Field(None, ge=1, description="nodes to use (embedded: nodes to simulate, default 2)")
     topology: Literal["host", "netns"] = "host"
     """process: netns simulates ``nodes`` nodes (default 2), each a network namespace with its own address and hostname on a private bridge, so a partition cuts one node off from the others (needs root, iproute2 and nftables); host: one node, this machine's network"""
+    services: list[ServiceSpec] = Field(default_factory=list)
+    """topology netns: processes started on the service address before the job and stopped after it"""
     cpus_per_node: int = Field(2, ge=1, description="embedded cluster: logical CPUs per simulated node")
     ray_auth_token: SecretStr | None = Field(None, description="ray: the cluster's token (Ray token "
                                                                "authentication); never written to reports or logs. "
@@ -119,6 +134,8 @@ class ClusterSpec(Strict):
             raise ValueError("engine slurm reads the job's logs on the controller (the agents end with each "
                              "allocation): the logs must be on a filesystem this machine sees, like the job's "
                              "sbatch output")
+        if self.services and self.topology != "netns":
+            raise ValueError("services are for topology netns (they run on its service address)")
         if self.topology == "netns" and self.engine != "process":
             raise ValueError(f"topology netns is for engine process (the embedded namespace cluster), not {self.engine}")
         if self.deadman <= 2 * HEARTBEAT_S:
@@ -462,6 +479,14 @@ BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
     "local-netns": ClusterSpec(engine="process", topology="netns", nodes=2, job_grace=5.0,
                                description="2 simulated nodes, each a network namespace (10.77.0.1-2) on a private "
                                            "bridge, the agents in the drill's own process; needs root"),
+    "local-netns-etcd": ClusterSpec(
+        engine="process", topology="netns", nodes=2, job_grace=5.0,
+        description="local-netns with a real etcd (Debian's etcd-server, v2 API on) on the service address "
+                    "10.77.0.254:2379, no node's: a rendezvous that survives the loss of any node",
+        services=[ServiceSpec(name="etcd", port=2379, command=[
+            "etcd", "--name", "rdzv", "--data-dir", "{run_dir}/etcd", "--enable-v2",
+            "--listen-client-urls", "http://{service_host}:2379", "--advertise-client-urls", "http://{service_host}:2379",
+            "--listen-peer-urls", "http://127.0.0.1:2380"])]),
 }
 
 BUILTIN_JOBS: dict[str, JobProfile] = {
@@ -475,6 +500,10 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
     "reference-liveness": _reference("reference job whose watchdog checks only liveness: each worker's heartbeat "
                                      "thread, not its steps (what NVRx's rank monitor and JAX's coordination "
                                      "service check)", "--watchdog-watch", "liveness"),
+    "reference-etcd": _reference("reference job whose torchrun rendezvouses through etcd (--rdzv-backend etcd-v2 at "
+                                 "{service_host}:2379), not a c10d store in node 0's agent; needs --cluster "
+                                 "local-netns-etcd", "--rdzv-backend", "etcd-v2", "--rdzv-endpoint",
+                                 "{service_host}:2379"),
     "reference-noverify": _reference("reference job restoring without checksum verification", "--no-verify"),
     "reference-nockpt": _reference("reference job with checkpoints switched off", "--ckpt-every", "0"),
     "reference-nostraggler": _reference("reference job without a straggler detector", "--straggler", "off"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-PLACEHOLDERS = ("run_dir", "python", "node", "node_rank", "nnodes", "head", "port", "ray_address")
+PLACEHOLDERS = ("run_dir", "python", "node", "node_rank", "nnodes", "head", "port", "ray_address", "service_host")
 
 
 def expand(text: str, values: dict[str, str]) -> str:

@@ -37,7 +37,8 @@ def connect(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
 
     if cluster.topology == "netns":
         return NetnsNodes(run_dir, name, cluster.nodes or 2, deadman_s=cluster.deadman,
-                          job_grace_s=cluster.job_grace, version=cluster.simulate_agent_version)
+                          job_grace_s=cluster.job_grace, version=cluster.simulate_agent_version,
+                          services=cluster.services)
 
     return InProcessNodes(run_dir, name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace,
                           version=cluster.simulate_agent_version)

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.agent.service import AgentService
-from drillbit.errors import ConfigError
-from drillbit.transport.netcluster import Topology, preflight
+from drillbit.errors import ConfigError, DrillError
+from drillbit.spec.config import ServiceSpec
+from drillbit.spec.placeholders import expand
+from drillbit.transport.netcluster import SERVICE_HOST, Topology, TopologyError, preflight
 from drillbit.transport.nodes import Nodes
 from drillbit.transport.client import AgentClient
 
@@ -52,9 +54,11 @@ class NetnsNodes(InProcessNodes):
     address; the namespaces are taken down on close, or by the reaper if this process dies."""
 
     def __init__(self, run_dir: Path, cluster_name: str, nodes: int, *, deadman_s: float = 5.0,
-                 job_grace_s: float = 30.0, version: str | None = None) -> None:
+                 job_grace_s: float = 30.0, version: str | None = None,
+                 services: list[ServiceSpec] | tuple[ServiceSpec, ...] = ()) -> None:
         super().__init__(run_dir, cluster_name, deadman_s=deadman_s, job_grace_s=job_grace_s, version=version)
         self.topology = Topology(nodes)
+        self.services = list(services)
 
     def connect(self) -> dict[str, AgentClient]:
         missing = preflight()
@@ -62,10 +66,25 @@ class NetnsNodes(InProcessNodes):
             raise ConfigError(f"cluster {self.cluster_name!r} (topology netns) needs " + "; ".join(missing)
                               + "; nothing was started")
         self.topology.up()
-        self.note("topology.up", {"namespaces": self.topology.namespaces(),
+        self.note("topology.up", {"namespaces": self.topology.namespaces(), "service_host": SERVICE_HOST,
                                   "addresses": {n: self.topology.address(n) for n in self.topology.node_names()}})
+        values = {**self.values, "service_host": SERVICE_HOST}
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for svc in self.services:
+                proc = self.topology.start_service(svc.name, [expand(a, values) for a in svc.command], svc.port,
+                                                   self.run_dir / f"service-{svc.name}.log", svc.ready_timeout)
+                self.note("service.up", {"name": svc.name, "pid": proc.pid, "address": f"{SERVICE_HOST}:{svc.port}"})
+        except TopologyError as exc:
+            self.topology.down()
+            raise DrillError(str(exc)) from exc
         return {n: InProcessClient(AgentService(n, self.run_dir, version=self.version))
                 for n in self.topology.node_names()}
+
+    provides = frozenset({"service_host"})
+
+    def node_values(self) -> dict[str, dict[str, str]]:
+        return {n: {**v, "service_host": SERVICE_HOST} for n, v in super().node_values().items()}
 
     def wrap(self, node: str, argv: list[str]) -> list[str]:
         return self.topology.wrap(node, argv)

@@ -35,6 +35,7 @@ from pathlib import Path
 import psutil
 
 SUBNET = "10.77.0"
+SERVICE_HOST = f"{SUBNET}.254"  # the bridge's own address, in the switch namespace: where services listen
 PREFIX = "dbit-"
 STATE_DIR = Path(os.environ.get("DRILLBIT_NETNS_STATE", "/run/drillbit-netns"))
 ETC_NETNS = Path("/etc/netns")
@@ -98,6 +99,7 @@ class Topology:
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     owner_pid: int = field(default_factory=os.getpid)
     reaper: subprocess.Popen | None = None
+    services: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     @property
     def switch(self) -> str:
@@ -130,6 +132,7 @@ class Topology:
             _ip("-n", sw, "link", "set", "lo", "up")
             _ip("-n", sw, "link", "add", "br0", "type", "bridge")
             _ip("-n", sw, "link", "set", "br0", "up")
+            _ip("-n", sw, "addr", "add", f"{SERVICE_HOST}/24", "dev", "br0")
             hosts = "127.0.0.1 localhost\n" + "".join(f"{self.address(n)} {n}\n" for n in self.node_names())
             for i, node in enumerate(self.node_names()):
                 ns = self.namespace(node)
@@ -159,7 +162,8 @@ class Topology:
             raise TopologyError(f"{STATE_DIR} must belong to uid {os.geteuid()} and be writable by it alone")
         owner = psutil.Process(self.owner_pid)
         data = {"run_id": self.run_id, "nodes": self.nodes, "owner_pid": self.owner_pid,
-                "owner_start": owner.create_time(), "namespaces": self.namespaces(), "created": time.time()}
+                "owner_start": owner.create_time(), "namespaces": self.namespaces(), "created": time.time(),
+                "services": [_ref(p.pid) for p in self.services.values() if _ref(p.pid)]}
         tmp = self.manifest.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.manifest)
@@ -170,6 +174,45 @@ class Topology:
         return ["ip", "netns", "exec", self.namespace(node), "unshare", "--uts", "--", "sh", "-c",
                 'hostname "$0" && exec "$@"', node, *argv]
 
+    def wrap_service(self, argv: list[str]) -> list[str]:
+        """``argv`` run on the service address (the switch's namespace)."""
+        return ["ip", "netns", "exec", self.switch, *argv]
+
+    def start_service(self, name: str, argv: list[str], port: int, log: Path, timeout: float) -> psutil.Process:
+        """Start a service, record it in the manifest (the reaper stops it if this process
+        dies), and wait until it accepts connections on ``port``."""
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(self.wrap_service(argv), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self.services[name] = proc
+        self._write_manifest()
+        probe = f"import socket; socket.create_connection(({SERVICE_HOST!r}, {port}), timeout=1).close()"
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise TopologyError(f"service {name} exited with code {proc.returncode} (see {log})")
+            if subprocess.run(self.wrap_service([sys.executable, "-c", probe]), capture_output=True).returncode == 0:
+                return psutil.Process(proc.pid)
+            time.sleep(0.3)
+        raise TopologyError(f"service {name} did not accept connections on {SERVICE_HOST}:{port} within "
+                            f"{timeout:g} s (see {log})")
+
+    def stop_services(self, timeout: float = 10.0) -> list[str]:
+        """Stop every service (SIGTERM, then SIGKILL); the ones that would not stop."""
+        left = []
+        for name, proc in self.services.items():
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    try:
+                        proc.wait(timeout=timeout)
+                    except subprocess.TimeoutExpired:
+                        left.append(name)
+        return left
+
     def owns(self, node: str, pid: int) -> bool:
         """Whether the process lives in the node's namespace."""
         inode = named_inode(self.namespace(node))
@@ -178,7 +221,8 @@ class Topology:
     # --- down ------------------------------------------------------------------------
     def down(self) -> list[str]:
         """Remove every namespace, the hosts files and the manifest; verify by listing.
-        Returns what is still there (empty: all gone). Stops the reaper first."""
+        Returns what is still there (empty: all gone). Stops the services and the reaper first."""
+        left = self.stop_services()
         if self.reaper is not None and self.reaper.poll() is None:
             self.reaper.terminate()
             try:
@@ -186,7 +230,28 @@ class Topology:
             except subprocess.TimeoutExpired:
                 self.reaper.kill()
                 self.reaper.wait()
-        return teardown(self.namespaces(), self.manifest)
+        return [f"service {n}" for n in left] + teardown(self.namespaces(), self.manifest)
+
+
+def _ref(pid: int) -> list | None:
+    """(pid, start time) of a live process, as the manifest names a service."""
+    try:
+        return [pid, psutil.Process(pid).create_time()]
+    except psutil.NoSuchProcess:
+        return None
+
+
+def kill_services(refs: list) -> None:
+    """SIGKILL each service still alive under the same pid and start time (the reaper, after
+    the owner died), and its process group: an etcd forks nothing, but another service may."""
+    for pid, start in refs:
+        try:
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - start) < 0.01:
+                os.killpg(pid, 9)
+                proc.wait(timeout=10)
+        except (psutil.NoSuchProcess, ProcessLookupError, PermissionError, psutil.TimeoutExpired):
+            continue
 
 
 def listed() -> set[str]:
@@ -231,9 +296,11 @@ def reap(manifest: Path, wait_s: float = REAP_WAIT_S, poll_s: float = REAP_POLL_
         if not _owner_alive(data):
             break
         time.sleep(poll_s)
+    nodes = [ns for ns in data["namespaces"] if not ns.endswith("-sw")]
     deadline = time.time() + wait_s
-    while _busy(data["namespaces"]) and time.time() < deadline:
+    while _busy(nodes) and time.time() < deadline:  # the job leaves first; the services it used go then
         time.sleep(poll_s)
+    kill_services(data.get("services", []))
     return 1 if teardown(data["namespaces"], manifest) else 0
 
 
@@ -249,6 +316,7 @@ def sweep() -> list[str]:
         except (OSError, ValueError):
             continue
         if not _owner_alive(data):
+            kill_services(data.get("services", []))
             present = [ns for ns in data["namespaces"] if ns in listed()]
             if not teardown(data["namespaces"], manifest):
                 removed += present

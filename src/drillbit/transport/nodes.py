@@ -30,7 +30,8 @@ from drillbit.spec.placeholders import expand
 from drillbit.transport.client import AgentClient
 
 # a placeholder only some engine fills: (what the job runs on, a cluster that has it)
-PLACEHOLDER_ENGINES = {"ray_address": ("Ray", "local")}
+PLACEHOLDER_ENGINES = {"ray_address": ("Ray", "local"),
+                       "service_host": ("a namespace cluster's service address", "local-netns")}
 
 
 def each_node(nodes: list[str], fn: Callable[[str], Any]) -> tuple[dict[str, Any], list[str]]:

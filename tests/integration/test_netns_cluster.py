@@ -1,18 +1,21 @@
-"""partition on a cluster whose nodes are network namespaces (``local-netns``): real
-namespaces, a real bridge, real nftables tables, the real reference job across two nodes
-(c10d rendezvous at 10.77.0.1, gloo over each node's veth).
+"""The cluster whose nodes are network namespaces (``local-netns``): real namespaces, a real
+bridge, real nftables tables, a real etcd, the real reference job across two nodes (c10d
+rendezvous at 10.77.0.1, gloo over each node's veth).
 
-A progress watchdog detects the cut while every process stays alive (PASS); a watchdog that
-checks only liveness, a heartbeat thread per worker, never does (FAIL). After every ending —
-pass, fail, Ctrl-C, a SIGKILLed controller — no namespace, /etc/netns folder, nft table or
-process is left.
+partition-node: a progress watchdog detects the cut while every process stays alive (PASS);
+a watchdog that checks only liveness, a heartbeat thread per worker, never does (FAIL).
+lose-rendezvous-host: c10d's store dies with node 0 (FAIL); etcd-v2 on an etcd that is no
+node's survives it (PASS). After every ending — pass, fail, Ctrl-C, a SIGKILLed controller —
+no namespace, /etc/netns folder, nft table, service or process is left.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
+import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -120,8 +123,8 @@ def test_an_endpoint_partition_cuts_only_that_address_and_port(tmp_path):
         assert topology.down() == []
 
 
-def run(job: str, tmp_path: Path) -> tuple[dict, Path]:
-    resolved = resolve(str(CATALOGUE / "partition-node.yaml"), cluster="local-netns", job=job)
+def run(job: str, tmp_path: Path, drill: str = "partition-node", cluster: str = "local-netns") -> tuple[dict, Path]:
+    resolved = resolve(str(CATALOGUE / f"{drill}.yaml"), cluster=cluster, job=job)
     payload, outcome = execute(resolved, reports_dir=str(tmp_path))
     return payload, outcome.run_dir
 
@@ -148,6 +151,30 @@ def test_partition_node_is_missed_by_a_liveness_only_watchdog(tmp_path):
     events = (run_dir / "job" / "events.log").read_text()
     assert "kind=detect" not in events  # every heartbeat thread went on beating through the cut
     assert all(h["verified"] for h in result["fault"]["heals"])
+
+
+def test_losing_the_node_that_hosts_the_c10d_store_leaves_nothing_to_rendezvous_at(tmp_path):
+    result, run_dir = run("reference", tmp_path, "lose-rendezvous-host")
+    assert result["verdict"] == "fail"
+    first = next(s for s in result["slos"] if s["name"] == "first_step_within")
+    assert first["status"] == "fail"
+    assert result["measurements"]["restarts"] == 0
+    # node 1's agent says why, in its own words
+    assert "The connection to the C10d store has failed" in (run_dir / "job" / "launcher.log").read_text()
+
+
+@pytest.mark.skipif(shutil.which("etcd") is None or importlib.util.find_spec("etcd") is None,
+                    reason="needs Debian's etcd-server and python-etcd (the reference extra)")
+def test_an_etcd_that_is_no_nodes_survives_the_loss_of_the_rendezvous_host(tmp_path):
+    result, run_dir = run("reference-etcd", tmp_path, "lose-rendezvous-host", cluster="local-netns-etcd")
+    assert result["verdict"] == "pass", result["reasons"]
+    assert result["measurements"]["restarts"] >= 1
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    [up] = [e for e in history if e["kind"] == "service.up"]
+    assert up["data"]["address"] == "10.77.0.254:2379"
+    assert not psutil.pid_exists(up["data"]["pid"]) or psutil.Process(up["data"]["pid"]).status() == "zombie"
+    # torchrun said which rendezvous it used (its launch config, at INFO)
+    assert re.search(r"rdzv_backend\s*: etcd-v2", (run_dir / "job" / "launcher.log").read_text())
 
 
 @pytest.mark.parametrize("ending", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
