@@ -153,6 +153,20 @@ def test_partition_node_is_missed_by_a_liveness_only_watchdog(tmp_path):
     assert all(h["verified"] for h in result["fault"]["heals"])
 
 
+def test_five_percent_loss_is_put_on_the_link_not_on_a_rank(tmp_path):
+    result, run_dir = run("reference", tmp_path, "lossy-link")
+    assert result["verdict"] == "pass", result["reasons"]
+    [slo] = result["slos"]
+    assert "nothing the stack printed after the fault blamed a rank" in slo["detail"]
+    m = result["measurements"]
+    assert m["link"] == "the link of node-1 (5% of packets dropped)"
+    assert m["fleet_tax"] is not None and m["straggler_rank"] is None
+    events = (run_dir / "job" / "events.log").read_text()
+    assert "kind=straggler" not in events  # the ranks computed as fast as ever
+    assert "Link: the fault was on the link of node-1" in (run_dir / "report.md").read_text()
+    assert all(h["verified"] for h in result["fault"]["heals"])
+
+
 def test_losing_the_node_that_hosts_the_c10d_store_leaves_nothing_to_rendezvous_at(tmp_path):
     result, run_dir = run("reference", tmp_path, "lose-rendezvous-host")
     assert result["verdict"] == "fail"

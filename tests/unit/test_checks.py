@@ -216,3 +216,48 @@ def test_attribution_is_unknown_when_the_profile_reads_no_blame_lines():
     assert blind.verdict == "inconclusive", blind.reasons
     seeing = check(spec(attribution="exact"), history(["blame", "detect", "step"]))
     assert next(s for s in seeing.slos if s.name == "attribution").status == "fail"
+
+
+def lossy_history(reads: list[str], blamed: int | None = None) -> History:
+    """A lossy link on node-1 (ranks 2 and 3), its steps 20% slower; the stack blames
+    ``blamed`` (a straggler line) or nobody."""
+    rows = prelude()
+    rows[1] = (BASE + 0.1, "job.launch", {"reads": reads})
+    rows.append((T_FAULT - 1, "job.ranks", {"ranks": [{"rank": r, "pid": 10 + r, "node": f"node-{r // 2}"}
+                                                      for r in range(4)]}))
+    cut = {"table": "inet drillbit_x", "netns": "/run/netns/dbit-x-node-1", "scope": "node", "endpoint": None,
+           "direction": "both", "loss_pct": 5.0}
+    rows += [(T_FAULT - 0.01, "fault.inject", {"rank": 3, "node": "node-1"}),
+             (T_FAULT, "fault.confirmed", {"hurts": "node", "expects": "slow", "verb": "behind the lossy link",
+                                           "evidence": [{"t": T_FAULT, "what": "link cut", "kind": "link-cut",
+                                                         "data": cut}]})]
+    rows += [(T_FAULT + 0.3 * (i + 1), "step", {"n": 26 + i, "dt": 0.3}) for i in range(40)]
+    if blamed is not None:
+        rows.append((T_FAULT + 5, "straggler", {"rank": blamed, "node": f"node-{blamed // 2}"}))
+    rows += [(T_FAULT + 13, "observe.end"), (T_FAULT + 13.5, "drill.end")]
+    return History.build(rows)
+
+
+def lossy_spec() -> DrillSpec:
+    return DrillSpec.model_validate({"name": "lossy-link", "class": "fail-slow", "summary": "s",
+                                     "fault": {"type": "lossy-link", "trigger": {"at_step": 20}},
+                                     "slo": {"attribution": "no-false-blame"}})
+
+
+def test_a_lossy_link_blamed_on_nobody_passes_and_names_the_link():
+    result = check(lossy_spec(), lossy_history(["step", "straggler"]))
+    [slo] = result.slos
+    assert result.verdict == "pass", result.reasons
+    assert "nothing the stack printed after the fault blamed a rank" in slo.detail
+    assert "the link of node-1 (5% of packets dropped)" in slo.detail
+    assert result.measurements.fleet_tax == pytest.approx(0.2)
+
+
+def test_a_lossy_link_blamed_on_a_healthy_rank_fails_and_one_the_stack_cannot_hear_is_unknown():
+    wrong = check(lossy_spec(), lossy_history(["step", "straggler"], blamed=0))
+    assert wrong.verdict == "fail"
+    assert "rank(s) 0 blamed for a fault that did not hurt them" in wrong.reasons[0], wrong.reasons
+    behind = check(lossy_spec(), lossy_history(["step", "straggler"], blamed=3))
+    assert behind.verdict == "pass", behind.reasons  # a rank behind the lossy link is not a false blame
+    deaf = check(lossy_spec(), lossy_history(["step"]))
+    assert deaf.slos[0].status == "unknown" and deaf.verdict == "inconclusive"

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from drillbit.checks.attribution import Attribution, attribute
 from drillbit.checks.witness import DamagedRestore, judge_damaged_restore, relation
-from drillbit.evidence import FileDamage, NodeGone, NodeState, SaveCrash, Slowed, TierLost, effects
+from drillbit.evidence import FileDamage, LinkCut, NodeGone, NodeState, SaveCrash, Slowed, TierLost, effects
 from drillbit.history import Event, History
 
 
@@ -79,6 +79,7 @@ class FailSlowFigures(BaseModel):
     slowdown: float | None = None
     fleet_tax: float | None = None
     time_to_escalate: float | None = None
+    link: str | None = None  # a link fault (lossy-link): whose link, and what it dropped
 
 
 class ReplacementFigures(BaseModel):
@@ -466,6 +467,11 @@ def crash_class(m: Measurements, verdict: str) -> str:
 def _measure_slow(m: Measurements, events: list[Event], confirmed: Event, t0: float) -> None:
     """A fail-slow fault: was the right rank named, how fast, and what did it cost the fleet."""
     slowed = [e for e in effects(confirmed.data) if isinstance(e, Slowed)]
+    cut = next((e for e in effects(confirmed.data) if isinstance(e, LinkCut)), None)
+    if cut is not None:
+        nodes = sorted({e.node for e in events if e.kind == "fault.inject" and e.node})
+        m.link = (f"the link of {', '.join(nodes) or 'the target node'} ({cut.loss_pct:g}% of packets dropped"
+                  + (f" to and from {cut.endpoint}" if cut.endpoint else "") + ")")
     m.slowdown_achieved = next((e.slowdown_achieved for e in slowed if e.slowdown_achieved is not None), None)
     m.target_slowdown = next((e.target_slowdown for e in slowed), None)
     steps = [e for e in events if e.kind == "step"]

@@ -334,6 +334,8 @@ def _restore_tier(limit: int, m: Measurements, watched: float, reasons: list[str
 def _attribution(rule: str, m: Measurements, reasons: list[str]) -> SLOResult:
     """SLO attribution: exact (the hurt ranks, no other) or superset (at least them)."""
     a = m.attribution
+    if rule == "no-false-blame":
+        return _no_false_blame(m, reasons)
     if a is None and m.signal_kinds is not None and not {"blame", "members"} & set(m.signal_kinds):
         return SLOResult(name="attribution", measurement="attribution", limit=1, measured=None, status="unknown",
                          detail=f"{rule}: the job's profile reads no blame or members lines, so nothing it printed "
@@ -350,6 +352,29 @@ def _attribution(rule: str, m: Measurements, reasons: list[str]) -> SLOResult:
                                        else ""))
     return SLOResult(name="attribution", measurement="attribution", limit=1, measured=int(ok),
                      status="pass" if ok else "fail", detail=f"{rule}: {a.describe()}")
+
+
+def _no_false_blame(m: Measurements, reasons: list[str]) -> SLOResult:
+    """SLO attribution no-false-blame: the stack blamed no rank the fault did not hurt.
+    Silence passes only where the profile reads the lines a blame would be in (straggler,
+    blame, members): a stack drillbit cannot hear is unknown, never a pass."""
+    a = m.attribution
+    where = f"; the fault was on {m.link}" if m.link else ""
+    if a is None:
+        reads = sorted({"blame", "members", "straggler"} & set(m.signal_kinds or ()))
+        if not reads:
+            return SLOResult(name="attribution", measurement="attribution", limit=1, measured=None, status="unknown",
+                             detail="no-false-blame: the job's profile reads no straggler, blame or members lines, "
+                                    "so a blame could not have been heard")
+        return SLOResult(name="attribution", measurement="attribution", limit=1, measured=1, status="pass",
+                         detail=f"no-false-blame: nothing the stack printed after the fault blamed a rank (the profile "
+                                f"reads its {', '.join(reads)} lines){where}")
+    ok = not a.false_blames
+    if not ok:
+        reasons.append(f"{a.describe()}: rank(s) {', '.join(map(str, a.false_blames))} blamed for a fault that did "
+                       f"not hurt them{where}")
+    return SLOResult(name="attribution", measurement="attribution", limit=1, measured=int(ok),
+                     status="pass" if ok else "fail", detail=f"no-false-blame: {a.describe()}{where}")
 
 
 def _skipped_damaged(d, rejected: bool | None, reasons: list[str]) -> SLOResult:

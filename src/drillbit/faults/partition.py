@@ -220,7 +220,7 @@ class LossyLink(Partition):
     name = "lossy-link"
     fault_class = "fail-slow"
     Params = LossyLinkParams
-    verb = "made lossy"
+    verb = "behind the lossy link"
     expects = "slow"
     detected_by = ()
 

@@ -81,6 +81,10 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
                       + ("never" if detect is None else f"{detect:.2f} s"))
     if m.get("attribution"):
         console.print(f"  attribution: {m['attribution']['text']}")
+    if m.get("link"):
+        tax = f"; the job ran {m['fleet_tax']:.1%} slower meanwhile" if m.get("fleet_tax") is not None else ""
+        console.print(f"  link: the fault was on {m['link']}{tax}"
+                      + ("" if m.get("attribution") else "; the stack blamed no rank"))
     if payload["slos"]:
         slos = Table(title="SLOs", show_edge=False)
         for col in ("slo", "limit", "measured", "status"):

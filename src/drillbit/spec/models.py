@@ -231,9 +231,10 @@ class SLO(Strict):
     goodput_min: float | None = Field(None, ge=0, le=1)
     """the share of the drill window spent making steps that were kept"""
     straggler_within: Duration | None = Field(None, description="fail-slow: the slowed rank must be named in time")
-    attribution: Literal["exact", "superset"] | None = Field(
+    attribution: Literal["exact", "superset", "no-false-blame"] | None = Field(
         None, description="whom the stack must blame: exact — the ranks the fault hurt and no other; superset — "
-                          "at least those (blaming healthy ranks too is allowed)")
+                          "at least those (blaming healthy ranks too is allowed); no-false-blame — no rank the fault "
+                          "did not hurt (a lossy link: the link is at fault, and blaming none is right)")
     requeue_within: Duration | None = Field(None, description="a scheduler's requeue (Slurm) after the fault")
     restore_tier: RestoreTierSLO | None = Field(
         None, description="multi-tier checkpoints: the restore must not fall back further than the tiers allowed")
