@@ -40,7 +40,8 @@ class ProcessStopped(_Strict):
 
 
 class LinkCut(_Strict):
-    """partition, lossy-link: the nftables table that drops the node's packets is loaded."""
+    """partition, lossy-link, flap: the nftables table that drops the node's packets is loaded;
+    slow-link: the tbf that caps what it sends (``rate_mbit``)."""
 
     kind: ClassVar[str] = "link-cut"
     table: str
@@ -49,6 +50,7 @@ class LinkCut(_Strict):
     endpoint: str | None
     direction: str
     loss_pct: float
+    rate_mbit: float | None = None  # slow-link: the cap on what the node sends
 
 
 class NodeGone(_Strict):

@@ -18,13 +18,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from drillbit.faults.partition import Partition, PartitionParams, tables
+from drillbit.faults.partition import (Flap, FlapParams, Partition, PartitionParams, SlowLink, SlowLinkParams,
+                                      root_qdisc, tables)
 from drillbit.proc import ProcRef
 from drillbit.session import execute, resolve
 from drillbit.transport import netcluster
@@ -120,6 +122,55 @@ def test_an_endpoint_partition_cuts_only_that_address_and_port(tmp_path):
         for s in servers:
             s.kill()
             s.wait()
+        assert topology.down() == []
+
+
+def test_a_flap_cuts_until_healed_and_the_heal_stops_it_first(tmp_path):
+    topology = Topology(2)
+    topology.up()
+    server = None
+    try:
+        server = subprocess.Popen(topology.wrap("node-1", [sys.executable, "-c", SERVER]), stdout=subprocess.PIPE,
+                                  text=True)
+        assert server.stdout.readline().strip() == "ready"
+        fault = Flap()
+        target = ProcRef.of(psutil.Process(server.pid))
+        params = FlapParams(cut_s=60, every_s=120, times=5)  # one long cut: the heal ends it
+        state = fault.act(target, params, fault.prepare(target, params))
+        assert fault.confirm(target, params, state) is not None
+        assert reach(topology, "node-0", "10.77.0.2", timeout=1.0) is None
+        report = fault.heal(target, params, state)
+        assert report.verified, report.detail
+        assert not any(t.name.startswith("flap-") for t in threading.enumerate())  # the thread stopped first
+        assert reach(topology, "node-0", "10.77.0.2") == "node-1"
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        assert topology.down() == []
+
+
+def test_a_slow_link_caps_with_tbf_and_the_heal_puts_the_default_qdisc_back(tmp_path):
+    topology = Topology(2)
+    topology.up()
+    sleeper = subprocess.Popen(topology.wrap("node-1", [sys.executable, "-c", "import time; time.sleep(60)"]))
+    try:
+        time.sleep(0.5)
+        fault = SlowLink()
+        target = ProcRef.of(psutil.Process(sleeper.pid))
+        params = SlowLinkParams(rate_mbit=8)
+        state = fault.act(target, params, fault.prepare(target, params))
+        assert state.interfaces == {"eth0": "noqueue"} and state.applied == ["eth0"]
+        ns = f"/run/netns/{topology.namespace('node-1')}"
+        assert root_qdisc(ns, "eth0") == "tbf"
+        evidence = fault.confirm(target, params, state)
+        assert evidence is not None and evidence.data["rate_mbit"] == 8
+        report = fault.heal(target, params, state)
+        assert report.verified and "eth0: noqueue" in report.detail
+        assert root_qdisc(ns, "eth0") == "noqueue"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
         assert topology.down() == []
 
 

@@ -121,3 +121,15 @@ def test_services_are_for_a_namespace_cluster_and_the_etcd_one_is_no_nodes():
     [etcd] = BUILTIN_CLUSTERS["local-netns-etcd"].services
     assert "http://{service_host}:2379" in etcd.command  # the bridge's address, on no node
     assert "{service_host}:2379" in BUILTIN_JOBS["reference-etcd"].launch.command
+
+
+def test_a_flap_must_come_back_between_cuts_and_a_slow_link_names_its_cap():
+    from drillbit.faults.partition import FlapParams, SlowLink, SlowLinkParams
+
+    with pytest.raises(ValidationError, match="must be shorter than every_s"):
+        FlapParams(cut_s=20, every_s=20)
+    assert FlapParams(cut_s=2, every_s=10, times=4).times == 4
+    plan = SlowLink().plan([], SlowLinkParams(rate_mbit=100, interface="eth0"))
+    assert "tbf rate 100mbit burst 32kb latency 400ms on eth0" in plan.action
+    with pytest.raises(ValidationError):
+        SlowLinkParams(interface="eth0; reboot")

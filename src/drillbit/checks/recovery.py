@@ -470,8 +470,9 @@ def _measure_slow(m: Measurements, events: list[Event], confirmed: Event, t0: fl
     cut = next((e for e in effects(confirmed.data) if isinstance(e, LinkCut)), None)
     if cut is not None:
         nodes = sorted({e.node for e in events if e.kind == "fault.inject" and e.node})
-        m.link = (f"the link of {', '.join(nodes) or 'the target node'} ({cut.loss_pct:g}% of packets dropped"
-                  + (f" to and from {cut.endpoint}" if cut.endpoint else "") + ")")
+        what = (f"capped at {cut.rate_mbit:g} Mbit/s" if cut.rate_mbit is not None
+                else f"{cut.loss_pct:g}% of packets dropped" + (f" to and from {cut.endpoint}" if cut.endpoint else ""))
+        m.link = f"the link of {', '.join(nodes) or 'the target node'} ({what})"
     m.slowdown_achieved = next((e.slowdown_achieved for e in slowed if e.slowdown_achieved is not None), None)
     m.target_slowdown = next((e.target_slowdown for e in slowed), None)
     steps = [e for e in events if e.kind == "step"]

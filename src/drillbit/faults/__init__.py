@@ -29,6 +29,8 @@ _BUILTIN = {
     "lose-local-tier": "drillbit.faults.lose_local_tier:LoseLocalTier",
     "partition": "drillbit.faults.partition:Partition",
     "lossy-link": "drillbit.faults.partition:LossyLink",
+    "flap": "drillbit.faults.partition:Flap",
+    "slow-link": "drillbit.faults.partition:SlowLink",
 }
 
 

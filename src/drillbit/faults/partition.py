@@ -1,4 +1,5 @@
-"""partition, lossy-link (fail-hang, fail-slow): cut a node's network, or drop a share of it.
+"""partition, lossy-link, flap, slow-link: cut a node's network, drop a share of it, cut it
+on and off, or cap its bandwidth.
 
 Every process stays alive and heartbeating while a collective never completes: the hang that
 cost BLOOM ~18 h, and the network causes Llama 3 counts among its 419 unexpected
@@ -24,6 +25,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -158,15 +160,7 @@ class Partition(Fault[PartitionParams, PartitionState]):
         return step
 
     def prepare(self, target: ProcRef, params: PartitionParams) -> PartitionState:
-        if target.process() is None:
-            raise FaultError(f"rank {target.rank} (pid {target.pid}) is gone")
-        inode = _inode(target)
-        if inode is None:
-            raise FaultError(f"cannot read the network namespace of pid {target.pid} (root or CAP_SYS_PTRACE needed)")
-        if inode == _inode_of_pid(os.getpid()):
-            raise FaultError(f"rank {target.rank} (pid {target.pid}) shares this agent's network namespace: a cut "
-                             "would cut the agent's heartbeat too, and its dead-man's switch would heal at once; "
-                             "drill it on a cluster whose nodes are namespaces or containers (topology netns)")
+        inode = _own_namespace_refused(target)
         table = f"drillbit_{secrets.token_hex(4)}"
         return PartitionState(netns_inode=inode, table=table, ruleset=rules(table, params))
 
@@ -235,3 +229,211 @@ def _inode_of_pid(pid: int) -> int | None:
     except OSError:
         return None
 
+
+
+# --- flap: cut, heal, cut again ------------------------------------------------------------
+class FlapParams(PartitionParams):
+    cut_s: float = Field(5.0, gt=0)
+    """how long each cut lasts"""
+    every_s: float = Field(20.0, gt=0)
+    """a cut starts this often"""
+    times: int = Field(3, ge=1, le=1000)
+    """how many cuts"""
+
+    @model_validator(mode="after")
+    def _fits(self) -> "FlapParams":
+        if self.cut_s >= self.every_s:
+            raise ValueError(f"cut_s ({self.cut_s:g}) must be shorter than every_s ({self.every_s:g}): "
+                             "a link that never comes back is a partition")
+        return self
+
+
+# the flapping threads of this agent, by table: heal stops one before it deletes the table
+_FLAPPERS: dict[str, tuple[threading.Thread, threading.Event]] = {}
+
+
+class Flap(Partition):
+    """A link that goes down for ``cut_s`` every ``every_s``, ``times`` times (a flapping
+    switch port or cable): the first cut is made at inject, the rest by a thread of the
+    agent; heal stops that thread, then deletes the table and lists the tables to verify. An
+    agent that died took its thread with it: its guardian deletes the table."""
+
+    name = "flap"
+    Params = FlapParams
+    verb = "flapped"
+    expects = "slow"  # judged by what the flaps cost and whom the stack blamed
+    detected_by = ()
+
+    def plan(self, targets: list[ProcRef], params: FlapParams) -> Plan:  # type: ignore[override]
+        plan = super().plan(targets, params)
+        plan.action += f"; for {params.cut_s:g} s every {params.every_s:g} s, {params.times} times"
+        plan.heal = "stop the flapping thread, then " + plan.heal
+        return plan
+
+    def act(self, target: ProcRef, params: FlapParams, intent: PartitionState) -> PartitionState:  # type: ignore[override]
+        state = super().act(target, params, intent)  # the first cut
+        stop = threading.Event()
+
+        def flap() -> None:
+            for i in range(params.times):
+                if i > 0:
+                    if stop.wait(params.every_s - params.cut_s):
+                        return
+                    where = netns_of(state.netns_inode)
+                    if where is None or nft(where, "-f", "-", stdin=state.ruleset).returncode != 0:
+                        return
+                if stop.wait(params.cut_s):
+                    return
+                where = netns_of(state.netns_inode)
+                if where is not None and state.table in tables(where):
+                    nft(where, "delete", "table", FAMILY, state.table)
+
+        thread = threading.Thread(target=flap, name=f"flap-{state.table}", daemon=True)
+        _FLAPPERS[state.table] = (thread, stop)
+        thread.start()
+        return state
+
+    def heal(self, target: ProcRef, params: FlapParams, state: PartitionState) -> HealReport:  # type: ignore[override]
+        running = _FLAPPERS.pop(state.table, None)
+        if running is not None:
+            thread, stop = running
+            stop.set()
+            thread.join(timeout=30)
+            if thread.is_alive():
+                return HealReport(healed=False, verified=False, detail="the flapping thread did not stop")
+        return super().heal(target, params, state)
+
+
+# --- slow-link: a bandwidth cap (tbf) ------------------------------------------------------
+class SlowLinkParams(Params):
+    rate_mbit: float = Field(10.0, gt=0, le=1_000_000)
+    """the cap on what the node sends, in Mbit/s"""
+    burst_kb: float = Field(32.0, gt=0)
+    """tbf's bucket"""
+    latency_ms: float = Field(400.0, gt=0)
+    """how long a packet may wait in the bucket before it is dropped"""
+    interface: str | None = Field(None, pattern=r"^[A-Za-z0-9_.@-]{1,15}$")
+    """the interface to cap (default: every interface of the namespace but loopback)"""
+
+
+class SlowLinkState(State):
+    netns_inode: int
+    interfaces: dict[str, str]  # interface -> the root qdisc it had (its kind), put back at the heal
+    applied: list[str] = []
+
+
+def _tc(netns: str, *args: str) -> subprocess.CompletedProcess:
+    if shutil.which("tc") is None:
+        raise FaultError("tc not found: install Debian's iproute2 on the node")
+    return subprocess.run(["nsenter", f"--net={netns}", "tc", *args], capture_output=True, text=True, timeout=30)
+
+
+def root_qdisc(netns: str, dev: str) -> str:
+    """The kind of the interface's root qdisc (noqueue, fq_codel, tbf, …)."""
+    proc = _tc(netns, "qdisc", "show", "dev", dev, "root")
+    if proc.returncode != 0:
+        raise FaultError(f"tc qdisc show dev {dev}: {proc.stderr.strip()}")
+    words = proc.stdout.split()
+    return words[1] if len(words) > 1 and words[0] == "qdisc" else ""
+
+
+def interfaces(netns: str) -> list[str]:
+    proc = subprocess.run(["nsenter", f"--net={netns}", "ip", "-o", "link", "show"], capture_output=True, text=True,
+                          timeout=30)
+    names = [line.split(":")[1].strip().split("@")[0] for line in proc.stdout.splitlines() if ":" in line]
+    return [n for n in names if n != "lo"]
+
+
+DEFAULT_QDISCS = ("noqueue", "pfifo_fast", "fq_codel", "mq", "fq")
+
+
+class SlowLink(Fault[SlowLinkParams, SlowLinkState]):
+    """Cap a node's bandwidth with tbf on its interfaces (what it sends): a degraded link, or
+    recovery traffic on the slow network (torchft#329 took 948 s to heal that way). Only an
+    interface whose root qdisc is the kernel's default is capped (deleting the cap gives that
+    default back); heal deletes the tbf and verifies the root qdisc is what it was."""
+
+    name = "slow-link"
+    fault_class = "fail-slow"
+    Params = SlowLinkParams
+    State = SlowLinkState
+    evidence = (LinkCut,)
+    verb = "behind the slow link"
+    expects = "slow"
+    detected_by = ()
+
+    def hurts(self, params: SlowLinkParams) -> Literal["rank", "node"]:
+        return "node"
+
+    def plan(self, targets: list[ProcRef], params: SlowLinkParams) -> Plan:
+        on = params.interface or "every interface but loopback"
+        return Plan(fault=self.name, targets=targets,
+                    action=f"tc qdisc add dev IF root tbf rate {params.rate_mbit:g}mbit burst {params.burst_kb:g}kb "
+                           f"latency {params.latency_ms:g}ms on {on} of the target's network namespace",
+                    heal="tc qdisc del dev IF root, then verify the root qdisc is the one it had")
+
+    def prepare(self, target: ProcRef, params: SlowLinkParams) -> SlowLinkState:
+        inode = _own_namespace_refused(target)
+        where = netns_of(inode)
+        assert where is not None
+        devs = [params.interface] if params.interface else interfaces(where)
+        if not devs:
+            raise FaultError(f"the network namespace of pid {target.pid} has no interface but loopback")
+        kinds = {d: root_qdisc(where, d) for d in devs}
+        theirs = {d: k for d, k in kinds.items() if k not in DEFAULT_QDISCS}
+        if theirs:
+            raise FaultError("a root qdisc of someone else's is in place (" + ", ".join(f"{d}: {k}" for d, k in
+                             theirs.items()) + "); drillbit caps only interfaces with the kernel's default")
+        return SlowLinkState(netns_inode=inode, interfaces=kinds)
+
+    def act(self, target: ProcRef, params: SlowLinkParams, intent: SlowLinkState) -> SlowLinkState:
+        where = netns_of(intent.netns_inode)
+        if where is None:
+            raise FaultError(f"the network namespace of pid {target.pid} is gone")
+        applied = []
+        for dev in intent.interfaces:
+            proc = _tc(where, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{params.rate_mbit:g}mbit",
+                       "burst", f"{params.burst_kb:g}kb", "latency", f"{params.latency_ms:g}ms")
+            if proc.returncode != 0:
+                raise FaultError(f"tc refused the cap on {dev}: {proc.stderr.strip()} (root or CAP_NET_ADMIN needed)")
+            applied.append(dev)
+        return intent.model_copy(update={"applied": applied})
+
+    def confirm(self, target: ProcRef, params: SlowLinkParams, state: SlowLinkState) -> Evidence | None:
+        where = netns_of(state.netns_inode)
+        if where is None or not state.applied or any(root_qdisc(where, d) != "tbf" for d in state.applied):
+            return None
+        return Evidence(what="link capped", data={"table": f"tbf {params.rate_mbit:g}mbit on {','.join(state.applied)}",
+                                                  "netns": where, "scope": "node", "endpoint": None,
+                                                  "direction": "out", "loss_pct": 0.0,
+                                                  "rate_mbit": params.rate_mbit})
+
+    def heal(self, target: ProcRef, params: SlowLinkParams, state: SlowLinkState) -> HealReport:
+        where = netns_of(state.netns_inode)
+        if where is None:
+            return HealReport(healed=True, verified=True, detail="the namespace is gone, its qdiscs with it")
+        wrong = []
+        for dev, kind in state.interfaces.items():
+            if root_qdisc(where, dev) == "tbf":
+                _tc(where, "qdisc", "del", "dev", dev, "root")
+            now = root_qdisc(where, dev)
+            if now != kind:
+                wrong.append(f"{dev}: {now or 'none'} (had {kind})")
+        if wrong:
+            return HealReport(healed=False, verified=False, detail="root qdisc not back: " + "; ".join(wrong))
+        return HealReport(healed=True, verified=True, detail="tbf removed; root qdisc back to " + ", ".join(
+            f"{d}: {k}" for d, k in state.interfaces.items()))
+
+
+def _own_namespace_refused(target: ProcRef) -> int:
+    """The target's network namespace; refused where it is gone, unreadable or this agent's own."""
+    if target.process() is None:
+        raise FaultError(f"rank {target.rank} (pid {target.pid}) is gone")
+    inode = _inode(target)
+    if inode is None:
+        raise FaultError(f"cannot read the network namespace of pid {target.pid} (root or CAP_SYS_PTRACE needed)")
+    if inode == _inode_of_pid(os.getpid()):
+        raise FaultError(f"rank {target.rank} (pid {target.pid}) shares this agent's network namespace: a cut "
+                         "would cut the agent's heartbeat too, and its dead-man's switch would heal at once; "
+                         "drill it on a cluster whose nodes are namespaces or containers (topology netns)")
+    return inode
