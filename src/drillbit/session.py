@@ -64,7 +64,11 @@ def resolve(drill: str, *, cluster: str | None = None, job: str | None = None, c
 
 
 def plan_text(r: Resolved) -> str:
+    """What --dry-run prints; a config error (exit 2) where the cluster cannot take the fault."""
+    from drillbit.transport import node_netns
+    from drillbit.transport.nodes import refuse_shared_network
 
+    refuse_shared_network(r.spec.fault.type, node_netns(r.config.clusters[r.cluster]), r.cluster)
     s = r.spec
     when = describe_trigger(s.fault.trigger)
     tg = s.fault.targets
@@ -82,7 +86,14 @@ def plan_text(r: Resolved) -> str:
         f"observe   until {s.observe.until_steps_after_recovery} steps after recovery, window {s.observe.window:g} s",
         f"slo       {slo or '(none)'}",
         f"abort     after {s.abort.max_duration:g} s",
-    ] + _predicted_text(r) + _steps_text(resolve_steps(r)))
+    ] + _rules_text(r) + _predicted_text(r) + _steps_text(resolve_steps(r)))
+
+
+def _rules_text(r: Resolved) -> list[str]:
+    """What the fault loads or runs on the target's node (a network fault's table)."""
+    fault = get_fault(r.spec.fault.type)
+    lines = fault.plan_lines(fault.Params.model_validate(r.spec.fault.params))
+    return [("rules     " if i == 0 else "          ") + line for i, line in enumerate(lines)]
 
 
 def _predicted_text(r: Resolved) -> list[str]:

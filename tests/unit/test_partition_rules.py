@@ -133,3 +133,15 @@ def test_a_flap_must_come_back_between_cuts_and_a_slow_link_names_its_cap():
     assert "tbf rate 100mbit burst 32kb latency 400ms on eth0" in plan.action
     with pytest.raises(ValidationError):
         SlowLinkParams(interface="eth0; reboot")
+
+
+def test_a_dry_run_prints_the_table_and_refuses_a_cluster_whose_nodes_share_a_network():
+    from tests.integration.cli import drill_cli
+
+    shown = drill_cli("run", "lossy-link", "--dry-run", "--cluster", "local-netns")
+    assert shown.returncode == 0, shown.stderr
+    assert "numgen random mod 100 < 5 drop;" in shown.stdout and "nothing was launched" in shown.stdout
+    refused = drill_cli("run", "partition-node", "--dry-run", "--cluster", "local-process")
+    assert refused.returncode == 2
+    assert "every node of cluster 'local-process' shares this machine's" in refused.stderr
+    assert "Traceback" not in refused.stderr

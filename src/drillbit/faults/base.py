@@ -164,6 +164,10 @@ class Fault(Generic[P, S]):
     acts_through: ClassVar[Literal["node", "scheduler"]] = "node"
     # The one engine it works on (None: every engine); elsewhere a config error before launch
     needs_engine: ClassVar[str | None] = None
+    # Works on a node's network (partition, lossy-link, flap, slow-link): the nodes must each
+    # be a network namespace of their own, apart from the agent's; where a cluster knows its
+    # nodes share this machine's network, a config error before launch
+    needs_node_netns: ClassVar[bool] = False
     # What confirm hands over as Evidence.data, as typed models (drillbit.evidence): the agent
     # validates it against the first that fits, so the checks read fields, never guessed keys
     evidence: ClassVar[tuple[type[Effect], ...]] = (Effect,)
@@ -178,6 +182,11 @@ class Fault(Generic[P, S]):
 
     def plan(self, targets: list[ProcRef], params: P) -> Plan:
         raise NotImplementedError
+
+    def plan_lines(self, params: P) -> list[str]:
+        """What the fault will load or run on a node, as --dry-run prints it before any
+        target exists (the network faults: their nftables table, their tc command)."""
+        return []
 
     def describe(self, target: ProcRef, params: P) -> PlanStep:
         """The concrete step on ``target``'s node, touching nothing. Faults that touch files

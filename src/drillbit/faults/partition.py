@@ -136,6 +136,7 @@ class Partition(Fault[PartitionParams, PartitionState]):
     evidence = (LinkCut,)
     verb = "cut off"
     expects = "stall"
+    needs_node_netns = True
     # every process stays alive and heartbeating: only a watch of progress, or the collective
     # the peers wait in, can see it
     detected_by = ("watchdog", "collective")
@@ -151,6 +152,10 @@ class Partition(Fault[PartitionParams, PartitionState]):
                     action=f"nft table {FAMILY} drillbit_<id> in the target's network namespace: drop {share}{what}, "
                            f"{way}",
                     heal="nft delete table (that table only), then list the namespace's tables to verify")
+
+    def plan_lines(self, params: PartitionParams) -> list[str]:
+        return ["in the target's network namespace (nsenter --net=/proc/PID/ns/net), nft -f:",
+                *rules("drillbit_<id>", params).splitlines()]
 
     def describe(self, target: ProcRef, params: PartitionParams) -> PlanStep:
         step = super().describe(target, params)
@@ -358,6 +363,7 @@ class SlowLink(Fault[SlowLinkParams, SlowLinkState]):
     Params = SlowLinkParams
     State = SlowLinkState
     evidence = (LinkCut,)
+    needs_node_netns = True
     verb = "behind the slow link"
     expects = "slow"
     detected_by = ()
@@ -371,6 +377,11 @@ class SlowLink(Fault[SlowLinkParams, SlowLinkState]):
                     action=f"tc qdisc add dev IF root tbf rate {params.rate_mbit:g}mbit burst {params.burst_kb:g}kb "
                            f"latency {params.latency_ms:g}ms on {on} of the target's network namespace",
                     heal="tc qdisc del dev IF root, then verify the root qdisc is the one it had")
+
+    def plan_lines(self, params: SlowLinkParams) -> list[str]:
+        on = params.interface or "IF (each interface of the namespace but lo)"
+        return [f"in the target's network namespace: tc qdisc add dev {on} root tbf rate {params.rate_mbit:g}mbit "
+                f"burst {params.burst_kb:g}kb latency {params.latency_ms:g}ms"]
 
     def prepare(self, target: ProcRef, params: SlowLinkParams) -> SlowLinkState:
         inode = _own_namespace_refused(target)

@@ -18,6 +18,18 @@ if TYPE_CHECKING:
     from drillbit.transport.nodes import Nodes
 
 
+def node_netns(cluster: ClusterSpec) -> bool | None:
+    """Whether a cluster's nodes each have a network namespace of their own, known from its
+    config alone (the Nodes' ``node_netns``, for a dry run that connects nothing): a namespace
+    cluster's do, local-process's and the embedded Ray cluster's share this machine's, real
+    hosts' are found out by their agents at inject."""
+    if cluster.topology == "netns":
+        return True
+    if cluster.engine == "process" or (cluster.engine == "ray" and cluster.address is None):
+        return False
+    return None
+
+
 def connect(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
     """The Nodes of a cluster, not yet started. Each engine is imported when a cluster uses
     it: Ray and Fabric take seconds to import, and a drill uses one engine."""

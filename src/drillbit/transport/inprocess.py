@@ -36,6 +36,7 @@ class InProcessNodes(Nodes):
 
     engine = "process"
     local = True
+    node_netns: bool | None = False
 
     def __init__(self, run_dir: Path, cluster_name: str = "local-process", node: str = "local", *,
                  deadman_s: float = 5.0, job_grace_s: float = 30.0, version: str | None = None) -> None:
@@ -82,6 +83,7 @@ class NetnsNodes(InProcessNodes):
                 for n in self.topology.node_names()}
 
     provides = frozenset({"service_host"})
+    node_netns = True
 
     def node_values(self) -> dict[str, dict[str, str]]:
         return {n: {**v, "service_host": SERVICE_HOST} for n, v in super().node_values().items()}

@@ -34,6 +34,15 @@ PLACEHOLDER_ENGINES = {"ray_address": ("Ray", "local"),
                        "service_host": ("a namespace cluster's service address", "local-netns")}
 
 
+def refuse_shared_network(fault: str, node_netns: bool | None, cluster_name: str) -> None:
+    """A fault that cuts a node's network, on a cluster whose nodes share this machine's: a
+    config error (the cut would cut the drill itself)."""
+    if get_fault(fault).needs_node_netns and node_netns is False:
+        raise ConfigError(f"{fault} cuts a node's network, and every node of cluster {cluster_name!r} shares this "
+                          "machine's (and its agent's) network: a cut would cut the drill itself; use --cluster "
+                          "local-netns (nodes that are network namespaces, root)")
+
+
 def each_node(nodes: list[str], fn: Callable[[str], Any]) -> tuple[dict[str, Any], list[str]]:
     """``fn(node)`` on every node at once: the results by node, and the errors."""
     results: dict[str, Any] = {}
@@ -92,6 +101,10 @@ class Nodes:
     engine = "process"
     local = False  # the job's processes are on this machine: a pid alone names one
     provides: frozenset[str] = frozenset()  # placeholders only this engine fills ({ray_address})
+    # whether each node has a network namespace of its own, apart from its agent's: True (a
+    # namespace cluster), False (every node is this machine's network), None (real hosts: the
+    # agent finds out at inject, and refuses a rank in its own namespace)
+    node_netns: bool | None = None
     heartbeat_s = HEARTBEAT_S
     heal_timeout = 60.0  # per fault, when close() finds one still active
 
@@ -175,6 +188,7 @@ class Nodes:
         starts: what every engine refuses, then the engine's own (``check_engine``)."""
         if self.launches(profile) is None and profile.attach_pid is None:
             raise ConfigError(f"job profile {job_name!r} has neither launch nor attach_pid (nor slurm.job_id)")
+        refuse_shared_network(fault, self.node_netns, self.cluster_name)
         needs = get_fault(fault).needs_engine
         if needs is not None and needs != self.engine:
             raise ConfigError(f"{fault} works on clusters of engine {needs}; cluster {self.cluster_name!r} is "
