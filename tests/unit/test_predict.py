@@ -63,3 +63,13 @@ def test_the_dry_run_prints_the_prediction():
     text = plan_text(resolve("stall-nccl", job="reference-nowatchdog", cluster="local-process"))
     assert "predicted detected within 1800 s by collective" in text
     assert "detect_within (60 s) will fail" in text
+
+
+def test_a_process_group_timeout_above_the_train_timeout_is_a_warning():
+    from drillbit.checks.predict import warnings
+    from drillbit.spec.config import BUILTIN_JOBS, JobTimeouts
+
+    [note] = warnings(JobTimeouts(collective=1800, train=60))
+    assert "process group's timeout (1800 s) is above the train timeout (60 s)" in note
+    assert warnings(JobTimeouts(collective=10, train=10)) == []
+    assert warnings(BUILTIN_JOBS["torchft"].timeouts) == []  # the built-in job sets both from --timeout

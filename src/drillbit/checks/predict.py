@@ -37,6 +37,10 @@ def warnings(t: JobTimeouts) -> list[str]:
     if t.watchdog is not None and t.collective is not None and t.watchdog >= t.collective:
         out.append(f"the watchdog ({t.watchdog:g} s) is no faster than the collective timeout ({t.collective:g} s): "
                    "on a hung collective the process group gives up first, and the watchdog never acts")
+    if t.train is not None and t.collective is not None and t.collective > t.train:
+        out.append(f"the process group's timeout ({t.collective:g} s) is above the train timeout ({t.train:g} s): "
+                   "the step gives up on a collective the process group is still waiting in, and the next step "
+                   "starts on a process group that may never come back")
     return out
 
 

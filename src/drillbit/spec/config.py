@@ -254,6 +254,9 @@ class JobTimeouts(Strict):
     monitor_interval: Duration | None = None
     """how often the launcher polls its workers (torchrun --monitor-interval): a dead worker
     is seen within it"""
+    train: Duration | None = None
+    """a per-step timeout of the training framework (torchft's Manager(timeout=): the step's
+    quorum, allreduce and RPCs give up after it); the process group's must not exceed it"""
 
 
 class JobProfile(Strict):
@@ -378,7 +381,8 @@ def _torchft(description: str, *flags: str) -> JobProfile:
                             exclude_cmdline=r"torch\.distributed\.run", rank_env="REPLICA_GROUP_ID"),
         launcher=r"torch\.distributed\.run|drillbit\.stacks\.torchft_job launch",
         logs=["{run_dir}/job/lighthouse.log", "{run_dir}/job/group0.log", "{run_dir}/job/group1.log"],
-        timeouts=JobTimeouts(collective=_flag(flags, "--timeout", 10.0)),  # torchft's, for collectives and RPCs
+        # torchft_job.py: ProcessGroupGloo(timeout=T) and Manager(timeout=T), both --timeout
+        timeouts=JobTimeouts(collective=_flag(flags, "--timeout", 10.0), train=_flag(flags, "--timeout", 10.0)),
     )
 
 
