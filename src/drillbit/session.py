@@ -31,7 +31,8 @@ from drillbit.runfolder import new_folder
 from drillbit.spec.config import DrillConfig
 from drillbit.spec.load import find_config, resolve_drill
 from drillbit.spec.models import DrillSpec
-from drillbit.transport import connect
+from drillbit.transport import connect, node_netns
+from drillbit.transport.nodes import refuse_shared_network
 
 
 @dataclass
@@ -65,9 +66,6 @@ def resolve(drill: str, *, cluster: str | None = None, job: str | None = None, c
 
 def plan_text(r: Resolved) -> str:
     """What --dry-run prints; a config error (exit 2) where the cluster cannot take the fault."""
-    from drillbit.transport import node_netns
-    from drillbit.transport.nodes import refuse_shared_network
-
     refuse_shared_network(r.spec.fault.type, node_netns(r.config.clusters[r.cluster]), r.cluster)
     s = r.spec
     when = describe_trigger(s.fault.trigger)

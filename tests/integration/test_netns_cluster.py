@@ -10,6 +10,7 @@ no namespace, /etc/netns folder, nft table, service or process is left.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -67,49 +68,46 @@ def reach(topology: Topology, node: str, host: str, timeout: float = 2.0) -> str
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def test_a_partition_cuts_one_node_off_and_its_heal_is_verified_by_listing(tmp_path):
-    topology = Topology(2)
+@contextlib.contextmanager
+def serving(nodes: int, on: tuple[str, ...]):
+    """A topology of ``nodes`` nodes with the test server running on each node of ``on``:
+    (the topology, each server as a target); all taken down, and verified, at the end."""
+    topology = Topology(nodes)
     topology.up()
-    server = None
+    servers: dict[str, subprocess.Popen] = {}
     try:
-        server = subprocess.Popen(topology.wrap("node-1", [sys.executable, "-c", SERVER]), stdout=subprocess.PIPE,
-                                  text=True)
-        assert server.stdout.readline().strip() == "ready"
+        for node in on:
+            servers[node] = subprocess.Popen(topology.wrap(node, [sys.executable, "-c", SERVER]),
+                                             stdout=subprocess.PIPE, text=True)
+            assert servers[node].stdout.readline().strip() == "ready"
+        yield topology, {n: ProcRef.of(psutil.Process(p.pid)) for n, p in servers.items()}
+        assert all(p.poll() is None for p in servers.values())  # cut off, never killed
+    finally:
+        for p in servers.values():
+            p.kill()
+            p.wait()
+        assert topology.down() == []
+    assert not any(ns in netcluster.listed() for ns in topology.namespaces())
+
+
+def test_a_partition_cuts_one_node_off_and_its_heal_is_verified_by_listing(tmp_path):
+    with serving(2, ("node-1",)) as (topology, servers):
         assert reach(topology, "node-0", "10.77.0.2") == "node-1"  # its own hostname, over the bridge
         assert reach(topology, "node-0", "node-1") == "node-1"  # names resolve on every node
-
-        fault = Partition()
-        target = ProcRef.of(psutil.Process(server.pid))
-        params = PartitionParams()
+        fault, target, params = Partition(), servers["node-1"], PartitionParams()
         state = fault.act(target, params, fault.prepare(target, params))
         assert fault.confirm(target, params, state) is not None
         assert reach(topology, "node-0", "10.77.0.2", timeout=1.0) is None  # cut, and the server is alive
-        assert server.poll() is None
-
         report = fault.heal(target, params, state)
         assert report.verified, report.detail
         assert tables(f"/run/netns/{topology.namespace('node-1')}") == []
         assert reach(topology, "node-0", "10.77.0.2") == "node-1"
         assert fault.heal(target, params, state).verified  # idempotent
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        assert topology.down() == []
-    assert not any(ns in netcluster.listed() for ns in topology.namespaces())
 
 
 def test_an_endpoint_partition_cuts_only_that_address_and_port(tmp_path):
-    topology = Topology(3)
-    topology.up()
-    servers = []
-    try:
-        for node in ("node-1", "node-2"):
-            servers.append(subprocess.Popen(topology.wrap(node, [sys.executable, "-c", SERVER]),
-                                            stdout=subprocess.PIPE, text=True))
-            assert servers[-1].stdout.readline().strip() == "ready"
-        fault = Partition()
-        target = ProcRef.of(psutil.Process(servers[0].pid))
+    with serving(3, ("node-1", "node-2")) as (topology, servers):
+        fault, target = Partition(), servers["node-1"]
         params = PartitionParams(scope="endpoint", endpoint="10.77.0.3:29555")
         state = fault.act(target, params, fault.prepare(target, params))
         # node-1 can no longer reach node-2's port; node-0 still can, and node-0 reaches node-1
@@ -118,23 +116,11 @@ def test_an_endpoint_partition_cuts_only_that_address_and_port(tmp_path):
         assert reach(topology, "node-0", "10.77.0.2") == "node-1"
         assert fault.heal(target, params, state).verified
         assert reach(topology, "node-1", "10.77.0.3") == "node-2"
-    finally:
-        for s in servers:
-            s.kill()
-            s.wait()
-        assert topology.down() == []
 
 
 def test_a_flap_cuts_until_healed_and_the_heal_stops_it_first(tmp_path):
-    topology = Topology(2)
-    topology.up()
-    server = None
-    try:
-        server = subprocess.Popen(topology.wrap("node-1", [sys.executable, "-c", SERVER]), stdout=subprocess.PIPE,
-                                  text=True)
-        assert server.stdout.readline().strip() == "ready"
-        fault = Flap()
-        target = ProcRef.of(psutil.Process(server.pid))
+    with serving(2, ("node-1",)) as (topology, servers):
+        fault, target = Flap(), servers["node-1"]
         params = FlapParams(cut_s=60, every_s=120, times=5)  # one long cut: the heal ends it
         state = fault.act(target, params, fault.prepare(target, params))
         assert fault.confirm(target, params, state) is not None
@@ -143,11 +129,6 @@ def test_a_flap_cuts_until_healed_and_the_heal_stops_it_first(tmp_path):
         assert report.verified, report.detail
         assert not any(t.name.startswith("flap-") for t in threading.enumerate())  # the thread stopped first
         assert reach(topology, "node-0", "10.77.0.2") == "node-1"
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        assert topology.down() == []
 
 
 def test_a_slow_link_caps_with_tbf_and_the_heal_puts_the_default_qdisc_back(tmp_path):
@@ -204,18 +185,31 @@ def test_partition_node_is_missed_by_a_liveness_only_watchdog(tmp_path):
     assert all(h["verified"] for h in result["fault"]["heals"])
 
 
-def test_five_percent_loss_is_put_on_the_link_not_on_a_rank(tmp_path):
+def test_five_percent_loss_is_put_on_the_link_and_the_verdict_follows_whom_the_detector_named(tmp_path):
+    """The reference straggler detector (fleet median, 1.5 %) reads compute times, which the
+    loss does not touch; on this 2-core machine its noise sometimes names a healthy rank
+    anyway (seen: rank 1 at 1.9 %). The verdict must follow what it named: PASS when it named
+    nobody or a rank behind the lossy link, FAIL naming the rank when it named one on node-0."""
     result, run_dir = run("reference", tmp_path, "lossy-link")
-    assert result["verdict"] == "pass", result["reasons"]
     [slo] = result["slos"]
-    assert "nothing the stack printed after the fault blamed a rank" in slo["detail"]
     m = result["measurements"]
     assert m["link"] == "the link of node-1 (5% of packets dropped)"
-    assert m["fleet_tax"] is not None and m["straggler_rank"] is None
-    events = (run_dir / "job" / "events.log").read_text()
-    assert "kind=straggler" not in events  # the ranks computed as fast as ever
+    assert slo["detail"].endswith("the fault was on the link of node-1 (5% of packets dropped)")
+    assert m["fleet_tax"] is not None
     assert "Link: the fault was on the link of node-1" in (run_dir / "report.md").read_text()
     assert all(h["verified"] for h in result["fault"]["heals"])
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    node_of = {r["rank"]: r["node"] for e in history if e["kind"] == "job.ranks" for r in e["data"]["ranks"]}
+    events = (run_dir / "job" / "events.log").read_text()
+    named = {int(r) for r in re.findall(r"kind=straggler\b.*?\brank=(\d+)", events)}
+    healthy = sorted(r for r in named if node_of[r] != "node-1")
+    if healthy:
+        assert result["verdict"] == "fail"
+        assert f"rank(s) {', '.join(map(str, healthy))} blamed for a fault that did not hurt them" in \
+            result["reasons"][0], result["reasons"]
+    else:
+        assert result["verdict"] == "pass", result["reasons"]
+        assert ("nothing the stack printed after the fault blamed a rank" in slo["detail"]) == (not named)
 
 
 def test_losing_the_node_that_hosts_the_c10d_store_leaves_nothing_to_rendezvous_at(tmp_path):
