@@ -33,6 +33,15 @@ def enter() -> None:
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b"\0" * 14))
 
 
+def inode_of(pid: int) -> int | None:
+    """The network namespace a process is in, as the inode of /proc/PID/ns/net (None: gone,
+    or not readable here)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
 def available() -> bool:
     """Whether a private network namespace can be made here (tried in a child process)."""
     pid = os.fork()

@@ -144,3 +144,8 @@ def test_a_dry_run_prints_the_table_and_refuses_a_cluster_whose_nodes_share_a_ne
     assert refused.returncode == 2
     assert "every node of cluster 'local-process' shares this machine's" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_a_namespace_cluster_fits_its_subnet():
+    with pytest.raises(ValidationError, match="at most 250 nodes"):
+        ClusterSpec(engine="process", topology="netns", nodes=300)

@@ -35,6 +35,7 @@ from pydantic import Field, model_validator
 from drillbit.errors import FaultError
 from drillbit.evidence import LinkCut
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep, Progress, State
+from drillbit.netns import inode_of
 from drillbit.proc import ProcRef
 
 FAMILY = "inet"
@@ -105,12 +106,8 @@ def netns_of(inode: int) -> str | None:
             except OSError:
                 continue
     for proc in psutil.process_iter(["pid"]):
-        path = f"/proc/{proc.info['pid']}/ns/net"
-        try:
-            if os.stat(path).st_ino == inode:
-                return path
-        except OSError:
-            continue
+        if inode_of(proc.info["pid"]) == inode:
+            return f"/proc/{proc.info['pid']}/ns/net"
     return None
 
 
@@ -225,14 +222,7 @@ class LossyLink(Partition):
 
 
 def _inode(target: ProcRef) -> int | None:
-    return _inode_of_pid(target.pid) if target.alive() else None
-
-
-def _inode_of_pid(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
+    return inode_of(target.pid) if target.alive() else None
 
 
 
@@ -443,7 +433,7 @@ def _own_namespace_refused(target: ProcRef) -> int:
     inode = _inode(target)
     if inode is None:
         raise FaultError(f"cannot read the network namespace of pid {target.pid} (root or CAP_SYS_PTRACE needed)")
-    if inode == _inode_of_pid(os.getpid()):
+    if inode == inode_of(os.getpid()):
         raise FaultError(f"rank {target.rank} (pid {target.pid}) shares this agent's network namespace: a cut "
                          "would cut the agent's heartbeat too, and its dead-man's switch would heal at once; "
                          "drill it on a cluster whose nodes are namespaces or containers (topology netns)")

@@ -136,6 +136,8 @@ class ClusterSpec(Strict):
                              "sbatch output")
         if self.services and self.topology != "netns":
             raise ValueError("services are for topology netns (they run on its service address)")
+        if self.topology == "netns" and (self.nodes or 2) > 250:
+            raise ValueError(f"topology netns simulates at most 250 nodes (10.77.0.1-250), not {self.nodes}")
         if self.topology == "netns" and self.engine != "process":
             raise ValueError(f"topology netns is for engine process (the embedded namespace cluster), not {self.engine}")
         if self.deadman <= 2 * HEARTBEAT_S:

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import psutil
 
+from drillbit.netns import inode_of
+
 SUBNET = "10.77.0"
 SERVICE_HOST = f"{SUBNET}.254"  # the bridge's own address, in the switch namespace: where services listen
 PREFIX = "dbit-"
@@ -67,28 +69,11 @@ def preflight() -> list[str]:
     return missing
 
 
-def netns_inode(pid: int) -> int | None:
-    """The network namespace of a process, as the inode of /proc/PID/ns/net."""
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
-
-
 def named_inode(name: str) -> int | None:
     try:
         return os.stat(f"/run/netns/{name}").st_ino
     except OSError:
         return None
-
-
-def pids_in(inode: int) -> list[int]:
-    """Every process whose network namespace is that one."""
-    out = []
-    for proc in psutil.process_iter(["pid"]):
-        if netns_inode(proc.info["pid"]) == inode:
-            out.append(proc.info["pid"])
-    return out
 
 
 @dataclass
@@ -213,11 +198,6 @@ class Topology:
                         left.append(name)
         return left
 
-    def owns(self, node: str, pid: int) -> bool:
-        """Whether the process lives in the node's namespace."""
-        inode = named_inode(self.namespace(node))
-        return inode is not None and netns_inode(pid) == inode
-
     # --- down ------------------------------------------------------------------------
     def down(self) -> list[str]:
         """Remove every namespace, the hosts files and the manifest; verify by listing.
@@ -282,7 +262,7 @@ def _owner_alive(data: dict) -> bool:
 
 def _busy(namespaces: list[str]) -> bool:
     inodes = {named_inode(ns) for ns in namespaces} - {None}
-    return any(netns_inode(p.info["pid"]) in inodes for p in psutil.process_iter(["pid"]))
+    return any(inode_of(p.info["pid"]) in inodes for p in psutil.process_iter(["pid"]))
 
 
 def reap(manifest: Path, wait_s: float = REAP_WAIT_S, poll_s: float = REAP_POLL_S) -> int:
