@@ -31,8 +31,16 @@ def node_netns(cluster: ClusterSpec) -> bool | None:
 
 
 def connect(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
-    """The Nodes of a cluster, not yet started. Each engine is imported when a cluster uses
-    it: Ray and Fabric take seconds to import, and a drill uses one engine."""
+    """The Nodes of a cluster, not yet started, told whether its nodes have networks of their
+    own (:func:`node_netns`)."""
+    nodes = _nodes(name, cluster, run_dir)
+    nodes.node_netns = node_netns(cluster)
+    return nodes
+
+
+def _nodes(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
+    """Each engine is imported when a cluster uses it: Ray and Fabric take seconds to import,
+    and a drill uses one engine."""
     if cluster.engine == "ray":
         from drillbit.transport.ray import RayNodes
 

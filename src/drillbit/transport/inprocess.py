@@ -36,7 +36,6 @@ class InProcessNodes(Nodes):
 
     engine = "process"
     local = True
-    node_netns: bool | None = False
 
     def __init__(self, run_dir: Path, cluster_name: str = "local-process", node: str = "local", *,
                  deadman_s: float = 5.0, job_grace_s: float = 30.0, version: str | None = None) -> None:
@@ -53,6 +52,8 @@ class NetnsNodes(InProcessNodes):
     (:mod:`drillbit.transport.netcluster`), their agents in the drill's own process. The job
     launches in each node's namespace under its hostname, and rendezvouses at node 0's
     address; the namespaces are taken down on close, or by the reaper if this process dies."""
+
+    provides = frozenset({"service_host"})
 
     def __init__(self, run_dir: Path, cluster_name: str, nodes: int, *, deadman_s: float = 5.0,
                  job_grace_s: float = 30.0, version: str | None = None,
@@ -81,9 +82,6 @@ class NetnsNodes(InProcessNodes):
             raise DrillError(str(exc)) from exc
         return {n: InProcessClient(AgentService(n, self.run_dir, version=self.version))
                 for n in self.topology.node_names()}
-
-    provides = frozenset({"service_host"})
-    node_netns = True
 
     def node_values(self) -> dict[str, dict[str, str]]:
         return {n: {**v, "service_host": SERVICE_HOST} for n, v in super().node_values().items()}

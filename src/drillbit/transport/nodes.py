@@ -103,7 +103,8 @@ class Nodes:
     provides: frozenset[str] = frozenset()  # placeholders only this engine fills ({ray_address})
     # whether each node has a network namespace of its own, apart from its agent's: True (a
     # namespace cluster), False (every node is this machine's network), None (real hosts: the
-    # agent finds out at inject, and refuses a rank in its own namespace)
+    # agent finds out at inject, and refuses a rank in its own namespace); set by
+    # transport.connect from the cluster's config (transport.node_netns), the one place it is known
     node_netns: bool | None = None
     heartbeat_s = HEARTBEAT_S
     heal_timeout = 60.0  # per fault, when close() finds one still active
@@ -304,8 +305,9 @@ class Nodes:
         for node in nodes:
             values = per_node[node]
             out = str(self.run_dir / (f"job-{node}.out" if len(nodes) > 1 else "job.out"))
+            argv = self.wrap(node, [expand(a, values) for a in spec.command])
             refs[node] = self.clients[node].launch(
-                self.wrap(node, [expand(a, values) for a in spec.command]), {**self.node_env(node), **self._env(profile, values)},
+                argv, {**self.node_env(node), **self._env(profile, values)},
                 expand(spec.cwd, values) if spec.cwd else None, out, spec.stop_timeout)
         return NodeJobs({n: self.clients[n] for n in nodes}, refs, spec.stop_timeout)
 

@@ -72,8 +72,6 @@ class RayNodes(Nodes):
         self.address = address
         self.nodes = nodes
         self.embedded = EmbeddedCluster(run_dir, nodes or 2, cpus_per_node) if address is None else None
-        if self.embedded is not None:
-            self.node_netns = False  # the embedded cluster's nodes are all 127.0.0.1
         self.skew = skew or {}
         self.lease_ttl = lease_ttl
         self.version = version
