@@ -111,11 +111,19 @@ def netns_of(inode: int) -> str | None:
     return None
 
 
-def nft(netns: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    if shutil.which("nft") is None:
-        raise FaultError("nft not found: install Debian's nftables on the node")
-    return subprocess.run(["nsenter", f"--net={netns}", "nft", *args], input=stdin, capture_output=True,
+PACKAGES = {"nft": "nftables", "tc": "iproute2", "ip": "iproute2"}
+
+
+def in_netns(netns: str, tool: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``tool args`` run inside that network namespace (nsenter --net)."""
+    if shutil.which(tool) is None:
+        raise FaultError(f"{tool} not found: install Debian's {PACKAGES.get(tool, tool)} on the node")
+    return subprocess.run(["nsenter", f"--net={netns}", tool, *args], input=stdin, capture_output=True,
                           text=True, timeout=30)
+
+
+def nft(netns: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return in_netns(netns, "nft", *args, stdin=stdin)
 
 
 def tables(netns: str) -> list[str]:
@@ -318,9 +326,7 @@ class SlowLinkState(State):
 
 
 def _tc(netns: str, *args: str) -> subprocess.CompletedProcess:
-    if shutil.which("tc") is None:
-        raise FaultError("tc not found: install Debian's iproute2 on the node")
-    return subprocess.run(["nsenter", f"--net={netns}", "tc", *args], capture_output=True, text=True, timeout=30)
+    return in_netns(netns, "tc", *args)
 
 
 def root_qdisc(netns: str, dev: str) -> str:
@@ -333,8 +339,7 @@ def root_qdisc(netns: str, dev: str) -> str:
 
 
 def interfaces(netns: str) -> list[str]:
-    proc = subprocess.run(["nsenter", f"--net={netns}", "ip", "-o", "link", "show"], capture_output=True, text=True,
-                          timeout=30)
+    proc = in_netns(netns, "ip", "-o", "link", "show")
     names = [line.split(":")[1].strip().split("@")[0] for line in proc.stdout.splitlines() if ":" in line]
     return [n for n in names if n != "lo"]
 
