@@ -3,11 +3,14 @@ from __future__ import annotations
 
 pytest_plugins = ["pytester"]
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -19,6 +22,34 @@ MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.transport", "drillb
 
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist: which worker this is
+
+
+@pytest.fixture(autouse=True)
+def alone_or_together(request):
+    """Under pytest-xdist, a test marked ``alone`` runs with no other test beside it; every
+    other test may share the machine. The fail-slow drills judge step times a few percent
+    apart, and a second drill's load on 2 cores is larger than that.
+
+    A readers-writer lock across the workers, on two files of this run: every test holds
+    ``run.lock`` shared, an ``alone`` test exclusive. ``gate.lock`` gives a waiting ``alone``
+    test priority: it holds the gate while it waits, and a test that would start takes the
+    gate (shared) before ``run.lock``, so it queues behind it instead of starving it."""
+    if WORKER is None:
+        yield
+        return
+    folder = Path(tempfile.gettempdir()) / f"drillbit-tests-{os.environ.get('PYTEST_XDIST_TESTRUNUID', 'run')}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(folder / "gate.lock", "a+") as gate, open(folder / "run.lock", "a+") as run:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(run, fcntl.LOCK_UN)
 
 
 def _ours(proc: psutil.Process) -> bool:

@@ -160,6 +160,7 @@ def test_lease_refuses_second_holder_and_expires_with_dead_holder(tmp_path):
     lease.release()
 
 
+@pytest.mark.alone  # it measures the duty cycle it achieved: nothing else runs beside it
 def test_slow_rank_duty_cycle_hits_its_target_and_heals(tmp_path, ranks):
     agent = NodeAgent("n0", tmp_path / "reg.json")
     target = ProcRef.of(psutil.Process(ranks[1].pid), rank=1)

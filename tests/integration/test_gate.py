@@ -47,6 +47,7 @@ def test_gate_fails_against_a_broken_profile(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # its baseline is measured: nothing else runs beside it
 def test_gate_fails_a_drill_that_recovers_slower_than_its_baseline(tmp_path):
     # the last passing run recovered in 1 s; today's ~6 s is far more than 20% worse
     with Store(tmp_path / "drills.db") as store:

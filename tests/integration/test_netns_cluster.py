@@ -189,6 +189,7 @@ def test_partition_node_is_missed_by_a_liveness_only_watchdog(tmp_path):
     assert all(h["verified"] for h in result["fault"]["heals"])
 
 
+@pytest.mark.alone  # a fleet tax of a few percent: nothing else runs beside it
 def test_five_percent_loss_is_put_on_the_link_and_the_verdict_follows_whom_the_detector_named(tmp_path):
     """The reference straggler detector (fleet median, 1.5 %) reads compute times, which the
     loss does not touch; on this 2-core machine its noise sometimes names a healthy rank

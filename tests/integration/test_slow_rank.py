@@ -8,7 +8,7 @@ import pytest
 from drillbit.session import execute, resolve
 from tests.integration.short import short_window
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # step times 3% apart: nothing else runs beside it
 SPEC = Path(__file__).parent / "drills" / "slow-rank-fast.yaml"
 
 
