@@ -22,6 +22,7 @@ MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.transport", "drillb
 
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist: which worker this is
+RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # and of which run
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +38,7 @@ def alone_or_together(request):
     if WORKER is None:
         yield
         return
-    folder = Path(tempfile.gettempdir()) / f"drillbit-tests-{os.environ.get('PYTEST_XDIST_TESTRUNUID', 'run')}"
+    folder = Path(tempfile.gettempdir()) / f"drillbit-tests-{RUN or 'run'}"
     folder.mkdir(mode=0o700, exist_ok=True)
     alone = request.node.get_closest_marker("alone") is not None
     with open(folder / "gate.lock", "a+") as gate, open(folder / "run.lock", "a+") as run:
@@ -58,7 +59,8 @@ def _ours(proc: psutil.Process) -> bool:
     processes are that worker's to check. Without xdist every process counts."""
     if WORKER is None:
         return True
-    return proc.environ().get("PYTEST_XDIST_WORKER") == WORKER
+    env = proc.environ()  # the worker's name and this run's id: another pytest run has a gw0 too
+    return env.get("PYTEST_XDIST_WORKER") == WORKER and env.get("PYTEST_XDIST_TESTRUNUID") == RUN
 
 
 def _leftovers() -> list[str]:

@@ -53,6 +53,17 @@ class LinkCut(_Strict):
     rate_mbit: float | None = None  # slow-link: the cap on what the node sends
 
 
+class ControlPlaneDown(_Strict):
+    """kill-control-plane: the job's control-plane process is gone, or stopped (SIGSTOP)."""
+
+    kind: ClassVar[str] = "control-plane-down"
+    name: str
+    pid: int
+    cmdline: str
+    signal: str
+    status: str
+
+
 class NodeGone(_Strict):
     """kill-node, node-crash: every process of the job on the node is gone."""
 
@@ -167,7 +178,7 @@ class ReplacementBroken(_Strict):
 
 KINDS: dict[str, type[Effect]] = {m.kind: m for m in (Effect, ProcessGone, ProcessStopped, NodeGone, NodeState,
                                                        FileDamage, SaveCrash, SaveRecorded, Slowed, Throttled,
-                                                       TierLost, ReplacementBroken, LinkCut)}
+                                                       TierLost, ReplacementBroken, LinkCut, ControlPlaneDown)}
 
 
 def parse(evidence: dict[str, Any]) -> Effect | None:

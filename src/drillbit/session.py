@@ -81,16 +81,18 @@ def plan_text(r: Resolved) -> str:
         f"job       {r.job}: {launch}",
         f"steady    {s.steady.warmup_steps} steps",
         f"fault     {s.fault.type} {s.fault.params or ''} on {who}, {when}",
-        f"observe   until {s.observe.until_steps_after_recovery} steps after recovery, window {s.observe.window:g} s",
+        f"observe   until {s.observe.until_steps_after_recovery} steps after recovery, window {s.observe.window:g} s"
+        + (f", at least {s.observe.at_least:g} s" if s.observe.at_least else ""),
         f"slo       {slo or '(none)'}",
         f"abort     after {s.abort.max_duration:g} s",
     ] + _rules_text(r) + _predicted_text(r) + _steps_text(resolve_steps(r)))
 
 
 def _rules_text(r: Resolved) -> list[str]:
-    """What the fault loads or runs on the target's node (a network fault's table)."""
+    """What the fault loads or runs on the target's node (a network fault's table, the
+    control plane it takes away), its params bound to the job profile as the drill binds them."""
     fault = get_fault(r.spec.fault.type)
-    lines = fault.plan_lines(fault.Params.model_validate(r.spec.fault.params))
+    lines = fault.plan_lines(job_params(r.spec, r.config.jobs[r.job], Path("{run_dir}")))
     return [("rules     " if i == 0 else "          ") + line for i, line in enumerate(lines)]
 
 
@@ -127,8 +129,11 @@ def resolve_steps(r: Resolved) -> list[PlanStep] | str:
             for client in nodes.clients.values():
                 client.handshake()
             attach = nodes.attach_root(job.attach_pid, job.attach_start_time)
-            targets = choose_targets(nodes, job, r.spec, attach, type(get_fault(r.spec.fault.type)).max_targets)
-            params = job_params(r.spec, job, Path(tmp)).model_dump()
+            fault = get_fault(r.spec.fault.type)
+            bound = job_params(r.spec, job, Path(tmp), nodes.node_launch_values())
+            targets = choose_targets(nodes, job, r.spec, attach, type(fault).max_targets,
+                                     on_nodes=fault.target_nodes(bound))
+            params = bound.model_dump()
             return [nodes.plan(r.spec.fault.type, t, params) for t in targets]
         except DrillError as exc:
             return f"targets not resolved: {exc}"

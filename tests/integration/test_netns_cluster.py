@@ -35,7 +35,9 @@ from drillbit.transport.netcluster import Topology
 from tests.integration.cli import drill_script
 from tests.integration.short import short_window
 
-pytestmark = [pytest.mark.slow,
+# one worker takes them all, one at a time (xdist_group): they judge what namespaces, nft tables
+# and manifests the machine holds, and another test's topology would be counted as left behind
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("netns"),
               pytest.mark.skipif(bool(netcluster.preflight()), reason="; ".join(netcluster.preflight()))]
 CATALOGUE = Path(__file__).parents[2] / "drills"
 

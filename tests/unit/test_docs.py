@@ -40,8 +40,9 @@ def blocks(lang: str) -> list[tuple[str, str]]:
 
 def yaml_kind(body: str) -> str:
     first = body.lstrip("\n").splitlines()[0]
-    if first.startswith(" "):  # a fragment: items of a signals list, or a profile's tiers
-        return "tiers" if first.strip().startswith("tiers:") else "signals"
+    if first.startswith(" "):  # a fragment: items of a signals list, or a field of a profile (tiers, control_plane)
+        key = first.strip().split(":")[0]
+        return key if key in JobProfile.model_fields else "signals"
     if first.startswith("# .github/"):
         return "workflow"
     if first.startswith("# campaigns/") or re.search(r"^arrival:", body, re.M):
@@ -66,12 +67,12 @@ def test_every_yaml_example_loads(where, body, tmp_path):
         for line in shown:
             parse_drill_command(line, where)
         return
-    if kind in ("signals", "tiers"):
+    if kind == "signals" or kind in JobProfile.model_fields:
         data = yaml.safe_load(textwrap.dedent(body))
         if kind == "signals":
             TypeAdapter(list[Signal]).validate_python(data)
         else:
-            TypeAdapter(JobProfile.model_fields["tiers"].annotation).validate_python(data["tiers"])
+            TypeAdapter(JobProfile.model_fields[kind].annotation).validate_python(data[kind])
         return
     config = load_config(None)
     if kind == "config":

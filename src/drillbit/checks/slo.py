@@ -118,6 +118,46 @@ def _judge_recover_or_escalate(j: Judging) -> None:
                                        limit=limit, measured=None, status="unknown"))
 
 
+# a job counts as stepping at the end of the watch when its last step came no longer before
+# the end than this many baseline step times, and at least this many seconds
+STILL_STEPPING_STEPS, STILL_STEPPING_MIN_S = 10, 5.0
+
+
+def _judge_keep_stepping(j: Judging) -> None:
+    """The job survived the fault: still stepping when the watch ended (its last step no more
+    than the quiet limit before the end), never exited. A job that finished its training
+    inside the watch (exit 0) cannot show either way: unknown."""
+    m = j.m
+    if not j.slo.keep_stepping:
+        return
+    quiet_limit = max(STILL_STEPPING_STEPS * (m.baseline_step_s or 0.0), STILL_STEPPING_MIN_S)
+    watched = j.watched
+    quiet = watched - m.last_step_s if m.last_step_s is not None else None
+
+    def result(status: Status, detail: str) -> None:
+        j.results.append(SLOResult(name="keep_stepping", measurement="quiet_at_end_s", limit=round(quiet_limit, 3),
+                                   measured=None if quiet is None or m.job_exit_s is not None else round(quiet, 3),
+                                   status=status, detail=detail))
+
+    last = f"its last step came {m.last_step_s:.1f} s after the fault" if m.last_step_s is not None \
+        else "it made no step after the fault"
+    if m.job_exit_s is not None and m.job_exit_code == 0:
+        result("unknown", f"the job finished (exit 0) {m.job_exit_s:.0f} s after the fault, inside the watch; {last}")
+    elif m.job_exit_s is not None:
+        result("fail", f"the job exited (code {m.job_exit_code}) {m.job_exit_s:.0f} s after the fault; {last}")
+        j.reasons.append(f"the job did not survive the fault: it exited (code {m.job_exit_code}) {m.job_exit_s:.0f} s "
+                         f"after it; {last}")
+    elif quiet is None or quiet > quiet_limit:
+        result("fail", f"{last}; no step in the last {quiet if quiet is not None else watched:.1f} s of the "
+                       f"{watched:.0f} s watched")
+        j.reasons.append(f"the job stopped making steps: {last}, and none came in the "
+                         f"{quiet if quiet is not None else watched:.0f} s after that (watched {watched:.0f} s; a job "
+                         f"that goes on steps within {quiet_limit:g} s)")
+    else:
+        result("pass", f"still stepping when the watch ended {watched:.0f} s after the fault (its last step "
+                       f"{quiet:.1f} s before)")
+
+
 def _judge_rerun_avoids_failed_node(j: Judging) -> None:
     """Slurm: the requeued job ran again without the node the fault took down."""
     slo = j.slo
@@ -282,6 +322,7 @@ def _judge_regression(j: Judging) -> None:
 JUDGES: tuple[tuple[Judge, tuple[type[BaseModel], ...]], ...] = (
     (_judge_timed, (RecoveryFigures, RequeueFigures)),
     (_judge_recover_or_escalate, (RecoveryFigures, FailSlowFigures, ReplacementFigures)),
+    (_judge_keep_stepping, (RecoveryFigures,)),
     (_judge_rerun_avoids_failed_node, (RequeueFigures,)),
     (_judge_restore_tier, (RecoveryFigures, TierFigures)),
     (_judge_straggler, (RecoveryFigures, FailSlowFigures)),

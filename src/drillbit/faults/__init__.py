@@ -31,6 +31,7 @@ _BUILTIN = {
     "lossy-link": "drillbit.faults.partition:LossyLink",
     "flap": "drillbit.faults.partition:Flap",
     "slow-link": "drillbit.faults.partition:SlowLink",
+    "kill-control-plane": "drillbit.faults.kill_control_plane:KillControlPlane",
 }
 
 

@@ -29,10 +29,11 @@ from drillbit.proc import ProcRef
 from drillbit.spec.models import MAX_DURATION_S
 
 
-Binding = Literal["checkpoint", "tier", "launcher", "replacement"]
+Binding = Literal["checkpoint", "tier", "launcher", "replacement", "control_plane"]
 # The params each binding fills (a fault that declares one must have them).
 BINDING_PARAMS: dict[str, tuple[str, ...]] = {
     "checkpoint": ("checkpoint",), "tier": ("tier", "folder"), "launcher": ("launcher",), "replacement": ("hook",),
+    "control_plane": ("name", "process", "node"),
 }
 
 
@@ -155,7 +156,9 @@ class Fault(Generic[P, S]):
     # What it takes from the job profile where the drill's params leave it unset
     # (loop/bind.py): "checkpoint" (param checkpoint: the job's checkpoints), "tier" (params
     # tier and folder: that tier's folder), "launcher" (param launcher), "replacement"
-    # (param hook: the job's node-replacement command).
+    # (param hook: the job's node-replacement command), "control_plane" (params name, process
+    # and node: one of the profile's control_plane entries, its placeholders filled for the
+    # node it runs on once the job is launched).
     binds: ClassVar[tuple[Binding, ...]] = ()
     # What the fault does to its target, in a reason ("only rank 1 was stopped").
     verb: ClassVar[str] = "hurt"
@@ -175,6 +178,11 @@ class Fault(Generic[P, S]):
     def hurts(self, params: P) -> Literal["rank", "node"]:
         """Whom the fault hurts, for attribution: the target rank, or every rank of its node."""
         return "rank"
+
+    def target_nodes(self, params: P) -> list[str] | None:
+        """The nodes its targets must be on (a control plane's node: the fault acts there,
+        through that node's agent); None: any node."""
+        return None
 
     def __init__(self, scratch: Path | None = None) -> None:
         # a folder of the drill's own where the fault may keep copies of what it touches

@@ -20,6 +20,10 @@ from drillbit.spec.models import DrillSpec
 from drillbit.spec.placeholders import expand
 
 
+# each node's placeholder values as the job was launched ({port}), None before the launch
+Launched = dict[str, dict[str, str]] | None
+
+
 def _filled(checkpoint: CheckpointSpec, run_dir: Path) -> CheckpointSpec:
     return checkpoint.model_copy(update={"dir": expand(checkpoint.dir, {"run_dir": str(run_dir)})})
 
@@ -29,7 +33,7 @@ def job_checkpoint(job: JobProfile, run_dir: Path) -> CheckpointSpec | None:
     return None if job.checkpoint is None else _filled(job.checkpoint, run_dir)
 
 
-def _checkpoint(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
+def _checkpoint(params: Any, job: JobProfile, run_dir: Path, fault: str, launched: Launched) -> Any:
     """The drill's own checkpoint, else the profile's; either way its folder filled in."""
     checkpoint = job.checkpoint if params.checkpoint is None else params.checkpoint
     if not isinstance(checkpoint, CheckpointSpec):  # none at all, or a plugin's own kind of value
@@ -37,7 +41,7 @@ def _checkpoint(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
     return params.model_copy(update={"checkpoint": _filled(checkpoint, run_dir)})
 
 
-def _tier(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
+def _tier(params: Any, job: JobProfile, run_dir: Path, fault: str, launched: Launched) -> Any:
     values = {"run_dir": str(run_dir)}
     tier = job.tiers.get(params.tier or "")
     if params.folder is None and tier is not None and hasattr(tier, "dir"):
@@ -51,13 +55,13 @@ def _tier(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
     return params
 
 
-def _launcher(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
+def _launcher(params: Any, job: JobProfile, run_dir: Path, fault: str, launched: Launched) -> Any:
     if params.launcher is None and job.launcher is not None:
         return params.model_copy(update={"launcher": job.launcher})
     return params
 
 
-def _replacement(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any:
+def _replacement(params: Any, job: JobProfile, run_dir: Path, fault: str, launched: Launched) -> Any:
     if params.hook is not None or job.replacement is None:
         return params
     values = {"run_dir": str(run_dir)}
@@ -68,18 +72,51 @@ def _replacement(params: Any, job: JobProfile, run_dir: Path, fault: str) -> Any
         "revive": [expand(a, {**values, "python": sys.executable}) for a in hook.revive or []] or None})})
 
 
-BINDERS: dict[str, Callable[[Any, JobProfile, Path, str], Any]] = {
+def _control_plane(params: Any, job: JobProfile, run_dir: Path, fault: str, launched: Launched) -> Any:
+    """One of the profile's control_plane entries (the drill's ``name``, or the only one),
+    its placeholders filled with its node's launch values once the job is launched."""
+    if params.process is not None:
+        return params
+    names = sorted(job.control_plane)
+    if not names:
+        raise ConfigError(f"{fault} takes away a process of the job's control plane, and the job profile names none: "
+                          "add control_plane: {NAME: {cmdline | port | pidfile, node}} to the profile (the rendezvous "
+                          "store's host, the lighthouse, the master, an etcd)")
+    name = params.name
+    if name is None and len(names) > 1:
+        raise ConfigError(f"{fault}: the job profile names {len(names)} control-plane processes ({', '.join(names)}); "
+                          "say which in the drill's params.name")
+    name = name or names[0]
+    if name not in job.control_plane:
+        raise ConfigError(f"{fault}: params.name {name!r} is not in the job profile's control_plane "
+                          f"({', '.join(names)})")
+    entry = job.control_plane[name]
+    node = entry.node or (next(iter(launched)) if launched else None)
+    values = {"run_dir": str(run_dir), **((launched or {}).get(node or "", {}))}
+    port = entry.port
+    if isinstance(port, str):  # {port}: known once the job is launched
+        text = expand(port, values)
+        port = int(text) if text.isdigit() else port
+    filled = entry.model_copy(update={"pidfile": expand(entry.pidfile, values) if entry.pidfile else None,
+                                      "port": port, "node": node})
+    return params.model_copy(update={"name": name, "process": filled, "node": node})
+
+
+BINDERS: dict[str, Callable[[Any, JobProfile, Path, str, Launched], Any]] = {
     "checkpoint": _checkpoint, "tier": _tier, "launcher": _launcher, "replacement": _replacement,
+    "control_plane": _control_plane,
 }
 
 
-def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path) -> BaseModel:
-    """The fault's params: the drill's, then what the fault takes from the job profile, then
-    what a during_save trigger hands a fault that waits for the save itself."""
+def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path,
+               launched: dict[str, dict[str, str]] | None = None) -> BaseModel:
+    """The fault's params: the drill's, then what the fault takes from the job profile (once
+    the job is launched, ``launched`` holds each node's placeholder values: a control plane's
+    ``{port}``), then what a during_save trigger hands a fault that waits for the save itself."""
     fault = get_fault(spec.fault.type)
     params = fault.Params.model_validate(spec.fault.params)
     for binding in fault.binds:
-        params = BINDERS[binding](params, job, run_dir, spec.fault.type)
+        params = BINDERS[binding](params, job, run_dir, spec.fault.type, launched)
     if job.launch is None and fault.heals_after_job(params):
         raise ConfigError(f"{spec.fault.type}: its heal waits for the job to stop (restore_after puts the checkpoint "
                           "folder back), and a drill never stops a job it attached to; drop restore_after, or "

@@ -358,10 +358,13 @@ class DrillRunner:
             self.use(step.spec)
         if not step.due(self):
             return False
+        # what the fault takes from the profile, with the values the job was launched with
+        self.params = self.nemesis.params = job_params(self.spec, self.job, self.run_dir, self.nodes.node_launch_values())
         # every rank as the fault found them: attribution maps a pid the stack blames to its rank
         self.targets = choose_targets(self.nodes, self.job, self.spec, self.attached, self.fault.max_targets,
                                       found=lambda ranks: self.record("job.ranks", ranks=[
-                                          {"rank": r.rank, "pid": r.pid, "node": r.node} for r in ranks]))
+                                          {"rank": r.rank, "pid": r.pid, "node": r.node} for r in ranks]),
+                                      on_nodes=self.fault.target_nodes(self.params))
         label = getattr(step, "label", "")
         self.ui.phase("inject", f"{label}{self.spec.fault.type} on rank(s) "
                                 f"{', '.join(str(t.rank) for t in self.targets)}")
@@ -413,7 +416,8 @@ class DrillRunner:
                 self.record("fault.expire", after_s=self.spec.fault.duration)
                 self.ui.phase("observe", f"the fault's {self.spec.fault.duration:g} s are over: healing, still watching")
                 self.nemesis.heal()
-            if len(self.history) != seen:  # judge again only when something new was recorded
+            # judge again only when something new was recorded, and not before observe.at_least
+            if now - t0 >= obs.at_least and len(self.history) != seen:
                 seen = len(self.history)
                 if recovered(self.history, obs.until_steps_after_recovery):
                     reason = "recovered"

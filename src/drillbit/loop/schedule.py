@@ -19,8 +19,15 @@ if TYPE_CHECKING:
     from drillbit.transport.nodes import Nodes
 
 
-def select_targets(ranks: list[ProcRef], targets: Targets) -> list[ProcRef]:
+def select_targets(ranks: list[ProcRef], targets: Targets, on_nodes: list[str] | None = None) -> list[ProcRef]:
+    """The fault's targets among the job's ranks; ``on_nodes``: only ranks on these nodes (a
+    fault that acts on one node's process through a rank there: kill-control-plane)."""
     pool = [r for r in ranks if r.rank not in set(targets.exclude_ranks) and r.node not in set(targets.exclude_nodes)]
+    if on_nodes is not None:
+        pool = [r for r in pool if r.node in set(on_nodes)]
+        if not pool:
+            raise ConfigError(f"the fault acts on node(s) {', '.join(on_nodes)}, and the job has no rank there that "
+                              f"the drill may target (ranks on {', '.join(sorted({r.node or '?' for r in ranks}))})")
     if targets.ranks is not None:
         wanted = set(targets.ranks)
         chosen = [r for r in pool if r.rank in wanted]
@@ -62,7 +69,8 @@ def check_blast_radius(targets: list[ProcRef], ranks: list[ProcRef], radius: Bla
 
 
 def choose_targets(nodes: "Nodes", job: JobProfile, spec: DrillSpec, attach: ProcRef | None,
-                   max_targets: int | None, found: Callable[[list[ProcRef]], None] | None = None) -> list[ProcRef]:
+                   max_targets: int | None, found: Callable[[list[ProcRef]], None] | None = None,
+                   on_nodes: list[str] | None = None) -> list[ProcRef]:
     """Find the job's ranks on every node and pick the fault's targets, refusing a choice
     wider than the drill's blast radius — the same for a drill and for its --dry-run."""
     discovery = job.ranks
@@ -71,7 +79,7 @@ def choose_targets(nodes: "Nodes", job: JobProfile, spec: DrillSpec, attach: Pro
     ranks = nodes.find_ranks(discovery, attach)
     if found is not None:
         found(ranks)
-    targets = select_targets(ranks, spec.fault.targets)
+    targets = select_targets(ranks, spec.fault.targets, on_nodes)
     check_blast_radius(targets, ranks, spec.blast_radius, spec.fault.type, max_targets)
     return targets
 

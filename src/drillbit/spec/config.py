@@ -240,6 +240,37 @@ class ReplacementHook(Strict):
         return value
 
 
+class ControlPlaneProcess(Strict):
+    """One process of the job's recovery machinery that no rank is: the rendezvous store's
+    host (torchrun's c10d store lives in the elastic agent on the rendezvous host), torchft's
+    lighthouse, DLRover's master, an etcd. kill-control-plane finds it on its node by what
+    is given here (all that is given must match), among the node's job (the launcher's tree)
+    — a pid file may also name one outside it (a service the job was started beside)."""
+
+    cmdline: str | None = Field(None, description="regex its command line matches")
+    port: int | str | None = Field(None, description="a TCP port it listens on (placeholders: {port}, the "
+                                                     "rendezvous port drillbit chose for the launch)")
+    pidfile: str | None = Field(None, description="a file holding its pid (a number, or JSON {pid, start_time}); "
+                                                  "placeholders {run_dir} and the node's")
+    node: str | None = Field(None, description="the node it runs on (default: the first node, the rendezvous "
+                                               "host)")
+
+    @model_validator(mode="after")
+    def _found_somehow(self) -> "ControlPlaneProcess":
+        if self.cmdline is None and self.port is None and self.pidfile is None:
+            raise ValueError("give cmdline, port or pidfile (or several: all must match)")
+        _regex("cmdline", self.cmdline)
+        if isinstance(self.port, str):
+            text = self.port.strip()
+            if not (text.isdigit() or re.fullmatch(r"\{\w+\}", text)):
+                raise ValueError(f"port {self.port!r}: a number, or a placeholder such as {{port}}")
+            if text.isdigit():
+                self.port = int(text)
+        if isinstance(self.port, int) and not 1 <= self.port <= 65535:
+            raise ValueError(f"port {self.port}: not a TCP port (1-65535)")
+        return self
+
+
 class JobTimeouts(Strict):
     """The job's own timeouts, as its configuration sets them: from these a dry run predicts
     when each drill's fault is detected and which SLO will fail, and the report sets the
@@ -296,6 +327,9 @@ class JobProfile(Strict):
     timeouts: JobTimeouts | None = Field(None, description="the job's own timeouts (collective, watchdog, "
                                                            "heartbeat, monitor_interval): detection predicted from "
                                                            "them by --dry-run and set beside the measurement")
+    control_plane: dict[str, ControlPlaneProcess] = Field(
+        default_factory=dict, description="the job's control plane by name (rendezvous, lighthouse, master, etcd): "
+                                          "the processes kill-control-plane takes away")
     tiers: dict[str, Tier] = Field(
         default_factory=dict, description="multi-tier checkpoints, nearest first: tier name (local, memory, "
                                           "persistent) -> where its copies are; a dir may be a glob, each match one "
@@ -336,6 +370,10 @@ def _reference(description: str, *flags: str) -> JobProfile:
         logs=["{run_dir}/job/events.log", "{run_dir}/job/launcher.log"],
         heartbeat_file="{run_dir}/job/heartbeat/rank0",
         checkpoint=CheckpointSpec(dir="{run_dir}/job/ckpt", layout="reference"),
+        # the rendezvous: torchrun's c10d store lives in the first node's torchrun agent (etcd-v2: in
+        # the etcd service, which the cluster runs)
+        control_plane={"etcd": ControlPlaneProcess(pidfile="{run_dir}/services/etcd.pid")}
+        if "etcd-v2" in flags else {"rendezvous": ControlPlaneProcess(cmdline=r"torch\.distributed\.run")},
         # the launcher's defaults (drillbit.reference.launch, train.py): gloo's 30 min collective
         # timeout, the progress watchdog's 10 s deadline, torchrun polled every 0.5 s
         timeouts=JobTimeouts(collective=1800.0, monitor_interval=0.5,
@@ -385,6 +423,8 @@ def _torchft(description: str, *flags: str) -> JobProfile:
         logs=["{run_dir}/job/lighthouse.log", "{run_dir}/job/group0.log", "{run_dir}/job/group1.log"],
         # torchft_job.py: ProcessGroupGloo(timeout=T) and Manager(timeout=T), both --timeout
         timeouts=JobTimeouts(collective=_flag(flags, "--timeout", 10.0), train=_flag(flags, "--timeout", 10.0)),
+        # node 0's launcher starts the lighthouse on the rendezvous port
+        control_plane={"lighthouse": ControlPlaneProcess(cmdline=r"torchft_lighthouse", port="{port}")},
     )
 
 

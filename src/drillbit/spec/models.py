@@ -152,6 +152,16 @@ class Observe(Strict):
     """stop watching once the job made this many steps past the restored one"""
     window: Duration = 240.0
     """at most this long after the fault"""
+    at_least: Span = 0.0
+    """keep watching this long after the fault even once it recovered: a loss whose harm comes
+    later (a control plane is needed again at the launchers' next membership check or the next
+    restart, not at the next step)"""
+
+    @model_validator(mode="after")
+    def _inside_window(self) -> "Observe":
+        if self.at_least > self.window:
+            raise ValueError(f"at_least ({self.at_least:g} s) is longer than the window ({self.window:g} s)")
+        return self
 
 
 # The measurement names an SLO may name (checks/recovery.py Measurements; a test keeps
@@ -242,6 +252,10 @@ class SLO(Strict):
         None, description="true: the requeued job must run again without the node the fault took down")
     recover_or_escalate_within: Duration | None = Field(
         None, description="recovery path: a first step after recovery, or an escalation, within this")
+    keep_stepping: bool | None = Field(
+        None, description="true: the job must still be making steps when the watch ends (no exit, and a step within "
+                          "10 baseline step times, at least 5 s, of the end): a loss the job must survive, such as its "
+                          "control plane, judged over observe.at_least")
     limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")
     regression: dict[str, float] = Field(
         default_factory=dict,

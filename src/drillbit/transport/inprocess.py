@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.agent.service import AgentService
+from drillbit.atomic import write_private
 from drillbit.errors import ConfigError, DrillError
 from drillbit.spec.config import ServiceSpec
 from drillbit.spec.placeholders import expand
@@ -77,6 +78,10 @@ class NetnsNodes(InProcessNodes):
                 proc = self.topology.start_service(svc.name, [expand(a, values) for a in svc.command], svc.port,
                                                    self.run_dir / f"service-{svc.name}.log", svc.ready_timeout)
                 self.note("service.up", {"name": svc.name, "pid": proc.pid, "address": f"{SERVICE_HOST}:{svc.port}"})
+                # {run_dir}/services/NAME.pid: how a profile's control_plane names it
+                (self.run_dir / "services").mkdir(mode=0o700, exist_ok=True)
+                write_private(self.run_dir / "services" / f"{svc.name}.pid",
+                              json.dumps({"pid": proc.pid, "start_time": proc.create_time()}))
         except TopologyError as exc:
             self.topology.down()
             raise DrillError(str(exc)) from exc

@@ -116,6 +116,9 @@ class Nodes:
         self.job_grace_s = job_grace_s
         self.clients: dict[str, AgentClient] = {}
         self.values: dict[str, str] = {"run_dir": str(run_dir), "python": sys.executable}
+        # each node's placeholder values as the job was launched with them ({port}: the
+        # rendezvous port chosen then), for what is bound to the profile after launch
+        self.launched_values: dict[str, dict[str, str]] = {}
         self._beating = threading.Event()
         self._beater: threading.Thread | None = None
         self.notes: list[tuple[str, dict]] = []  # (kind, data) not yet in the history
@@ -278,6 +281,11 @@ class Nodes:
                     "nnodes": str(len(nodes)), "head": self.head_host(), "port": port}
                 for i, n in enumerate(nodes)}
 
+    def node_launch_values(self) -> dict[str, dict[str, str]]:
+        """Each node's placeholder values as the job was launched (an attached job: the
+        cluster's own, node by node, in the nodes' order)."""
+        return self.launched_values or {n: dict(self.values) for n in self.clients}
+
     def python_for(self, node: str) -> str:
         """The interpreter for {python} on that node."""
         return sys.executable
@@ -299,7 +307,7 @@ class Nodes:
         assert profile.launch is not None
         spec = profile.launch
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        per_node = self.node_values()
+        per_node = self.launched_values = self.node_values()
         nodes = list(per_node) if spec.per_node else list(per_node)[:1]
         refs = {}
         for node in nodes:
