@@ -25,6 +25,20 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist: which work
 RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # and of which run
 
 
+def pytest_collection_finish(session):
+    """Under ``--dist loadgroup`` a test marked ``xdist_group`` carries its group in its node
+    id: that is how pytest-xdist sends a group to one worker. pytest 9.2 silently dropped it
+    (pytest-dev/pytest-xdist#1386) and the Ray, Slurm and namespace tests ran side by side;
+    refuse to run like that."""
+    if WORKER is None or not session.config.getvalue("loadgroup"):
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist's loadgroup is not grouping under pytest {pytest.__version__} "
+                                f"({len(lost)} tests, e.g. {lost[0]}): see pytest-dev/pytest-xdist#1386; install "
+                                "the test extra's pytest (below 9.2)")
+
+
 @pytest.fixture(autouse=True)
 def alone_or_together(request):
     """Under pytest-xdist, a test marked ``alone`` runs with no other test beside it; every
