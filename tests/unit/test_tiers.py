@@ -211,3 +211,21 @@ def test_a_fault_that_takes_the_node_takes_a_shared_memory_tier_with_it():
     m = measure(flash_drilled(10, "disk", hurts="node"))
     assert m.lost_copies == ["memory (the job's saves)"]
     assert (m.best_available_step, m.best_available_tier, m.steps_behind_best) == (10, "disk", 0)
+
+
+def test_a_restore_that_never_led_to_a_step_restored_from_no_tier():
+    """One process of a hung restart named its own copy, and the restart never stepped: the
+    job's state came from nowhere (Orbax's P2P restore that deadlocks, tests/integration/
+    test_jax.py); with a first step after it, that tier is where it came from."""
+    from tests.unit.test_checks import T_FAULT, prelude, steps
+
+    def history(stepped: bool) -> History:
+        rows = prelude()
+        rows += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed"),
+                 (T_FAULT + 1, "restart", {"attempt": 1}), (T_FAULT + 2, "restore", {"step": 20, "tier": "local"})]
+        rows += steps(21, 30, T_FAULT + 3) if stepped else []
+        rows += [(T_FAULT + 30, "observe.end"), (T_FAULT + 30.5, "drill.end")]
+        return History.build(rows)
+
+    assert measure(history(stepped=False)).restored_from is None
+    assert measure(history(stepped=True)).restored_from == "local"

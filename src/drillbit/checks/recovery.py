@@ -362,9 +362,11 @@ def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: f
     fault (the tiers as they were when it hit, less the copies it took away)."""
     snapshot = next((e for e in reversed(events) if e.kind == "ckpt.tiers" and e.t <= t0), None)
     order = list((snapshot.data.get("tiers") or {}) if snapshot is not None else {})
-    if restore is not None:
-        m.restored_from = restored_tier(events, restore, t0 + m.time_to_first_step
-                                        if m.time_to_first_step is not None else None, order)
+    if restore is not None and m.time_to_first_step is not None:
+        # between the restart's first restore and its first step (DESIGN); a restore that never
+        # led to a step restored nothing the job trained from: one process of a restart that
+        # hangs may have named its tier while another never got that far
+        m.restored_from = restored_tier(events, restore, t0 + m.time_to_first_step, order)
     if snapshot is None:
         return
     lost: set[str] = set()
