@@ -57,15 +57,10 @@ class HangCollective(Fault[HangParams, HangState]):
     def confirm(self, target: ProcRef, params: HangParams, state: HangState) -> Evidence | None:
         if not state.sent:
             return None
-        deadline = time.time() + params.confirm_timeout_s
-        while time.time() < deadline:
-            status = state.stopped.status()
-            if status is None:
-                return None
-            if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-                return Evidence(what="process stopped", data={"pid": state.stopped.pid, "status": status})
-            time.sleep(0.01)
-        return None
+        status = wait_stopped(state.stopped, params.confirm_timeout_s)
+        if status is None:
+            return None
+        return Evidence(what="process stopped", data={"pid": state.stopped.pid, "status": status})
 
     def heal(self, target: ProcRef, params: HangParams, state: HangState) -> HealReport:
         return resume(state.stopped)
@@ -75,6 +70,20 @@ class HangCollective(Fault[HangParams, HangState]):
         (a step already in flight when the rank stopped belongs before the fault)."""
         quiet = progress.wait_quiet(t_effect)
         return None if quiet is None else {"progress_quiet_s": round(quiet, 3)}
+
+
+def wait_stopped(target: ProcRef, timeout: float) -> str | None:
+    """Its status once it is stopped (state T); None if it never was within ``timeout``, or
+    it is gone."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = target.status()
+        if status is None:
+            return None
+        if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            return status
+        time.sleep(0.01)
+    return None
 
 
 def resume(target: ProcRef, timeout: float = 5.0) -> HealReport:

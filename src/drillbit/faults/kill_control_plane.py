@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +27,7 @@ from drillbit.errors import ConfigError, FaultError
 from drillbit.evidence import ControlPlaneDown
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep, State
 from drillbit.faults.ckptfile import wait_gone
-from drillbit.faults.hang_collective import resume
+from drillbit.faults.hang_collective import resume, wait_stopped
 from drillbit.faults.kill_node import TORCHRUN, job_tree
 from drillbit.proc import ProcRef
 from drillbit.spec.config import ControlPlaneProcess
@@ -88,19 +87,6 @@ def described(spec: ControlPlaneProcess | None) -> str:
         return ""
     return ", ".join(f"{k} {v}" for k, v in (("cmdline", spec.cmdline), ("port", spec.port), ("pidfile", spec.pidfile))
                      if v is not None)
-
-
-def wait_stopped(target: ProcRef, timeout: float) -> str | None:
-    """Its status once it is stopped (state T); None if it never was, or it is gone."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        status = target.status()
-        if status is None:
-            return None
-        if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-            return status
-        time.sleep(0.01)
-    return None
 
 
 def listens_on(proc: psutil.Process, port: int) -> bool:
