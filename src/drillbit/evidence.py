@@ -73,11 +73,14 @@ class NodeGone(_Strict):
 
 
 class NodeState(_Strict):
-    """node-down: the scheduler shows the node in this state."""
+    """node-down: the scheduler shows the node in this state — or, where it was back before it
+    could be read, the requeue (Restarts) it made of the job that ran on the node."""
 
     kind: ClassVar[str] = "node-state"
     node: str
     state: str
+    job_id: str | None = None
+    restarts: int | None = None
 
 
 class FileDamage(_Strict):

@@ -74,7 +74,7 @@ def test_compare_torchft_heals_and_blames_one_rank_its_ddp_wrapper_does_not(tmp_
 
 def test_nvrx_detects_a_stopped_rank_by_heartbeat_but_blames_the_blocked_one_too(tmp_path):
     pytest.importorskip("nvidia_resiliency_ext")
-    code, r = drill(tmp_path, "run", str(HERE / "blame-stall-fast.yaml"), "--job", "nvrx", "--cluster",
+    code, r = drill(tmp_path, "run", str(HERE / "blame-stall-nvrx-fast.yaml"), "--job", "nvrx", "--cluster",
                     "local-process")
     m = r["measurements"]
     assert code == 1 and r["verdict"] == "fail", r["reasons"]

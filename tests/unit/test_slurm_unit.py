@@ -142,3 +142,47 @@ def test_a_slurm_cluster_entry_refuses_other_engines_fields_and_agent_side_logs(
     with pytest.raises(ValueError, match="reads the job's logs on the controller"):
         ClusterSpec(engine="slurm", logs="agents")
     assert not ClusterSpec(engine="slurm", slurm_conf="/etc/slurm/slurm.conf").logs_on_agents
+
+
+class _FakeSlurm:
+    """A scheduler whose node is back in service before the fault can read it DOWN (what a
+    loaded slurmctld with ReturnToService=2 does), and whose job is requeued or not."""
+
+    def __init__(self, requeued: bool) -> None:
+        self.requeued = requeued
+        self.updated: list[tuple[str, str]] = []
+
+    def nodes(self):
+        return {"n1": {"State": "ALLOCATED"}}
+
+    def node_state(self, node):
+        return "IDLE"
+
+    def update_node(self, node, state, reason=None):
+        self.updated.append((node, state))
+
+    def job(self, job_id):
+        restarts = 1 if self.requeued and self.updated else 0
+        return JobInfo(job_id=job_id, state="RUNNING", reason="None", restarts=restarts, nodes=("n1",),
+                       batch_host="n1", exit_code=None, eligible="", requeue=True)
+
+
+@pytest.mark.parametrize("requeued", [True, False])
+def test_node_down_is_confirmed_by_the_jobs_requeue_when_the_down_was_over_before_it_was_read(monkeypatch,
+                                                                                              requeued):
+    from drillbit.faults import slurm_node
+    from drillbit.proc import ProcRef
+
+    fake = _FakeSlurm(requeued)
+    monkeypatch.setattr(slurm_node, "_slurm", lambda params: fake)
+    fault = slurm_node.NodeDown()
+    params = slurm_node.NodeFaultParams(job_id="7", confirm_timeout_s=0.3)
+    target = ProcRef(pid=1, start_time=0.0, node="n1", rank=0)
+    state = fault.act(target, params, fault.prepare(target, params))
+    assert state.seen is None and state.job_restarts == 0 and fake.updated == [("n1", "down")]
+    evidence = fault.confirm(target, params, state)
+    if requeued:
+        assert evidence is not None and "requeued job 7 (Restarts 0 -> 1)" in evidence.what
+        assert evidence.data["restarts"] == 1
+    else:
+        assert evidence is None  # nothing shows the fault took: unconfirmed, never a guess

@@ -94,6 +94,7 @@ class NodeDownState(State):
     node: str
     before: str = ""
     seen: str | None = None  # the node's state right after the update (ReturnToService=2 may undo it at once)
+    job_restarts: int | None = None  # the drilled job's Restarts before the update, when it ran on the node
 
 
 class SchedulerNodeFault(Fault[NodeFaultParams, S]):
@@ -134,7 +135,12 @@ class NodeDown(SchedulerNodeFault[NodeDownState]):
             raise FaultError(f"node-down: Slurm knows no node {node!r}")
         if "DOWN" in state or "DRAIN" in state:
             raise FaultError(f"node-down: node {node} is already {state}; nothing was changed")
-        return NodeDownState(node=node, before=state)
+        restarts = None
+        if params.job_id:
+            job = _slurm(params).job(params.job_id)
+            if job is not None and node in job.nodes and not job.finished:
+                restarts = job.restarts
+        return NodeDownState(node=node, before=state, job_restarts=restarts)
 
     def act(self, target: ProcRef, params: NodeFaultParams, intent: NodeDownState) -> NodeDownState:
         slurm = _slurm(params)
@@ -159,6 +165,14 @@ class NodeDown(SchedulerNodeFault[NodeDownState]):
             now = slurm.node_state(state.node)
             if "DOWN" in now:
                 return Evidence(what=f"Slurm shows node {state.node} {now}", data={"node": state.node, "state": now})
+            # With ReturnToService=2 the DOWN can be over before a loaded controller reads it
+            # back; Slurm's own record of what it did to the job on the node still shows it.
+            job = slurm.job(params.job_id) if params.job_id and state.job_restarts is not None else None
+            if job is not None and job.restarts > state.job_restarts:
+                return Evidence(what=f"Slurm requeued job {job.job_id} (Restarts {state.job_restarts} -> "
+                                     f"{job.restarts}) after node {state.node} was set down; the node is {now} again",
+                                data={"node": state.node, "state": now, "job_id": job.job_id,
+                                      "restarts": job.restarts})
             time.sleep(0.1)
         return None
 
