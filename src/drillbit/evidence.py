@@ -50,6 +50,7 @@ class LinkCut(_Strict):
     endpoint: str | None
     direction: str
     loss_pct: float
+    control_plane: str | None = None  # the profile's control_plane entry the endpoint is
     rate_mbit: float | None = None  # slow-link: the cap on what the node sends
 
 

@@ -5,7 +5,8 @@ rendezvous at 10.77.0.1, gloo over each node's veth).
 partition-node: a progress watchdog detects the cut while every process stays alive (PASS);
 a watchdog that checks only liveness, a heartbeat thread per worker, never does (FAIL).
 lose-rendezvous-host: c10d's store dies with node 0 (FAIL); etcd-v2 on an etcd that is no
-node's survives it (PASS). After every ending — pass, fail, Ctrl-C, a SIGKILLed controller —
+node's survives it (PASS). partition-lighthouse: torchft's groups train on without the one cut
+off from the lighthouse (PASS), unless the quorum needs every group (FAIL). After every ending — pass, fail, Ctrl-C, a SIGKILLed controller —
 no namespace, /etc/netns folder, nft table, service or process is left.
 """
 from __future__ import annotations
@@ -241,6 +242,42 @@ def test_an_etcd_that_is_no_nodes_survives_the_loss_of_the_rendezvous_host(tmp_p
     assert not psutil.pid_exists(up["data"]["pid"]) or psutil.Process(up["data"]["pid"]).status() == "zombie"
     # torchrun said which rendezvous it used (its launch config, at INFO)
     assert re.search(r"rdzv_backend\s*: etcd-v2", (run_dir / "job" / "launcher.log").read_text())
+
+
+def group_steps(run_dir: Path, group: int) -> list[str]:
+    return [line for line in (run_dir / "job" / f"group{group}.log").read_text().splitlines()
+            if line.startswith("step=")]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchft") is None, reason="needs torchft (the stacks extra)")
+def test_a_replica_group_cut_off_from_the_lighthouse_leaves_the_others_training(tmp_path):
+    """partition-lighthouse on torchft: node-1's replica group loses the lighthouse (its address
+    and port only, both ways), and the lighthouse forms quorums of node-0's group alone."""
+    result, run_dir = run("torchft", tmp_path, "partition-lighthouse")
+    assert result["verdict"] == "pass" and result["exit_code"] == 0, result["reasons"]
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    [confirmed] = [e for e in history if e["kind"] == "fault.confirmed"]
+    [cut] = confirmed["data"]["evidence"]
+    assert cut["data"]["scope"] == "endpoint" and cut["data"]["control_plane"] == "lighthouse"
+    assert re.fullmatch(r"10\.77\.0\.1:\d+", cut["data"]["endpoint"])  # node-0's address, the launch's port
+    assert result["fault"]["params"]["endpoint"] == cut["data"]["endpoint"]
+    assert result["measurements"]["observed_s"] >= 30  # observe.at_least
+    # node-0's group trained on alone; the cut group did not step again until the heal
+    assert group_steps(run_dir, 0)[-1].endswith("participants=1")
+    assert "lighthouse quorum failed" in (run_dir / "job" / "group1.log").read_text()
+    assert all(h["verified"] for h in result["fault"]["heals"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchft") is None, reason="needs torchft (the stacks extra)")
+def test_a_quorum_that_needs_every_group_stops_the_job_when_one_loses_the_lighthouse(tmp_path):
+    result, run_dir = run("torchft-allreplicas", tmp_path, "partition-lighthouse", window=45)
+    assert result["verdict"] == "fail" and result["exit_code"] == 1, result["reasons"]
+    slo = {s["name"]: s for s in result["slos"]}
+    assert slo["keep_stepping"]["status"] == "fail"
+    assert any(r.startswith("the job stopped making steps") for r in result["reasons"]), result["reasons"]
+    # the group that still reached the lighthouse got no quorum of 2 either
+    assert "lighthouse quorum failed" in (run_dir / "job" / "group0.log").read_text()
+    assert all(h["verified"] for h in result["fault"]["heals"])
 
 
 @pytest.mark.parametrize("ending", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])

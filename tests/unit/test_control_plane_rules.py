@@ -134,3 +134,62 @@ def test_a_job_that_finished_its_training_inside_the_watch_is_unknown():
     assert keep_stepping(result).status == "unknown"
     assert result.verdict == "inconclusive", result.reasons
 
+
+
+# --- partition of a control-plane endpoint (partition-lighthouse) ---------------------------
+def cut(**params) -> DrillSpec:
+    return DrillSpec.model_validate({
+        "name": "cut", "class": "fail-hang", "summary": "s",
+        "fault": {"type": "partition", "trigger": {"at_step": 25},
+                  "params": {"scope": "endpoint", **params}},
+        "observe": {"at_least": 30, "window": 90}, "slo": {"keep_stepping": True}})
+
+
+def test_an_endpoint_cut_takes_the_control_planes_address_once_the_job_is_launched():
+    job = BUILTIN_JOBS["torchft"]
+    assert job.control_plane["lighthouse"].address == "{head}:{port}"
+    before = job_params(cut(control_plane="lighthouse"), job, Path("/r"))
+    assert before.endpoint is None  # {port} is chosen at the launch: a dry run's plan names the entry
+    from drillbit.faults.partition import rules
+    assert "ip daddr <control_plane.lighthouse>" in rules("t", before)
+    assert "<control_plane.lighthouse> (control_plane.lighthouse)" in get_fault("partition").plan([], before).action
+    launched = {"node-0": {"head": "10.77.0.1", "port": "29511"}, "node-1": {"head": "10.77.0.1", "port": "29511"}}
+    bound = job_params(cut(control_plane="lighthouse"), job, Path("/r"), launched)
+    assert bound.endpoint == "10.77.0.1:29511"
+    assert "ip daddr 10.77.0.1 tcp dport 29511 drop" in rules("t", bound)
+    assert "ip saddr 10.77.0.1 tcp sport 29511 drop" in rules("t", bound)
+
+
+def test_a_host_name_is_resolved_and_a_services_address_kept():
+    etcd = job_params(cut(control_plane="etcd"), BUILTIN_JOBS["reference-etcd"], Path("/r"),
+                      {"node-0": {"service_host": "10.77.0.254"}})
+    assert etcd.endpoint == "10.77.0.254:2379"
+    named = profile(master={"cmdline": "master", "address": "localhost:{port}"})
+    assert job_params(cut(control_plane="master"), named, Path("/r"), {"n": {"port": "7"}}).endpoint == "127.0.0.1:7"
+
+
+@pytest.mark.parametrize("job, params, why", [
+    (profile(master={"cmdline": "master"}), {"control_plane": "master"}, "has no address"),
+    (profile(), {"control_plane": "lighthouse"}, "the job profile names none"),
+    (profile(a={"cmdline": "a", "address": "h:1"}), {"control_plane": "b"}, "'b' is not in the job profile"),
+])
+def test_an_endpoint_cut_of_a_control_plane_the_profile_cannot_place_is_a_config_error(job, params, why):
+    with pytest.raises(ConfigError, match=why):
+        job_params(cut(**params), job, Path("/r"), {"n": {"port": "7"}})
+
+
+@pytest.mark.parametrize("params, why", [
+    ({}, "needs endpoint .* or control_plane"),
+    ({"scope": "node", "control_plane": "lighthouse"}, "control_plane is for scope endpoint"),
+])
+def test_partition_params_name_what_is_cut(params, why):
+    from drillbit.faults.partition import PartitionParams
+
+    with pytest.raises(ValidationError, match=why):
+        PartitionParams.model_validate({"scope": "endpoint", **params})
+
+
+@pytest.mark.parametrize("address", ["lighthouse", ":7", "h:port"])
+def test_a_control_plane_address_is_host_and_port(address):
+    with pytest.raises(ValidationError, match="HOST:PORT"):
+        ControlPlaneProcess.model_validate({"cmdline": "x", "address": address})

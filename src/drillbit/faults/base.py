@@ -29,11 +29,11 @@ from drillbit.proc import ProcRef
 from drillbit.spec.models import MAX_DURATION_S
 
 
-Binding = Literal["checkpoint", "tier", "launcher", "replacement", "control_plane"]
+Binding = Literal["checkpoint", "tier", "launcher", "replacement", "control_plane", "control_plane_address"]
 # The params each binding fills (a fault that declares one must have them).
 BINDING_PARAMS: dict[str, tuple[str, ...]] = {
     "checkpoint": ("checkpoint",), "tier": ("tier", "folder"), "launcher": ("launcher",), "replacement": ("hook",),
-    "control_plane": ("name", "process", "node"),
+    "control_plane": ("name", "process", "node"), "control_plane_address": ("control_plane", "endpoint"),
 }
 
 
@@ -249,7 +249,7 @@ class Fault(Generic[P, S]):
     # it at once and hands it the save number, file offset and delay (loop/schedule.py).
     arms_on_save: ClassVar[bool] = False
 
-    def confirm_progress(self, progress: Progress, t_effect: float) -> dict[str, Any] | None:
-        """On the controller: does the job's progress show the effect? ``{}`` when nothing
-        more is needed; None when it does not (the fault stays unconfirmed)."""
+    def confirm_progress(self, progress: Progress, t_effect: float, params: Any = None) -> dict[str, Any] | None:
+        """On the controller: does the job's progress show the effect (of ``params``)? ``{}``
+        when nothing more is needed; None when it does not (the fault stays unconfirmed)."""
         return {}

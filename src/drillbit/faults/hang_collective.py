@@ -65,7 +65,7 @@ class HangCollective(Fault[HangParams, HangState]):
     def heal(self, target: ProcRef, params: HangParams, state: HangState) -> HealReport:
         return resume(state.stopped)
 
-    def confirm_progress(self, progress: Progress, t_effect: float) -> dict[str, Any] | None:
+    def confirm_progress(self, progress: Progress, t_effect: float, params: Any = None) -> dict[str, Any] | None:
         """Global progress stalls: no step for several baseline step times after the effect
         (a step already in flight when the rank stopped belongs before the fault)."""
         quiet = progress.wait_quiet(t_effect)

@@ -46,6 +46,8 @@ class PartitionParams(Params):
     """node: every packet of the target's namespace except loopback; endpoint: only those to and from ``endpoint``"""
     endpoint: str | None = None
     """scope endpoint: ``host`` or ``host:port`` (an IPv4 address) cut off from the target's node"""
+    control_plane: str | None = None
+    """scope endpoint: instead of ``endpoint``, the job profile's control_plane entry of this name (the rendezvous store, a lighthouse, a master): its ``address``, filled in as ``endpoint`` once the job is launched"""
     direction: Literal["both", "in", "out"] = "both"
     """both ways, or only what the node receives (in) or sends (out)"""
     loss_pct: float = Field(100.0, gt=0, le=100)
@@ -54,8 +56,11 @@ class PartitionParams(Params):
     @model_validator(mode="after")
     def _endpoint(self) -> "PartitionParams":
         if self.scope == "endpoint":
+            if not self.endpoint and not self.control_plane:
+                raise ValueError("scope endpoint needs endpoint (host or host:port) or control_plane (a name from the "
+                                 "job profile's control_plane)")
             if not self.endpoint:
-                raise ValueError("scope endpoint needs endpoint: host or host:port")
+                return self
             host, _, port = self.endpoint.partition(":")
             try:
                 ipaddress.IPv4Address(host)
@@ -63,8 +68,8 @@ class PartitionParams(Params):
                 raise ValueError(f"endpoint {self.endpoint!r}: the host must be an IPv4 address") from None
             if port and not (port.isdigit() and 0 < int(port) < 65536):
                 raise ValueError(f"endpoint {self.endpoint!r}: the port must be 1-65535")
-        elif self.endpoint:
-            raise ValueError("endpoint is for scope endpoint")
+        elif self.endpoint or self.control_plane:
+            raise ValueError(f"{'endpoint' if self.endpoint else 'control_plane'} is for scope endpoint")
         return self
 
 
@@ -80,8 +85,7 @@ def rules(table: str, params: PartitionParams) -> str:
     drop = "drop" if params.loss_pct >= 100 else f"numgen random mod 100 < {params.loss_pct:g} drop"
     match_in = match_out = ""
     if params.scope == "endpoint":
-        assert params.endpoint is not None
-        host, _, port = params.endpoint.partition(":")
+        host, _, port = (params.endpoint or _unresolved(params)).partition(":")
         match_in = f"ip saddr {host} " + (f"tcp sport {port} " if port else "")
         match_out = f"ip daddr {host} " + (f"tcp dport {port} " if port else "")
     chains = []
@@ -92,6 +96,18 @@ def rules(table: str, params: PartitionParams) -> str:
         chains.append(f"  chain output {{ type filter hook output priority -300; policy accept; "
                       f"oifname \"lo\" accept; {match_out}{drop}; }}")
     return f"table {FAMILY} {table} {{\n" + "\n".join(chains) + "\n}\n"
+
+
+def _unresolved(params: PartitionParams) -> str:
+    """Where an endpoint stands in a plan before the job is launched (its port unknown)."""
+    return f"<control_plane.{params.control_plane}>"
+
+
+def _where_cut(params: PartitionParams) -> str:
+    if params.scope == "node":
+        return "every packet except loopback"
+    cp = f" (control_plane.{params.control_plane})" if params.control_plane else ""
+    return f"packets to and from {params.endpoint or _unresolved(params)}{cp}"
 
 
 def netns_of(inode: int) -> str | None:
@@ -139,6 +155,7 @@ class Partition(Fault[PartitionParams, PartitionState]):
     Params = PartitionParams
     State = PartitionState
     evidence = (LinkCut,)
+    binds = ("control_plane_address",)
     verb = "cut off"
     expects = "stall"
     needs_node_netns = True
@@ -150,7 +167,7 @@ class Partition(Fault[PartitionParams, PartitionState]):
         return "node"
 
     def plan(self, targets: list[ProcRef], params: PartitionParams) -> Plan:
-        what = "every packet except loopback" if params.scope == "node" else f"packets to and from {params.endpoint}"
+        what = _where_cut(params)
         share = "" if params.loss_pct >= 100 else f"{params.loss_pct:g}% of "
         way = {"both": "in and out", "in": "in", "out": "out"}[params.direction]
         return Plan(fault=self.name, targets=targets,
@@ -171,6 +188,8 @@ class Partition(Fault[PartitionParams, PartitionState]):
 
     def prepare(self, target: ProcRef, params: PartitionParams) -> PartitionState:
         inode = _own_namespace_refused(target)
+        if params.scope == "endpoint":
+            _endpoint_elsewhere(target, params, inode)
         table = f"drillbit_{secrets.token_hex(4)}"
         return PartitionState(netns_inode=inode, table=table, ruleset=rules(table, params))
 
@@ -189,6 +208,7 @@ class Partition(Fault[PartitionParams, PartitionState]):
             return None
         return Evidence(what="link cut", data={"table": f"{FAMILY} {state.table}", "netns": where,
                                                "scope": params.scope, "endpoint": params.endpoint,
+                                               "control_plane": params.control_plane,
                                                "direction": params.direction, "loss_pct": params.loss_pct})
 
     def heal(self, target: ProcRef, params: PartitionParams, state: PartitionState) -> HealReport:
@@ -206,9 +226,9 @@ class Partition(Fault[PartitionParams, PartitionState]):
         return HealReport(healed=True, verified=True,
                           detail=f"table {FAMILY} {state.table} deleted; {where} lists {left or 'no tables'}")
 
-    def confirm_progress(self, progress: Progress, t_effect: float) -> dict[str, Any] | None:
-        if self.expects != "stall":
-            return {}
+    def confirm_progress(self, progress: Progress, t_effect: float, params: Any = None) -> dict[str, Any] | None:
+        if self.expects != "stall" or getattr(params, "scope", "node") == "endpoint":
+            return {}  # one endpoint cut off (a control plane) stalls the job only if it needs it now
         quiet = progress.wait_quiet(t_effect)
         return None if quiet is None else {"progress_quiet_s": round(quiet, 3)}
 
@@ -227,6 +247,24 @@ class LossyLink(Partition):
     verb = "behind the lossy link"
     expects = "slow"
     detected_by = ()
+
+
+def _endpoint_elsewhere(target: ProcRef, params: PartitionParams, inode: int) -> None:
+    """An endpoint cut needs a resolved endpoint on another node: the target's own namespace
+    reaches its own addresses over loopback, which no cut touches (a no-op called a cut)."""
+    if params.endpoint is None:
+        raise FaultError(f"partition: control_plane.{params.control_plane}'s address was not filled (its "
+                         "placeholders are known once the job is launched)")
+    host = params.endpoint.partition(":")[0]
+    where = netns_of(inode)
+    if where is None:
+        raise FaultError(f"the network namespace of pid {target.pid} is gone")
+    shown = in_netns(where, "ip", "-o", "-4", "addr", "show")
+    mine = [line.split()[3].split("/")[0] for line in shown.stdout.splitlines() if len(line.split()) > 3]
+    if host in mine or ipaddress.IPv4Address(host).is_loopback:
+        raise FaultError(f"partition: {params.endpoint} is in the target's own network namespace (node "
+                         f"{target.node or '?'}: {', '.join(mine)}): its packets go over loopback and no cut there "
+                         "touches them; target a rank on another node")
 
 
 def _inode(target: ProcRef) -> int | None:

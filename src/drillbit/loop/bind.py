@@ -6,6 +6,8 @@ guessed from a param's name.
 """
 from __future__ import annotations
 
+import ipaddress
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -72,27 +74,33 @@ def _replacement(params: Any, job: JobProfile, run_dir: Path, fault: str, launch
         "revive": [expand(a, {**values, "python": sys.executable}) for a in hook.revive or []] or None})})
 
 
+def _entry(name: str | None, job: JobProfile, fault: str, launched: Launched, what: str, param: str):
+    """The profile's control_plane entry ``name`` (or its only one), its node, and that node's
+    launch values (empty before the launch)."""
+    names = sorted(job.control_plane)
+    if not names:
+        raise ConfigError(f"{fault} {what}, and the job profile names none: add control_plane: "
+                          "{NAME: {cmdline | port | pidfile, node, address}} to the profile (the rendezvous store's "
+                          "host, the lighthouse, the master, an etcd)")
+    if name is None and len(names) > 1:
+        raise ConfigError(f"{fault}: the job profile names {len(names)} control-plane processes ({', '.join(names)}); "
+                          f"say which in the drill's params.{param}")
+    name = name or names[0]
+    if name not in job.control_plane:
+        raise ConfigError(f"{fault}: {name!r} is not in the job profile's control_plane ({', '.join(names)})")
+    entry = job.control_plane[name]
+    node = entry.node or (next(iter(launched)) if launched else None)
+    return name, entry, node, (launched or {}).get(node or "", {})
+
+
 def _control_plane(params: Any, job: JobProfile, run_dir: Path, fault: str, launched: Launched) -> Any:
     """One of the profile's control_plane entries (the drill's ``name``, or the only one),
     its placeholders filled with its node's launch values once the job is launched."""
     if params.process is not None:
         return params
-    names = sorted(job.control_plane)
-    if not names:
-        raise ConfigError(f"{fault} takes away a process of the job's control plane, and the job profile names none: "
-                          "add control_plane: {NAME: {cmdline | port | pidfile, node}} to the profile (the rendezvous "
-                          "store's host, the lighthouse, the master, an etcd)")
-    name = params.name
-    if name is None and len(names) > 1:
-        raise ConfigError(f"{fault}: the job profile names {len(names)} control-plane processes ({', '.join(names)}); "
-                          "say which in the drill's params.name")
-    name = name or names[0]
-    if name not in job.control_plane:
-        raise ConfigError(f"{fault}: params.name {name!r} is not in the job profile's control_plane "
-                          f"({', '.join(names)})")
-    entry = job.control_plane[name]
-    node = entry.node or (next(iter(launched)) if launched else None)
-    values = {"run_dir": str(run_dir), **((launched or {}).get(node or "", {}))}
+    name, entry, node, node_values = _entry(params.name, job, fault, launched,
+                                            "takes away a process of the job's control plane", "name")
+    values = {"run_dir": str(run_dir), **node_values}
     port = entry.port
     if isinstance(port, str):  # {port}: known once the job is launched
         text = expand(port, values)
@@ -102,9 +110,37 @@ def _control_plane(params: Any, job: JobProfile, run_dir: Path, fault: str, laun
     return params.model_copy(update={"name": name, "process": filled, "node": node})
 
 
+def _control_plane_address(params: Any, job: JobProfile, run_dir: Path, fault: str, launched: Launched) -> Any:
+    """A cut of one control-plane process (``params.control_plane``): its ``address`` from the
+    profile, filled with its node's launch values, the host resolved to an IPv4 address.
+    Before the launch ({port} unknown) the endpoint stays unset; the fault refuses to act
+    on an unset one."""
+    if getattr(params, "control_plane", None) is None or params.endpoint is not None:
+        return params
+    name, entry, node, node_values = _entry(params.control_plane, job, fault, launched,
+                                            f"cuts a node off from the control plane's {params.control_plane!r}",
+                                            "control_plane")
+    if entry.address is None:
+        raise ConfigError(f"{fault}: control_plane {name!r} of the job profile has no address: add address: "
+                          "HOST:PORT (placeholders {head}, {port}, {service_host}) — where the job reaches it")
+    text = expand(entry.address, {"run_dir": str(run_dir), **node_values})
+    host, _, port = text.rpartition(":")
+    if "{" in text or not host:
+        return params
+    try:
+        ip = str(ipaddress.IPv4Address(host))
+    except ValueError:
+        try:
+            ip = socket.gethostbyname(host)
+        except OSError as exc:
+            raise ConfigError(f"{fault}: control_plane {name!r} is at {text}, and {host!r} does not resolve to an "
+                              f"IPv4 address here: {exc}") from None
+    return params.model_copy(update={"endpoint": f"{ip}:{port}"})
+
+
 BINDERS: dict[str, Callable[[Any, JobProfile, Path, str, Launched], Any]] = {
     "checkpoint": _checkpoint, "tier": _tier, "launcher": _launcher, "replacement": _replacement,
-    "control_plane": _control_plane,
+    "control_plane": _control_plane, "control_plane_address": _control_plane_address,
 }
 
 

@@ -88,7 +88,7 @@ class Nemesis:
         data: dict[str, Any] = {"evidence": [e.model_dump() for e in evidence if e is not None],
                                 "expects": self.fault.expects, "hurts": self.fault.hurts(self.params),
                                 "verb": self.fault.verb}
-        extra = self.fault.confirm_progress(progress, t_effect)
+        extra = self.fault.confirm_progress(progress, t_effect, self.params)
         if extra is None:
             self.history.record(HARNESS, "fault.unconfirmed",
                                 reason="the target took the fault but the job's progress did not show it "

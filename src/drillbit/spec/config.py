@@ -254,11 +254,19 @@ class ControlPlaneProcess(Strict):
                                                   "placeholders {run_dir} and the node's")
     node: str | None = Field(None, description="the node it runs on (default: the first node, the rendezvous "
                                                "host)")
+    address: str | None = Field(None, description="HOST:PORT the job's other processes reach it at "
+                                                  "(placeholders {head}, {port}, {service_host}, the node's): what "
+                                                  "partition cuts a node off from with params.control_plane")
 
     @model_validator(mode="after")
     def _found_somehow(self) -> "ControlPlaneProcess":
         if self.cmdline is None and self.port is None and self.pidfile is None:
             raise ValueError("give cmdline, port or pidfile (or several: all must match)")
+        if self.address is not None:
+            host, sep, port = self.address.rpartition(":")
+            if not sep or not host or not (port.isdigit() or re.fullmatch(r"\{\w+\}", port)):
+                raise ValueError(f"address {self.address!r}: HOST:PORT (a placeholder such as {{head}}:{{port}} "
+                                 "is filled when the job is launched)")
         _regex("cmdline", self.cmdline)
         if isinstance(self.port, str):
             text = self.port.strip()
@@ -372,8 +380,9 @@ def _reference(description: str, *flags: str) -> JobProfile:
         checkpoint=CheckpointSpec(dir="{run_dir}/job/ckpt", layout="reference"),
         # the rendezvous: torchrun's c10d store lives in the first node's torchrun agent (etcd-v2: in
         # the etcd service, which the cluster runs)
-        control_plane={"etcd": ControlPlaneProcess(pidfile="{run_dir}/services/etcd.pid")}
-        if "etcd-v2" in flags else {"rendezvous": ControlPlaneProcess(cmdline=r"torch\.distributed\.run")},
+        control_plane={"etcd": ControlPlaneProcess(pidfile="{run_dir}/services/etcd.pid", address="{service_host}:2379")}
+        if "etcd-v2" in flags else {"rendezvous": ControlPlaneProcess(cmdline=r"torch\.distributed\.run",
+                                                                      address="{head}:{port}")},
         # the launcher's defaults (drillbit.reference.launch, train.py): gloo's 30 min collective
         # timeout, the progress watchdog's 10 s deadline, torchrun polled every 0.5 s
         timeouts=JobTimeouts(collective=1800.0, monitor_interval=0.5,
@@ -424,7 +433,8 @@ def _torchft(description: str, *flags: str) -> JobProfile:
         # torchft_job.py: ProcessGroupGloo(timeout=T) and Manager(timeout=T), both --timeout
         timeouts=JobTimeouts(collective=_flag(flags, "--timeout", 10.0), train=_flag(flags, "--timeout", 10.0)),
         # node 0's launcher starts the lighthouse on the rendezvous port
-        control_plane={"lighthouse": ControlPlaneProcess(cmdline=r"torchft_lighthouse", port="{port}")},
+        control_plane={"lighthouse": ControlPlaneProcess(cmdline=r"torchft_lighthouse", port="{port}",
+                                                         address="{head}:{port}")},
     )
 
 
@@ -584,6 +594,9 @@ BUILTIN_JOBS.update({
                             "mid-allreduce takes the survivor down too", "--ddp"),
     "torchft-slowtimeout": _torchft("the torchft job with torchft's default 60 s timeout: a stopped peer "
                                     "holds the survivor for a minute", "--timeout", "60"),
+    "torchft-allreplicas": _torchft("the torchft job whose quorum needs every replica group (lighthouse "
+                                    "--min_replicas 2, Manager min_replica_size=2): a group cut off from the "
+                                    "lighthouse stops the others too", "--min-replicas", "2"),
     "nvrx": _nvrx("NVIDIA Resiliency Extension 0.4.1: 2 ranks under ft_launcher, rank-monitor heartbeats "
                   "(10 s timeout), in-job restart (3), a checkpoint every 10 steps"),
     "nvrx-defaults": _nvrx("the NVRx job with NVRx's own heartbeat timeouts (60 min initial, 45 min after): a "

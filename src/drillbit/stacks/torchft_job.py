@@ -3,7 +3,7 @@ torchrun (the supervisor that restarts a group's dead rank), the way torchft's R
 ``train_ddp.py``. Per node:
 
     python -m drillbit.stacks.torchft_job launch --run-dir DIR --node-rank R \\
-        --lighthouse HOST:PORT [--nnodes N] [--groups 2] [--ddp] [--timeout 10]
+        --lighthouse HOST:PORT [--nnodes N] [--groups 2] [--ddp] [--timeout 10] [--min-replicas 1]
 
 Node 0 starts ``torchft_lighthouse --bind HOST:PORT`` first (its output in
 ``DIR/lighthouse.log``). Each group ``g`` runs ``torchrun --standalone --nproc-per-node 1
@@ -34,7 +34,7 @@ def launch(args: argparse.Namespace) -> int:
     group.on_signals()
     if args.node_rank == 0:
         lighthouse = tool("torchft_lighthouse")
-        group.start([lighthouse, "--bind", args.lighthouse, "--min_replicas", "1",
+        group.start([lighthouse, "--bind", args.lighthouse, "--min_replicas", str(args.min_replicas),
                      "--quorum_tick_ms", "100", "--join_timeout_ms", str(args.join_timeout_ms),
                      "--heartbeat_timeout_ms", str(args.heartbeat_timeout_ms)],
                     run_dir / "lighthouse.log", env={"RUST_LOG": "info"})
@@ -50,7 +50,8 @@ def launch(args: argparse.Namespace) -> int:
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
              "--nproc-per-node", "1", "--max-restarts", str(args.max_restarts), "--monitor-interval", "0.5",
              "-m", "drillbit.stacks.torchft_job", "train", "--step-ms", str(args.step_ms),
-             "--timeout", str(args.timeout), *(["--ddp"] if args.ddp else [])],
+             "--timeout", str(args.timeout), "--min-replicas", str(args.min_replicas),
+             *(["--ddp"] if args.ddp else [])],
             run_dir / f"group{gid}.log", env={"REPLICA_GROUP_ID": str(gid)}))
     code = group.wait_any(ranks)
     group.stop_all()
@@ -78,7 +79,7 @@ def train(args: argparse.Namespace) -> int:
         model.load_state_dict(sd["model"])
         opt.load_state_dict(sd["optim"])
 
-    manager = Manager(pg=ProcessGroupGloo(timeout=timeout), min_replica_size=1, load_state_dict=load_state_dict,
+    manager = Manager(pg=ProcessGroupGloo(timeout=timeout), min_replica_size=args.min_replicas, load_state_dict=load_state_dict,
                       state_dict=state_dict, replica_id=f"train_{gid}", timeout=timeout,
                       quorum_timeout=timedelta(seconds=max(30.0, args.timeout)))
     net = DistributedDataParallel(manager, model) if args.ddp else model
@@ -96,9 +97,11 @@ def train(args: argparse.Namespace) -> int:
         if not args.ddp:
             for p in model.parameters():
                 manager.allreduce(p.grad).wait()
+        before = manager.current_step()
         optimizer.step()  # commits the step when every participant's all-reduce went through
-        print(f"step={manager.current_step()} replica={gid} loss={loss.item():.4f} "
-              f"participants={manager.num_participants()}", flush=True)
+        committed = manager.current_step() > before  # should_commit() said no: the step is discarded
+        print(f"{'' if committed else 'discarded '}step={manager.current_step()} replica={gid} "
+              f"loss={loss.item():.4f} participants={manager.num_participants()}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--step-ms", type=float, default=150.0)
         sp.add_argument("--timeout", type=float, default=10.0, help="torchft's timeout for collectives and RPCs (s)")
         sp.add_argument("--ddp", action="store_true", help="torchft.ddp.DistributedDataParallel")
+        sp.add_argument("--min-replicas", type=int, default=1,
+                        help="the lighthouse's --min_replicas and the Manager's min_replica_size: the replica groups "
+                             "a quorum needs (1: the survivors train on; every group: one lost group stops all)")
     args = p.parse_args(argv)
     return launch(args) if args.role == "launch" else train(args)
 
