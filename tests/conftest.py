@@ -3,6 +3,7 @@ from __future__ import annotations
 
 pytest_plugins = ["pytester"]
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -39,6 +40,29 @@ def pytest_collection_finish(session):
                                 "the test extra's pytest (below 9.2)")
 
 
+def _lock_folder(run: str | None) -> Path:
+    return Path(tempfile.gettempdir()) / f"drillbit-tests-{run or 'run'}"
+
+
+_RUNS: set[str] = set()  # on the controller: the runs its workers took part in
+
+
+def pytest_configure_node(node):
+    """The controller learns its workers' run id, to remove their lock folder at the end."""
+    _RUNS.add(node.workerinput["testrunuid"])
+
+
+def pytest_sessionfinish(session):
+    """On the controller, once every worker has ended: the run's lock folder goes."""
+    if WORKER is None:
+        for run in _RUNS:
+            folder = _lock_folder(run)
+            for name in ("gate.lock", "run.lock"):
+                (folder / name).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
 @pytest.fixture(autouse=True)
 def alone_or_together(request):
     """Under pytest-xdist, a test marked ``alone`` runs with no other test beside it; every
@@ -52,7 +76,7 @@ def alone_or_together(request):
     if WORKER is None:
         yield
         return
-    folder = Path(tempfile.gettempdir()) / f"drillbit-tests-{RUN or 'run'}"
+    folder = _lock_folder(RUN)
     folder.mkdir(mode=0o700, exist_ok=True)
     alone = request.node.get_closest_marker("alone") is not None
     with open(folder / "gate.lock", "a+") as gate, open(folder / "run.lock", "a+") as run:
