@@ -99,7 +99,8 @@ def _rules_text(r: Resolved) -> list[str]:
 def _predicted_text(r: Resolved) -> list[str]:
     """Detection predicted from the job's declared timeouts, and the SLOs it decides."""
     fault = get_fault(r.spec.fault.type)
-    p = predict(fault.seen_by(), fault.verb, r.config.jobs[r.job].timeouts, r.spec.slo)
+    p = predict(fault.seen_by(job_params(r.spec, r.config.jobs[r.job], Path("{run_dir}"))), fault.verb,
+                r.config.jobs[r.job].timeouts, r.spec.slo)
     if p is None:
         return ["predicted (declare the job's timeouts: in its profile to predict detection)"]
     head = ("never detected by a timeout" if p.never else "unknown" if p.detect_s is None

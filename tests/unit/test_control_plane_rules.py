@@ -193,3 +193,15 @@ def test_partition_params_name_what_is_cut(params, why):
 def test_a_control_plane_address_is_host_and_port(address):
     with pytest.raises(ValidationError, match="HOST:PORT"):
         ControlPlaneProcess.model_validate({"cmdline": "x", "address": address})
+
+
+def test_a_cut_from_the_control_plane_is_predicted_from_the_quorum_timeout():
+    from drillbit.checks.predict import predict
+    from drillbit.faults.partition import Partition, PartitionParams
+
+    spec = cut(control_plane="lighthouse")
+    params = PartitionParams.model_validate(spec.fault.params)
+    p = predict(Partition.seen_by(params), Partition.verb, BUILTIN_JOBS["torchft"].timeouts, spec.slo)
+    assert (p.detect_s, p.by) == (30.0, "quorum")  # Manager(quorum_timeout=max(30 s, --timeout))
+    node = predict(Partition.seen_by(PartitionParams()), Partition.verb, BUILTIN_JOBS["torchft"].timeouts, spec.slo)
+    assert node.by == "collective"  # a whole node cut off: its peers' collective gives up first

@@ -142,8 +142,8 @@ class Fault(Generic[P, S]):
     detected_by: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
-    def seen_by(cls) -> tuple[str, ...]:
-        """The job timeouts (JobTimeouts' names) that can detect this fault."""
+    def seen_by(cls, params: Any = None) -> tuple[str, ...]:
+        """The job timeouts (JobTimeouts' names) that can detect this fault (with ``params``)."""
         if cls.detected_by is not None:
             return cls.detected_by
         return {"crash": ("monitor_interval",), "stall": ("watchdog", "collective"), "slow": ()}[cls.expects]

@@ -166,6 +166,14 @@ class Partition(Fault[PartitionParams, PartitionState]):
     def hurts(self, params: PartitionParams) -> Literal["rank", "node"]:
         return "node"
 
+    @classmethod
+    def seen_by(cls, params: Any = None) -> tuple[str, ...]:
+        """A node cut off from one endpoint (its control plane) is seen when it next asks it
+        and the wait runs out: the job's quorum timeout."""
+        if getattr(params, "scope", "node") == "endpoint" and getattr(params, "loss_pct", 100) >= 100:
+            return ("quorum",)
+        return super().seen_by(params)
+
     def plan(self, targets: list[ProcRef], params: PartitionParams) -> Plan:
         what = _where_cut(params)
         share = "" if params.loss_pct >= 100 else f"{params.loss_pct:g}% of "

@@ -295,7 +295,7 @@ class DrillRunner:
         self.nodes.check(self.job, self.spec.fault.type, self.spec.abort.max_duration, self.job_name)
         if self.nodes.launches(self.job) is None and self.job.attach_pid is not None:
             self.attached = self.nodes.attach_root(self.job.attach_pid, self.job.attach_start_time)
-        prediction = predict(self.fault.seen_by(), self.fault.verb, self.job.timeouts, self.spec.slo)
+        prediction = predict(self.fault.seen_by(self.params), self.fault.verb, self.job.timeouts, self.spec.slo)
         if prediction is not None:  # from the job's declared timeouts, before anything runs
             self.record("predicted", **prediction.model_dump())
 

@@ -298,6 +298,10 @@ class JobTimeouts(Strict):
     train: Duration | None = None
     """a per-step timeout of the training framework (torchft's Manager(timeout=): the step's
     quorum, allreduce and RPCs give up after it); the process group's must not exceed it"""
+    quorum: Duration | None = None
+    """how long a process waits for its control plane to answer a membership call (torchft's
+    Manager(quorum_timeout=), a rendezvous's timeout): a node cut off from the lighthouse or
+    the store gives up after it"""
 
 
 class JobProfile(Strict):
@@ -431,7 +435,9 @@ def _torchft(description: str, *flags: str) -> JobProfile:
         launcher=r"torch\.distributed\.run|drillbit\.stacks\.torchft_job launch",
         logs=["{run_dir}/job/lighthouse.log", "{run_dir}/job/group0.log", "{run_dir}/job/group1.log"],
         # torchft_job.py: ProcessGroupGloo(timeout=T) and Manager(timeout=T), both --timeout
-        timeouts=JobTimeouts(collective=_flag(flags, "--timeout", 10.0), train=_flag(flags, "--timeout", 10.0)),
+        # and Manager(quorum_timeout=max(30 s, T))
+        timeouts=JobTimeouts(collective=_flag(flags, "--timeout", 10.0), train=_flag(flags, "--timeout", 10.0),
+                             quorum=max(30.0, _flag(flags, "--timeout", 10.0))),
         # node 0's launcher starts the lighthouse on the rendezvous port
         control_plane={"lighthouse": ControlPlaneProcess(cmdline=r"torchft_lighthouse", port="{port}",
                                                          address="{head}:{port}")},
