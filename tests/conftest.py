@@ -19,7 +19,8 @@ import pytest
 MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.transport", "drillbit.stacks", "ray::", "gcs_server",
            "raylet", "ray/dashboard", "ray/autoscaler", "log_monitor.py", "sshd -D",
            "torchft_lighthouse", "ft_launcher", "dlrover-run", "dlrover.python", "slurmctld", "slurmd ", "slurmstepd",
-           "munged", "etcd --name rdzv", "drillbit.transport.netcluster")
+           "munged", "etcd --name rdzv", "drillbit.transport.netcluster", "prometheus --config.file",
+           "prometheus-pushgateway", "prometheus-node-exporter")
 
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist: which worker this is

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from drillbit.loading import load_config, load_drill
 from drillbit.loop import UI, DrillRunner, RunOutcome
 from drillbit.loop.runner import job_params
 from drillbit.loop.schedule import choose_targets, describe_trigger
-from drillbit.report import render
+from drillbit.report import metrics, render
 from drillbit.report import result as result_json
 from drillbit.report.store import Store, store_path
 from drillbit.runfolder import new_folder
@@ -173,7 +174,7 @@ def publish(run_dir: Path, spec: DrillSpec, cluster: str, job: str, params: dict
 
 
 def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = None,
-            ui: UI | None = None) -> tuple[dict[str, Any], RunOutcome]:
+            ui: UI | None = None, pushgateway: str | None = None) -> tuple[dict[str, Any], RunOutcome]:
     reports = Path(reports_dir or r.config.reports_dir)
     run_dir = new_run_dir(reports, r.spec.name)
     (run_dir / "spec.json").write_text(r.spec.model_dump_json(by_alias=True, indent=2))
@@ -189,7 +190,22 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
         payload = publish(run_dir, r.spec, r.cluster, r.job, runner.params.model_dump(), outcome.history,
                           outcome.result, outcome.error, found.runs[0] if found else None, outcome.error_kind)
         store.record(payload, str(run_dir))
+        publish_metrics(reports, store, pushgateway or os.environ.get("DRILLBIT_PUSHGATEWAY"))
     return payload, outcome
+
+
+def publish_metrics(reports: Path, store: Store, pushgateway: str | None = None) -> None:
+    """reports/metrics.prom for node-exporter's textfile collector, rewritten whole after
+    every run; and the same to a Pushgateway when one is named. Neither ever changes a
+    verdict: a failure is said on stderr and left at that."""
+    try:
+        metrics.write_textfile(reports / "metrics.prom", store)
+    except OSError as exc:
+        print(f"drillbit: could not write {reports / 'metrics.prom'}: {exc}", file=sys.stderr)
+    if pushgateway:
+        why = metrics.push_quietly(pushgateway, metrics.from_store(store))
+        if why:
+            print(f"drillbit: the Pushgateway did not take the metrics: {why}", file=sys.stderr)
 
 
 def rerender(run_dir: Path) -> dict[str, Any]:

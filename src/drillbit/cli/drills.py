@@ -28,12 +28,17 @@ from drillbit.spec.config import DrillConfig
 @click.option("--repeat", type=click.IntRange(1, 1000), default=1, help="run the drill N times, a fresh job each "
               "time; it passes only if every run does (or --min-pass-rate)")
 @click.option("--min-pass-rate", type=click.FloatRange(0, 1), help="with --repeat: the share of runs that must pass")
+@click.option("--pushgateway", metavar="URL", help="also send the results' metrics (reports/metrics.prom) to this "
+              "Prometheus Pushgateway (env DRILLBIT_PUSHGATEWAY; every drill run, suite and game day)")
 @json_option
 def run(drill: str, cluster: str | None, job: str | None, config_path: str | None, drills_dir: str | None,
-        reports_dir: str | None, dry_run: bool, repeat: int, min_pass_rate: float | None, as_json: bool) -> int:
+        reports_dir: str | None, dry_run: bool, repeat: int, min_pass_rate: float | None, pushgateway: str | None,
+        as_json: bool) -> int:
     """Run one drill (a name from the catalogue, or a spec file)."""
     from drillbit.session import execute, plan_text, resolve
 
+    if pushgateway:
+        os.environ["DRILLBIT_PUSHGATEWAY"] = pushgateway  # for every run of a --repeat as well
     resolved = resolve(drill, cluster=cluster, job=job, config_path=config_path, drills_dir=drills_dir)
     if dry_run:
         out.print(plan_text(resolved), markup=False, highlight=False)

@@ -1,6 +1,7 @@
 """``drill suite run | gate | gameday run | results | runbook``: many drills, and their record."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -136,8 +137,11 @@ def gameday_run(name: str, cluster: str | None, job: str | None, config_path: st
 @click.option("--limit", type=int, default=30, show_default=True)
 @click.option("--html", "html_path", help="write a self-contained trends page here: one plot per drill and "
               "measurement, pass/fail marked, the baseline shaded")
+@click.option("--openmetrics", is_flag=True, help="print every drill's latest result and its runs by verdict as "
+              "OpenMetrics (what reports/metrics.prom holds, for a scrape or a file)")
 @json_option
-def results(drill: str | None, db: str | None, limit: int, html_path: str | None, as_json: bool) -> int:
+def results(drill: str | None, db: str | None, limit: int, html_path: str | None, openmetrics: bool,
+            as_json: bool) -> int:
     """Past runs from the results store: verdicts, detect / recover times, lost steps, goodput.
     (One run's own record of events is its history.jsonl; this is the trend across runs.)"""
     from drillbit.errors import ConfigError
@@ -147,6 +151,11 @@ def results(drill: str | None, db: str | None, limit: int, html_path: str | None
     if not path.exists():
         raise ConfigError(f"no results store at {path} yet; run a drill first")
     with Store(path) as store:
+        if openmetrics:
+            from drillbit.report import metrics
+
+            sys.stdout.write(metrics.from_store(store, openmetrics=True, drill=drill))
+            return exitcodes.PASS
         rows = store.runs(drill, limit)
         if html_path:
             from drillbit.atomic import write_atomic

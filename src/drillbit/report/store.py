@@ -104,3 +104,16 @@ class Store:
         cols = ("id", "drill", "cluster", "job", "verdict", "started_at", "time_to_detect", "time_to_first_step",
                 "lost_steps", "goodput", "run_dir")
         return [dict(zip(cols, row)) for row in self._db.execute(query, args + (limit,))]
+
+    def series(self) -> tuple[list[dict[str, Any]], dict[tuple[str, ...], dict[str, int]]]:
+        """Each drill's latest result on each cluster and job, and the runs of each by verdict
+        (keyed like the metrics: drill, job, cluster, the latest run's fault)."""
+        latest = [json.loads(row[0]) for row in self._db.execute(
+            "SELECT result FROM runs WHERE id IN (SELECT MAX(id) FROM runs GROUP BY drill, cluster, job) ORDER BY id")]
+        fault = {(r["drill"], r["job"], r["cluster"]): (r.get("fault") or {}).get("type", "") for r in latest}
+        counts: dict[tuple[str, ...], dict[str, int]] = {}
+        for drill, cluster, job, verdict, n in self._db.execute(
+                "SELECT drill, cluster, job, verdict, COUNT(*) FROM runs GROUP BY drill, cluster, job, verdict"):
+            key = (drill, job, cluster, fault.get((drill, job, cluster), ""))
+            counts.setdefault(key, {})[verdict] = n
+        return latest, counts

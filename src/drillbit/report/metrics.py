@@ -1,0 +1,192 @@
+"""Drill results as Prometheus metrics: the text format node-exporter's textfile collector
+reads (``reports/metrics.prom``, rewritten atomically after every run), the same families
+for a Pushgateway (``--pushgateway URL``), and OpenMetrics for ``drill results
+--openmetrics``.
+
+One series per drill, job profile, cluster and fault: the latest run's verdict (a state set),
+its exit code, when it ended, each SLO's status (a state set) and each numeric measurement in
+base units (``_seconds``, ``_ratio``), and a counter of runs by verdict. Never a label per
+run: the cardinality is bounded by the catalogue times the clusters and jobs drilled.
+
+The job profile's label is ``job_profile``, not ``job``: Prometheus gives every scraped
+series the target's own ``job`` label, and a metric's ``job`` would be renamed
+``exported_job`` on a scrape (or overwritten by a Pushgateway's grouping key).
+"""
+from __future__ import annotations
+
+import math
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+from drillbit.atomic import write_atomic
+from drillbit.verdicts import Verdict
+
+PREFIX = "drillbit"
+LABELS = ("drill", "job_profile", "cluster", "fault")
+VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "inconclusive", "aborted")
+SLO_STATUSES = ("pass", "fail", "unknown")
+# measurements that are shares of a whole (0..1), whatever their names say
+RATIOS = {"goodput", "fleet_tax", "slowdown", "slowdown_achieved", "target_slowdown"}
+# numeric measurements that are identifiers, not quantities (a step number is a quantity)
+NOT_QUANTITIES = {"straggler_rank"}
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(pairs: Iterable[tuple[str, str]]) -> str:
+    body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in pairs)
+    return "{" + body + "}" if body else ""
+
+
+def _number(value: float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def measurement_metric(key: str) -> tuple[str, str] | None:
+    """The metric name and unit of a measurement: seconds for ``time_to_*`` and ``*_s``,
+    ratio for shares; None for one that is not a quantity."""
+    if key in NOT_QUANTITIES:
+        return None
+    if key in RATIOS:
+        return f"{PREFIX}_{key}_ratio", "ratio"
+    if key.endswith("_s"):
+        return f"{PREFIX}_{key[:-2]}_seconds", "seconds"
+    if key.startswith("time_to_"):
+        return f"{PREFIX}_{key}_seconds", "seconds"
+    return f"{PREFIX}_{key}", ""
+
+
+@dataclass
+class Family:
+    name: str
+    kind: str  # gauge, counter, stateset
+    help: str
+    unit: str = ""
+    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+
+
+def _epoch(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return None
+
+
+def families(latest: list[dict[str, Any]], counts: dict[tuple[str, ...], dict[str, int]]) -> list[Family]:
+    """The metric families of the latest result of each series (``latest``: result.json
+    payloads) and the run counts by verdict of each (``counts``: key -> verdict -> runs)."""
+    out: dict[str, Family] = {}
+
+    def add(name: str, kind: str, help: str, labels: dict[str, str], value: float, unit: str = "") -> None:
+        fam = out.setdefault(name, Family(name, kind, help, unit))
+        fam.samples.append((labels, value))
+
+    for result in latest:
+        key = series_key(result)
+        base = dict(zip(LABELS, key))
+        for verdict in VERDICTS:
+            add(f"{PREFIX}_verdict", "stateset", "The latest run's verdict (1: this verdict)",
+                {**base, f"{PREFIX}_verdict": verdict}, 1 if result["verdict"] == verdict else 0)
+        add(f"{PREFIX}_exit_code", "gauge", "The latest run's exit code (0 pass, 1 SLO failed, 2 config, "
+            "3 inconclusive, 4 aborted, 5 harness)", base, result.get("exit_code", 5))
+        ended = _epoch(result.get("finished_at")) or _epoch(result.get("started_at"))
+        if ended is not None:
+            add(f"{PREFIX}_last_run_timestamp_seconds", "gauge", "When the latest run ended (Unix time)",
+                base, ended, "seconds")
+        for slo in result.get("slos", []):
+            for status in SLO_STATUSES:
+                add(f"{PREFIX}_slo_status", "stateset", "Each SLO's status in the latest run (1: this status)",
+                    {**base, "slo": slo["name"], f"{PREFIX}_slo_status": status},
+                    1 if slo.get("status") == status else 0)
+        measurements = dict(result.get("measurements") or {})
+        attribution = measurements.pop("attribution", None)
+        if isinstance(attribution, dict) and isinstance(attribution.get("correct"), bool):
+            measurements["attribution_correct"] = attribution["correct"]
+        for name, value in sorted(measurements.items()):
+            if value is None or not isinstance(value, (int, float)):
+                continue
+            metric = measurement_metric(name)
+            if metric is None:
+                continue
+            metric_name, unit = metric
+            add(metric_name, "gauge", f"The latest run's measurement {name}" + (f" ({unit})" if unit else ""),
+                base, value, unit)
+    for key, by_verdict in sorted(counts.items()):
+        for verdict in VERDICTS:
+            add(f"{PREFIX}_runs_total", "counter", "Drill runs recorded in the results store, by verdict",
+                {**dict(zip(LABELS, key)), "verdict": verdict}, by_verdict.get(verdict, 0))
+    return list(out.values())
+
+
+def series_key(result: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (result["drill"], result["job"], result["cluster"], (result.get("fault") or {}).get("type", ""))
+
+
+def text(fams: list[Family], openmetrics: bool = False) -> str:
+    """Prometheus' text format (0.0.4: the textfile collector and a Pushgateway read it), or
+    OpenMetrics 1.0 (``# EOF``, state sets and units declared)."""
+    lines: list[str] = []
+    for fam in fams:
+        kind = fam.kind if openmetrics or fam.kind != "stateset" else "gauge"
+        name = fam.name
+        if openmetrics and fam.kind == "counter":
+            name = fam.name[: -len("_total")]  # OpenMetrics names the family without _total
+        lines.append(f"# HELP {name} {fam.help}")
+        lines.append(f"# TYPE {name} {kind}")
+        if openmetrics and fam.unit:
+            lines.append(f"# UNIT {name} {fam.unit}")
+        for labels, value in fam.samples:
+            lines.append(f"{fam.name}{_labels(labels.items())} {_number(value)}")
+    if openmetrics:
+        lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+def from_store(store: Any, openmetrics: bool = False, drill: str | None = None) -> str:
+    """Every series in the results store (or one drill's): its latest run, and its runs by
+    verdict."""
+    latest, counts = store.series()
+    if drill is not None:
+        latest = [r for r in latest if r["drill"] == drill]
+        counts = {k: v for k, v in counts.items() if k[0] == drill}
+    return text(families(latest, counts), openmetrics)
+
+
+def write_textfile(path: Path, store: Any) -> None:
+    write_atomic(Path(path), from_store(store))
+
+
+def push(url: str, body: str, timeout: float = 10.0) -> None:
+    """PUT the families to a Pushgateway under the grouping key ``job=drillbit`` (a PUT
+    replaces the group: a series no longer in the store goes with it)."""
+    target = url.rstrip("/") + "/metrics/job/drillbit"
+    request = urllib.request.Request(target, data=body.encode(), method="PUT",
+                                     headers={"Content-Type": "text/plain; version=0.0.4"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 — the operator's URL
+        if response.status >= 300:
+            raise OSError(f"{target}: HTTP {response.status}")
+
+
+def push_quietly(url: str, body: str) -> str | None:
+    """Push; None when it went, else why not (a Pushgateway that fails never changes a verdict)."""
+    try:
+        push(url, body)
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        return f"{url}: {exc}"
+    return None

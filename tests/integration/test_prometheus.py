@@ -1,0 +1,73 @@
+"""Drill results where SRE teams look: a real Prometheus scrapes reports/metrics.prom through
+a real node-exporter's textfile collector and a real Pushgateway the drill pushed to, and the
+numbers queried back are result.json's. promtool checks the metrics and unit-tests the
+shipped alerting rules. Everything listens on 127.0.0.1 only."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cli import drill_cli
+from tests.integration.promstack import BINARIES, PromStack, missing
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+pytestmark = pytest.mark.skipif(bool(missing()), reason=f"needs Debian's {', '.join(missing())} (.ci/run installs "
+                                                         "prometheus, prometheus-pushgateway, prometheus-node-exporter)")
+
+
+def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([BINARIES["promtool"], *args], input=stdin, capture_output=True, text=True, cwd=cwd,
+                          timeout=60)
+
+
+def test_the_shipped_alerting_rules_are_valid_and_fire_when_they_should():
+    rules = ROOT / "monitoring" / "prometheus" / "drillbit-alerts.yml"
+    checked = promtool("check", "rules", str(rules))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = promtool("test", "rules", "alerts-test.yml", cwd=HERE / "prometheus")
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+
+
+@pytest.mark.slow
+def test_a_drills_numbers_reach_prometheus_by_the_textfile_and_the_pushgateway(tmp_path):
+    reports = tmp_path / "reports"
+    with PromStack(tmp_path / "prom", reports) as stack:
+        done = drill_cli("run", str(HERE / "drills" / "kill-rank-fast.yaml"), "--reports", str(reports),
+                         "--pushgateway", stack.pushgateway, "--json", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout)
+        text = (reports / "metrics.prom").read_text()
+        lint = promtool("check", "metrics", stdin=text)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+
+        where = f'drill="kill-rank-fast",job_profile="{result["job"]}",cluster="{result["cluster"]}",fault="kill-rank"'
+        # the textfile through node-exporter (job="node"), the push through the Pushgateway
+        # (honor_labels: job="drillbit", its grouping key)
+        series = stack.wait_for(f"drillbit_time_to_first_step_seconds{{{where}}}", count=2)
+        assert sorted(s["metric"]["job"] for s in series) == ["drillbit", "node"]
+        for s in series:
+            assert float(s["value"][1]) == pytest.approx(result["measurements"]["time_to_first_step"])
+        [lost] = stack.query(f'drillbit_lost_steps{{{where},job="node"}}')
+        assert int(float(lost["value"][1])) == result["measurements"]["lost_steps"]
+        [verdict] = stack.query(f'drillbit_verdict{{{where},job="node",drillbit_verdict="pass"}}')
+        assert verdict["value"][1] == "1"
+        [runs] = stack.query(f'drillbit_runs_total{{{where},job="node",verdict="pass"}}')
+        assert runs["value"][1] == "1"
+        slos = stack.query(f'drillbit_slo_status{{{where},job="node",drillbit_slo_status="pass"}} == 1')
+        assert sorted(s["metric"]["slo"] for s in slos) == sorted(
+            s["name"] for s in result["slos"] if s["status"] == "pass")
+        # a bounded label set: no run id, no timestamp, no folder among the labels
+        assert set(series[0]["metric"]) <= {"__name__", "drill", "job_profile", "cluster", "fault", "job", "instance"}
+
+    exported = drill_cli("results", "--db", str(reports / "drills.db"), "--openmetrics", cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(exported.stdout)}
+    assert families["drillbit_runs"].type == "counter" and families["drillbit_verdict"].type == "stateset"
+    [sample] = families["drillbit_time_to_first_step_seconds"].samples
+    assert sample.value == pytest.approx(result["measurements"]["time_to_first_step"])
