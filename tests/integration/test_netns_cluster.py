@@ -264,7 +264,8 @@ def test_a_replica_group_cut_off_from_the_lighthouse_leaves_the_others_training(
     assert result["measurements"]["observed_s"] >= 30  # observe.at_least
     # node-0's group trained on alone; the cut group did not step again until the heal
     assert group_steps(run_dir, 0)[-1].endswith("participants=1")
-    assert "lighthouse quorum failed" in (run_dir / "job" / "group1.log").read_text()
+    last_cut = int(group_steps(run_dir, 1)[-1].split()[0].removeprefix("step="))
+    assert last_cut <= result["measurements"]["step_at_fault"] + 2  # a step in flight at the cut, no more
     assert all(h["verified"] for h in result["fault"]["heals"])
 
 
