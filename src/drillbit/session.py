@@ -25,7 +25,7 @@ from drillbit.loading import load_config, load_drill
 from drillbit.loop import UI, DrillRunner, RunOutcome
 from drillbit.loop.runner import job_params
 from drillbit.loop.schedule import choose_targets, describe_trigger
-from drillbit.report import metrics, render
+from drillbit.report import metrics, notify, render
 from drillbit.report import result as result_json
 from drillbit.report.store import Store, store_path
 from drillbit.runfolder import new_folder
@@ -191,6 +191,10 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
                           outcome.result, outcome.error, found.runs[0] if found else None, outcome.error_kind)
         store.record(payload, str(run_dir))
         publish_metrics(reports, store, pushgateway or os.environ.get("DRILLBIT_PUSHGATEWAY"))
+    for sent in notify.notify_all(r.config.notify, payload, run_dir):
+        if not sent.get("sent"):
+            print(f"drillbit: the webhook at {sent['host']} was not told of {r.spec.name}'s {payload['verdict']}: "
+                  f"{sent.get('error')}", file=sys.stderr)
     return payload, outcome
 
 

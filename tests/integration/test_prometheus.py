@@ -1,11 +1,14 @@
 """Drill results where SRE teams look: a real Prometheus scrapes reports/metrics.prom through
 a real node-exporter's textfile collector and a real Pushgateway the drill pushed to, and the
 numbers queried back are result.json's. promtool checks the metrics and unit-tests the
-shipped alerting rules. Everything listens on 127.0.0.1 only."""
+shipped alerting rules. A webhook (an HTTP server of the test's) hears of a FAIL and not of a
+PASS. Everything listens on 127.0.0.1 only."""
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,29 @@ HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 pytestmark = pytest.mark.skipif(bool(missing()), reason=f"needs Debian's {', '.join(missing())} (.ci/run installs "
                                                          "prometheus, prometheus-pushgateway, prometheus-node-exporter)")
+
+
+@pytest.fixture
+def webhook(tmp_path):
+    """An HTTP server on 127.0.0.1 that keeps what is posted to it, named as the notify:
+    webhook of a drill.yaml in the test's folder (where `drill` runs)."""
+    posts: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 — http.server's name
+            posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "drill.yaml").write_text(f"notify:\n  - webhook: http://127.0.0.1:{server.server_address[1]}/hook\n")
+    yield posts
+    server.shutdown()
+    server.server_close()
 
 
 def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -33,13 +59,14 @@ def test_the_shipped_alerting_rules_are_valid_and_fire_when_they_should():
 
 
 @pytest.mark.slow
-def test_a_drills_numbers_reach_prometheus_by_the_textfile_and_the_pushgateway(tmp_path):
+def test_a_drills_numbers_reach_prometheus_by_the_textfile_and_the_pushgateway(tmp_path, webhook):
     reports = tmp_path / "reports"
     with PromStack(tmp_path / "prom", reports) as stack:
         done = drill_cli("run", str(HERE / "drills" / "kill-rank-fast.yaml"), "--reports", str(reports),
                          "--pushgateway", stack.pushgateway, "--json", cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
         result = json.loads(done.stdout)
+        assert result["verdict"] == "pass" and webhook == []  # notify: by default not told of a pass
         text = (reports / "metrics.prom").read_text()
         lint = promtool("check", "metrics", stdin=text)
         assert lint.returncode == 0, lint.stdout + lint.stderr
@@ -71,3 +98,18 @@ def test_a_drills_numbers_reach_prometheus_by_the_textfile_and_the_pushgateway(t
     assert families["drillbit_runs"].type == "counter" and families["drillbit_verdict"].type == "stateset"
     [sample] = families["drillbit_time_to_first_step_seconds"].samples
     assert sample.value == pytest.approx(result["measurements"]["time_to_first_step"])
+
+
+@pytest.mark.slow
+def test_a_fail_is_told_to_the_webhook_with_its_reasons_and_report(tmp_path, webhook):
+    reports = tmp_path / "reports"
+    done = drill_cli("run", str(HERE / "drills" / "kill-rank-fast.yaml"), "--job", "reference-norestarts",
+                     "--reports", str(reports), "--json", cwd=tmp_path)
+    result = json.loads(done.stdout)
+    assert done.returncode == 1 and result["verdict"] == "fail", result["reasons"]
+    [post] = webhook
+    assert (post["drill"], post["verdict"], post["exit_code"]) == ("kill-rank-fast", "fail", 1)
+    assert post["reasons"] == result["reasons"] and post["job"] == "reference-norestarts"
+    assert Path(post["report"]).is_file() and Path(post["run_folder"]).parent == reports
+    [sent] = [json.loads(line) for line in (Path(post["run_folder"]) / "notifications.jsonl").read_text().splitlines()]
+    assert sent["sent"] and sent["status"] == 204

@@ -350,6 +350,29 @@ class JobProfile(Strict):
                                           "when the fault hits: the newest step each copy held (best_available_step)")
 
 
+class Notify(Strict):
+    """A webhook told of a drill's result: a generic JSON body, or Slack's ``{"text": ...}``
+    (Slack, Mattermost, Rocket.Chat, Teams' Slack-compatible hooks take it). A webhook that
+    fails is recorded in the run folder and never changes the verdict or the exit code."""
+
+    webhook: str = Field(description="the URL posted to (http or https; a Slack hook's URL holds its secret: the "
+                                     "run folder records only its host)")
+    format: Literal["json", "slack"] = Field("json", description="json: drillbit's own body; slack: {text: ...}")
+    on: list[Literal["pass", "fail", "inconclusive", "aborted"]] = Field(
+        default_factory=lambda: ["fail", "inconclusive", "aborted"],
+        description="the verdicts that are sent (default: all but pass)")
+    report_url: str | None = Field(None, description="where the reports folder is served: the message links "
+                                                     "REPORT_URL/RUN_FOLDER/report.html instead of the local path")
+    timeout_s: float = Field(10.0, gt=0, le=120, description="how long one post may take")
+
+    @field_validator("webhook")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not re.match(r"https?://[^/\s]+", value):
+            raise ValueError(f"webhook {value!r}: an http:// or https:// URL")
+        return value
+
+
 class DrillConfig(Strict):
     default_cluster: str = "local"
     """the cluster drill run uses without --cluster"""
@@ -362,6 +385,8 @@ class DrillConfig(Strict):
     """where drills run, by name (--cluster NAME)"""
     jobs: dict[str, JobProfile] = Field(default_factory=dict)
     """the jobs drilled, by name (--job NAME)"""
+    notify: list[Notify] = Field(default_factory=list)
+    """webhooks told of each drill's result (by default only of fail, inconclusive and aborted)"""
 
 
 def _flag(flags: tuple[str, ...], name: str, default: float) -> float:
