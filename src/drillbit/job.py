@@ -12,9 +12,17 @@ the built-in ``drillbit`` preset reads: appended to the file named by ``$DRILLBI
 set, names a file rewritten with ``<step> <epoch>`` at every step (the no-log alternative:
 the profile's ``heartbeat_file``). The rank comes from ``$RANK`` when set.
 
-Standard library only. It never raises and never blocks: a line that cannot be written at
-once (no such folder, a full pipe) is dropped and counted in ``job.dropped``; safe to leave
-in production code.
+With ``$DRILLBIT_METRICS_PORT`` set and ``prometheus_client`` installed (the ``metrics``
+extra), the same calls also count on a Prometheus ``/metrics`` endpoint of the process, on
+``$DRILLBIT_METRICS_ADDR`` (default 127.0.0.1) and port ``$DRILLBIT_METRICS_PORT + rank`` (one
+per rank on a host): ``drillbit_job_step``, ``drillbit_job_steps_total``,
+``drillbit_job_last_step_timestamp_seconds``, ``drillbit_job_checkpoint_saves_total`` and
+``drillbit_job_restores_total``, labelled by ``rank``. Without ``prometheus_client`` nothing
+is served (and ``job.metrics_error`` says why).
+
+Standard library only otherwise. It never raises and never blocks: a line that cannot be
+written at once (no such folder, a full pipe) is dropped and counted in ``job.dropped``; safe
+to leave in production code.
 """
 from __future__ import annotations
 
@@ -22,8 +30,49 @@ import os
 import time
 
 dropped = 0
+metrics_error: str | None = None
 _fd: int | None = None
 _fd_for: str | None = None
+_metrics: dict | None = None  # the process's metrics once served (or {} when they cannot be)
+
+
+def _rank() -> str:
+    rank = os.environ.get("RANK", "0")
+    return rank if rank.isdigit() else "0"
+
+
+def _counters() -> dict:
+    """The Prometheus metrics of this process, served on first use when asked for."""
+    global _metrics, metrics_error
+    if _metrics is not None:
+        return _metrics
+    _metrics = {}
+    port = os.environ.get("DRILLBIT_METRICS_PORT", "")
+    if not port:
+        return _metrics
+    try:
+        import prometheus_client as pc
+
+        registry = pc.CollectorRegistry()
+        labels = ["rank"]
+        made = {
+            "step": pc.Gauge("drillbit_job_step", "The number of the job's latest optimizer step", labels,
+                             registry=registry),
+            "steps": pc.Counter("drillbit_job_steps", "Optimizer steps this process finished", labels,
+                                registry=registry),
+            "last": pc.Gauge("drillbit_job_last_step_timestamp_seconds", "When the latest step finished (Unix time)",
+                             labels, registry=registry),
+            "saves": pc.Counter("drillbit_job_checkpoint_saves", "Checkpoint saves this process finished", labels,
+                                registry=registry),
+            "restores": pc.Counter("drillbit_job_restores", "Checkpoints this process restored", labels,
+                                   registry=registry),
+        }
+        pc.start_http_server(int(port) + int(_rank()), addr=os.environ.get("DRILLBIT_METRICS_ADDR", "127.0.0.1"),
+                             registry=registry)
+        _metrics = {k: m.labels(rank=_rank()) for k, m in made.items()}
+    except Exception as exc:  # no prometheus_client, a port in use: the events still go out
+        metrics_error = f"{exc.__class__.__name__}: {exc}"
+    return _metrics
 
 
 def _out() -> int | None:
@@ -61,9 +110,25 @@ def _emit(kind: str, path: str | None = None, **fields: object) -> None:
         dropped += 1
 
 
+def _count(*names: str, step: int | None = None) -> None:
+    global dropped
+    try:
+        m = _counters()
+        if not m:
+            return
+        for name in names:
+            m[name].inc()
+        if step is not None:
+            m["step"].set(step)
+            m["last"].set(time.time())
+    except Exception:
+        dropped += 1
+
+
 def step(n: int) -> None:
     """An optimizer step finished; ``n`` is its number."""
     _emit("step", n=int(n))
+    _count("steps", step=int(n))
     beat = os.environ.get("DRILLBIT_HEARTBEAT")
     if beat:
         global dropped
@@ -82,7 +147,9 @@ def checkpoint_save_begin(step: int, path: str) -> None:
 
 def checkpoint_saved(step: int, path: str, seconds: float | None = None) -> None:
     _emit("ckpt.save", path=str(path), step=int(step), seconds=None if seconds is None else f"{seconds:.6f}")
+    _count("saves")
 
 
 def restored(step: int, path: str) -> None:
     _emit("restore", path=str(path), step=int(step))
+    _count("restores")

@@ -22,6 +22,26 @@ def missing() -> list[str]:
     return [b for b in BINARIES.values() if shutil.which(b) is None]
 
 
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports free on 127.0.0.1 (a job serves /metrics on
+    base + rank)."""
+    for _ in range(50):
+        base = _free_port()
+        socks = []
+        try:
+            for i in range(count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -42,9 +62,11 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
 
 
 class PromStack:
-    def __init__(self, folder: Path, textfiles: Path) -> None:
+    def __init__(self, folder: Path, textfiles: Path, targets: dict[str, list[int]] | None = None) -> None:
+        """``targets``: more scrape jobs, by name, of 127.0.0.1 ports (a job's own /metrics)."""
         self.folder = folder
         self.textfiles = textfiles
+        self.targets = targets or {}
         self.procs: list[subprocess.Popen] = []
         self.ports = {name: _free_port() for name in ("prometheus", "pushgateway", "node_exporter")}
 
@@ -81,7 +103,10 @@ class PromStack:
                 "scrape_configs:\n"
                 f"  - job_name: node\n    static_configs: [{{targets: ['127.0.0.1:{p['node_exporter']}']}}]\n"
                 "  - job_name: pushgateway\n    honor_labels: true\n"
-                f"    static_configs: [{{targets: ['127.0.0.1:{p['pushgateway']}']}}]\n")
+                f"    static_configs: [{{targets: ['127.0.0.1:{p['pushgateway']}']}}]\n"
+                + "".join(f"  - job_name: {name}\n    scrape_timeout: 1s\n    static_configs: [{{targets: ["
+                          + ", ".join(f"'127.0.0.1:{port}'" for port in ports) + "]}]\n"
+                          for name, ports in self.targets.items()))
             self._start([BINARIES["prometheus"], f"--config.file={config}",
                          f"--storage.tsdb.path={self.folder / 'tsdb'}",
                          f"--web.listen-address=127.0.0.1:{p['prometheus']}"],

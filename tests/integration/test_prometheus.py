@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cli import drill_cli
-from tests.integration.promstack import BINARIES, PromStack, missing
+from tests.integration.promstack import BINARIES, PromStack, free_ports, missing
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -113,3 +113,85 @@ def test_a_fail_is_told_to_the_webhook_with_its_reasons_and_report(tmp_path, web
     assert Path(post["report"]).is_file() and Path(post["run_folder"]).parent == reports
     [sent] = [json.loads(line) for line in (Path(post["run_folder"]) / "notifications.jsonl").read_text().splitlines()]
     assert sent["sent"] and sent["status"] == 204
+
+
+LOOP = HERE / "jobs" / "own_loop.py"
+
+
+def own_loop_config(tmp_path: Path, metrics_port: int, prometheus: str) -> None:
+    """The user's own loop (own_loop.py: torchrun, 4 ranks, drillbit.job), its counters on
+    /metrics at metrics_port + rank, and a cluster that names the Prometheus scraping them."""
+    import sys
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--max-restarts", "3",
+               "--monitor-interval", "0.5", str(LOOP), "--ckpt", "{run_dir}/ckpt"]
+    job = {"presets": ["drillbit", "torchrun"],
+           "launch": {"command": command, "env": {"DRILLBIT_EVENTS": "{run_dir}/events.log",
+                                                  "DRILLBIT_METRICS_PORT": str(metrics_port)}},
+           "ranks": {"cmdline": "own_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
+           "logs": ["{run_dir}/events.log", "{run_dir}/job.out"]}
+    cluster = {"engine": "process", "prometheus": prometheus}
+    (tmp_path / "drill.yaml").write_text(json.dumps({"clusters": {"watched": cluster}, "jobs": {"own": job}}))
+
+
+STOPPED = """
+name: stall-with-a-brake
+class: fail-hang
+summary: rank 0 stopped; the drill stops when a rank's metrics endpoint stops answering
+fault:
+  type: hang-collective
+  targets: {ranks: [0]}
+  params: {method: sigstop}
+  trigger: {at_step: 10}
+steady: {warmup_steps: 3}
+observe: {until_steps_after_recovery: 5, window: 90s}
+slo: {detect_within: 60s}
+abort:
+  max_duration: 3m
+  check_every: 0.5s
+  when:
+    - prometheus: min(up{job="own-loop"})
+      below: 1
+      name: a rank's /metrics stopped answering
+"""
+
+
+@pytest.mark.slow
+def test_a_stop_condition_from_the_jobs_own_metrics_aborts_the_drill_and_heals(tmp_path):
+    base = free_ports(4)
+    # own_loop reports from rank 0 only: its /metrics is the one scraped
+    with PromStack(tmp_path / "prom", tmp_path / "textfiles", targets={"own-loop": [base]}) as stack:
+        own_loop_config(tmp_path, base, stack.prometheus)
+        (tmp_path / "stall.yaml").write_text(STOPPED)
+        done = drill_cli("run", "stall.yaml", "--cluster", "watched", "--job", "own", "--reports",
+                         str(tmp_path / "reports"), "--json", cwd=tmp_path)
+        result = json.loads(done.stdout)
+        assert done.returncode == 4 and result["verdict"] == "aborted", (result["reasons"], done.stderr[-2000:])
+        [reason] = [r for r in result["reasons"] if "stop condition" in r]
+        assert "a rank's /metrics stopped answering below 1" in reason and "was 0" in reason, result["reasons"]
+        [heal] = result["fault"]["heals"]
+        assert result["fault"]["healed"] and heal["verified"], heal  # SIGCONT, and the rank seen running again
+        run_dir = next((tmp_path / "reports").glob("*-stall-with-a-brake"))
+        history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+        kinds = [e["kind"] for e in history]
+        # armed before the launch; fired by the fault (the stopped rank's endpoint), not before it
+        assert kinds.index("stop.armed") < kinds.index("job.launch") < kinds.index("fault.inject") < kinds.index(
+            "stop.fired") < kinds.index("fault.heal")
+        fired = next(e for e in history if e["kind"] == "stop.fired")
+        assert fired["data"]["value"] == 0 and fired["data"]["query"] == 'min(up{job="own-loop"})'
+
+
+def test_a_stop_condition_that_cannot_be_read_is_refused_before_anything_runs(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    own_loop_config(tmp_path, 1, f"http://127.0.0.1:{closed}")
+    (tmp_path / "stall.yaml").write_text(STOPPED)
+    done = drill_cli("run", "stall.yaml", "--cluster", "watched", "--job", "own", "--reports",
+                     str(tmp_path / "reports"), "--json", cwd=tmp_path)
+    result = json.loads(done.stdout)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "stop conditions cannot be read" in result["error"] and f"127.0.0.1:{closed}" in result["error"]
+    assert not (tmp_path / "reports").exists() or not list((tmp_path / "reports").glob("*/events.log"))

@@ -43,6 +43,7 @@ from drillbit.loop.agentlogs import AgentLogProbe
 from drillbit.loop.bind import job_checkpoint, job_params
 from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
 from drillbit.loop.schedule import JobExited, choose_targets, describe_trigger, wait_trigger
+from drillbit.loop.stop import StopWatch
 from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
 from drillbit.probes.preset import signals_of
 from drillbit.proc import ProcRef
@@ -161,6 +162,7 @@ class DrillRunner:
         self.targets: list[ProcRef] = []
         self._deadline = 0.0
         self._holding = False  # SIGINT/SIGTERM held back while healing
+        self.stopwatch: StopWatch | None = None  # abort.when, once armed
         self.held_signals: list[tuple[float, str]] = []
 
     # --- helpers -------------------------------------------------------------------------
@@ -177,6 +179,8 @@ class DrillRunner:
     def tick(self, delay: float = 0.1) -> None:
         if time.time() > self._deadline:
             raise Aborted(f"max_duration of {self.spec.abort.max_duration:g} s reached")
+        if self.stopwatch is not None and self.stopwatch.fired is not None:
+            raise Aborted(self.stopwatch.fired)
         if self.nodes.problem is not None:
             raise Aborted(self.nodes.problem)
         time.sleep(delay)
@@ -225,6 +229,8 @@ class DrillRunner:
                 self._record_notes()
             try:
                 self.launch()
+                if self.stopwatch is not None:
+                    self.stopwatch.start()
                 self.steady()
                 for step in (faults or (lambda _runner: [OneFault(self.spec)]))(self):
                     if not self.one_fault(step):
@@ -263,6 +269,8 @@ class DrillRunner:
             # a repeat or a comparison stops after this drill)
             for t, name in self.held_signals:
                 self.history.record(HARNESS, "interrupt.held", t=t, signal=name)
+            if self.stopwatch is not None:
+                self.stopwatch.close()
             if lease is not None:
                 lease.release()
             for s, handler in previous.items():
@@ -295,6 +303,13 @@ class DrillRunner:
         self.nodes.check(self.job, self.spec.fault.type, self.spec.abort.max_duration, self.job_name)
         if self.nodes.launches(self.job) is None and self.job.attach_pid is not None:
             self.attached = self.nodes.attach_root(self.job.attach_pid, self.job.attach_start_time)
+        if self.spec.abort.when:  # read once before anything is touched: a brake that does not work is refused
+            if not self.cluster.prometheus:
+                raise ConfigError(f"abort.when needs the Prometheus that watches the job: prometheus: URL in cluster "
+                                  f"{self.cluster_name!r} of drill.yaml")
+            self.stopwatch = StopWatch(self.spec.abort.when, self.cluster.prometheus, self.spec.abort.check_every,
+                                       self.history)
+            self.stopwatch.check_ready()
         prediction = predict(self.fault.seen_by(self.params), self.fault.verb, self.job.timeouts, self.spec.slo)
         if prediction is not None:  # from the job's declared timeouts, before anything runs
             self.record("predicted", **prediction.model_dump())

@@ -71,6 +71,9 @@ class ClusterSpec(Strict):
     """process: netns simulates ``nodes`` nodes (default 2), each a network namespace with its own address and hostname on a private bridge, so a partition cuts one node off from the others (needs root, iproute2 and nftables); host: one node, this machine's network"""
     services: list[ServiceSpec] = Field(default_factory=list)
     """topology netns: processes started on the service address before the job and stopped after it"""
+    prometheus: str | None = Field(None, description="the Prometheus that watches this cluster's jobs (http://host:9090): "
+                                                     "where abort.when's stop conditions and prometheus: signals are "
+                                                     "queried, from the controller")
     cpus_per_node: int = Field(2, ge=1, description="embedded cluster: logical CPUs per simulated node")
     ray_auth_token: SecretStr | None = Field(None, description="ray: the cluster's token (Ray token "
                                                                "authentication); never written to reports or logs. "

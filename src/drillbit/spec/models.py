@@ -274,9 +274,34 @@ class SLO(Strict):
         return value
 
 
+class StopCondition(Strict):
+    """Stop the drill when the job's own metrics say it hurts more than planned: a PromQL query
+    on the cluster's Prometheus (``prometheus:`` in its cluster entry), true when any series it
+    returns is above or below a threshold, for at least ``for``. The drill heals at once and
+    ends aborted (exit 4), naming the condition and the value seen."""
+
+    prometheus: str = Field(min_length=1, description="a PromQL query (instant), e.g. "
+                                                      "rate(train_steps_total[1m]) or an alert's ALERTS{...}")
+    above: float | None = Field(None, description="true when a series' value is above this")
+    below: float | None = Field(None, description="true when a series' value is below this (NaN counts as below "
+                                                  "nothing and above nothing: a loss gone to NaN needs isnan-like "
+                                                  "PromQL, e.g. loss != loss)")
+    for_: Duration | None = Field(None, alias="for", description="how long it must hold (default: at once)")
+    name: str | None = Field(None, description="what the condition is called in the report (default: the query)")
+
+    @model_validator(mode="after")
+    def _one_threshold(self) -> "StopCondition":
+        if (self.above is None) == (self.below is None):
+            raise ValueError("give above: X or below: X (one of them)")
+        return self
+
+
 class Abort(Strict):
     max_duration: Duration = 600.0
     """the drill is aborted (exit 4, healed) when it runs longer than this"""
+    when: list[StopCondition] = Field(default_factory=list)
+    """stop conditions on the job's own metrics (Prometheus): any one true for its ``for`` aborts the drill"""
+    check_every: Duration = Field(5.0, description="how often the stop conditions are evaluated")
 
 
 FaultClass = Literal["fail-stop", "fail-hang", "fail-slow", "recovery-path"]

@@ -1,0 +1,68 @@
+"""abort.when's logic on a fake Prometheus (the real one is in
+tests/integration/test_prometheus.py): a condition must hold for its ``for``, a NaN never
+holds, an unreadable condition stops the drill after 30 s, and one is refused before the drill
+when it cannot be read at all."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from drillbit.errors import ConfigError
+from drillbit.history import History
+from drillbit.loop import stop
+from drillbit.probes.prometheus import PrometheusError
+from drillbit.spec.models import Abort, StopCondition
+
+
+def watch(monkeypatch, answers, **cond):
+    """A StopWatch whose queries answer from ``answers`` in turn (a value list, or an exception)."""
+    it = iter(answers)
+
+    def fake(url, expr, timeout=10.0):
+        a = next(it)
+        if isinstance(a, Exception):
+            raise a
+        return [({"__name__": "up", "job": "train", "instance": "h:1"}, v) for v in a]
+
+    monkeypatch.setattr(stop, "query", fake)
+    return stop.StopWatch([StopCondition.model_validate({"prometheus": "up", **cond})], "http://p", 1.0,
+                          History(None))
+
+
+def test_a_condition_must_hold_for_its_for(monkeypatch):
+    w = watch(monkeypatch, [[0.0], [0.0], [1.0], [0.0], [0.0]], below=1, **{"for": "10s"})
+    assert w.check_once(now=100) is None and w.check_once(now=105) is None
+    assert w.check_once(now=108) is None  # it stopped holding: the clock starts again
+    assert w.check_once(now=110) is None
+    fired = w.check_once(now=121)
+    assert fired == 'stop condition \'up below 1 for 10 s\' held: up{instance="h:1",job="train"} was 0 for 11 s'
+    assert w.fired == fired
+
+
+def test_the_worst_series_is_named_and_nan_never_holds(monkeypatch):
+    w = watch(monkeypatch, [[math.nan], [3.0, 9.0, 5.0]], above=4, name="loss")
+    assert w.check_once(now=1) is None
+    assert w.check_once(now=2).endswith("was 9")
+
+
+def test_an_unreadable_condition_stops_the_drill_after_30_s(monkeypatch):
+    err = PrometheusError("http://p: Connection refused")
+    w = watch(monkeypatch, [err, err, [5.0], err, err], above=10)
+    assert w.check_once(now=0) is None and w.check_once(now=20) is None
+    assert w.check_once(now=25) is None  # read again: the count starts over
+    assert w.check_once(now=26) is None
+    assert "could not be read for 30 s: http://p: Connection refused" in w.check_once(now=56)
+
+
+def test_a_condition_that_cannot_be_read_before_the_drill_is_a_config_error(monkeypatch):
+    w = watch(monkeypatch, [PrometheusError("'up[': HTTP 400 parse error")], above=1)
+    with pytest.raises(ConfigError, match="stop conditions cannot be read.*parse error"):
+        w.check_ready()
+
+
+@pytest.mark.parametrize("cond", [{"prometheus": "up"}, {"prometheus": "up", "above": 1, "below": 0}])
+def test_a_condition_needs_exactly_one_threshold(cond):
+    with pytest.raises(ValidationError, match="above: X or below: X"):
+        Abort.model_validate({"when": [cond]})
