@@ -104,8 +104,9 @@ def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
         bad = unknown(text)
         if bad:
             out.append((loc, f"unknown placeholder {{{bad[0]}}}; drillbit fills {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"))
-    if not any(s.kind == "step" for s in signals) and not job.heartbeat_file:
+    if not any(s.kind == "step" for s in signals) and not job.heartbeat_file and \
+            not any(p.kind == "step" for p in job.prometheus):
         out.append(((), "no step signal and no heartbeat_file: drillbit could not see the job make progress; add a "
-                        "preset that reads its step lines, a `signals:` entry of kind step with a group n, or a "
-                        "heartbeat_file ('<step> <epoch>')"))
+                        "preset that reads its step lines, a `signals:` entry of kind step with a group n, a "
+                        "heartbeat_file ('<step> <epoch>'), or a prometheus: signal of kind step"))
     return out

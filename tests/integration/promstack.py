@@ -68,7 +68,14 @@ class PromStack:
         self.textfiles = textfiles
         self.targets = targets or {}
         self.procs: list[subprocess.Popen] = []
-        self.ports = {name: _free_port() for name in ("prometheus", "pushgateway", "node_exporter")}
+        taken = {port for ports in self.targets.values() for port in ports}
+        self.ports: dict[str, int] = {}
+        for name in ("prometheus", "pushgateway", "node_exporter"):
+            port = _free_port()
+            while port in taken:  # never a port the job will serve its /metrics on
+                port = _free_port()
+            self.ports[name] = port
+            taken.add(port)
 
     @property
     def pushgateway(self) -> str:

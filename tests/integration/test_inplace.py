@@ -53,7 +53,8 @@ fault:
   type: corrupt-checkpoint
   targets: {ranks: [1]}
   params: {mode: flip-bytes}
-  trigger: {at_step: 23}   # saves at 5, 10, 15, 20: ckpt.bin holds step 20, its previous copy 15
+  trigger: {at_step: 21}   # saves at 5, 10, 15, 20: ckpt.bin holds step 20, its previous copy 15, until 25:
+                           # 4 steps for the damage and the kill (2 were too few under load)
 steady: {warmup_steps: 3}
 observe: {until_steps_after_recovery: 5, window: 60s}
 slo: {detect_within: 30s, first_step_within: 45s}

@@ -195,3 +195,54 @@ def test_a_stop_condition_that_cannot_be_read_is_refused_before_anything_runs(tm
     assert done.returncode == 2, done.stderr[-2000:]
     assert "stop conditions cannot be read" in result["error"] and f"127.0.0.1:{closed}" in result["error"]
     assert not (tmp_path / "reports").exists() or not list((tmp_path / "reports").glob("*/events.log"))
+
+
+METRICS_LOOP = HERE / "jobs" / "metrics_loop.py"
+
+
+def metrics_loop_config(tmp_path: Path, metrics_port: int, prometheus: str) -> None:
+    """A job whose only progress signal is its train_step gauge on Prometheus; torchrun's own
+    lines (its preset) say when it restarted."""
+    import sys
+
+    job = {"presets": ["torchrun"],
+           "prometheus": [{"query": 'max by (rank) (train_step{job="metrics-loop"})', "kind": "step"}],
+           "ranks": {"cmdline": "metrics_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
+           "logs": ["{run_dir}/job.out"]}
+    jobs = {}
+    for name, extra in (("resumes", []), ("starts-over", ["--no-resume"])):
+        jobs[name] = {**job, "launch": {"command": [
+            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--max-restarts", "3",
+            "--monitor-interval", "0.5", str(METRICS_LOOP), "--ckpt", "{run_dir}/ckpt", "--metrics-port",
+            str(metrics_port), *extra], "env": {"LOGLEVEL": "INFO"}}}
+    cluster = {"engine": "process", "prometheus": prometheus}
+    (tmp_path / "drill.yaml").write_text(json.dumps({"clusters": {"watched": cluster}, "jobs": jobs}))
+
+
+@pytest.mark.slow
+def test_a_job_that_shows_its_steps_only_as_a_metric_is_drilled_from_prometheus(tmp_path):
+    """kill-rank on a job whose steps drillbit reads from Prometheus alone: PASS when it
+    resumes from its checkpoint, FAIL when the same loop starts over."""
+    base = free_ports(4)
+    with PromStack(tmp_path / "prom", tmp_path / "textfiles",
+                   targets={"metrics-loop": [base + r for r in range(4)]}) as stack:
+        metrics_loop_config(tmp_path, base, stack.prometheus)
+        results = {}
+        for job in ("resumes", "starts-over"):
+            done = drill_cli("run", str(HERE / "drills" / "kill-rank-own-loop.yaml"), "--cluster", "watched",
+                             "--job", job, "--reports", str(tmp_path / "reports"), "--json", cwd=tmp_path)
+            results[job] = (done.returncode, json.loads(done.stdout))
+    code, ok = results["resumes"]
+    assert code == 0 and ok["verdict"] == "pass", ok["reasons"]
+    m = ok["measurements"]
+    assert m["restarts"] >= 1 and m["time_to_first_step"] is not None and m["lost_steps"] <= 5
+    assert m["baseline_step_s"] > 0.5  # one scrape to the next: the resolution of a metric
+    code, bad = results["starts-over"]
+    assert code == 1 and bad["verdict"] == "fail", bad["reasons"]
+    lost = next(s for s in bad["slos"] if s["name"] == "max_lost_steps")
+    # it began again from step 1, seen a scrape later (a few steps on): still far below the fault's step
+    assert lost["status"] == "fail" and bad["measurements"]["restored_step"] < bad["measurements"]["step_at_fault"] - 5
+    run_dir = next((tmp_path / "reports").glob("*-kill-rank-own-loop"))
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    steps = [e for e in history if e["kind"] == "step"]
+    assert steps and all(e["source"] == "probe:prometheus" for e in steps)  # no step came from a log line

@@ -285,7 +285,9 @@ def measure(history: History) -> Measurements:
             marker, floor = back.t, 0
         else:
             marker, floor = t0, m.step_at_fault if m.step_at_fault is not None else -1
-    recovered = [e for e in after if e.t >= marker and e.data["n"] > floor]
+    # a step read from a metric happened somewhere after its ``since``: across a restart it
+    # counts only when that whole span is after the restart (the old workers' last steps are not)
+    recovered = [e for e in after if e.data.get("since", e.t) >= marker and e.data["n"] > floor]
     if recovered:
         m.time_to_first_step = recovered[0].t - t0
         m.first_step = recovered[0].data["n"]

@@ -46,6 +46,7 @@ from drillbit.loop.schedule import JobExited, choose_targets, describe_trigger, 
 from drillbit.loop.stop import StopWatch
 from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
 from drillbit.probes.preset import signals_of
+from drillbit.probes.prometheus import PrometheusProbe
 from drillbit.proc import ProcRef
 from drillbit.spec.config import ClusterSpec, JobProfile
 from drillbit.spec.models import DrillSpec
@@ -303,6 +304,9 @@ class DrillRunner:
         self.nodes.check(self.job, self.spec.fault.type, self.spec.abort.max_duration, self.job_name)
         if self.nodes.launches(self.job) is None and self.job.attach_pid is not None:
             self.attached = self.nodes.attach_root(self.job.attach_pid, self.job.attach_start_time)
+        if any(sig.url is None for sig in self.job.prometheus) and not self.cluster.prometheus:
+            raise ConfigError(f"job {self.job_name!r} reads signals from Prometheus: give their url, or prometheus: "
+                              f"URL in cluster {self.cluster_name!r} of drill.yaml")
         if self.spec.abort.when:  # read once before anything is touched: a brake that does not work is refused
             if not self.cluster.prometheus:
                 raise ConfigError(f"abort.when needs the Prometheus that watches the job: prometheus: URL in cluster "
@@ -334,6 +338,10 @@ class DrillRunner:
         else:
             self.probes = self.make_probes(self.history, self.job, self.nodes.log_paths(self.job), self.nodes.values)
         self.probes += self.nodes.probes(self.history)
+        by_url: dict[str, list] = {}
+        for sig in self.job.prometheus:
+            by_url.setdefault(sig.url or self.cluster.prometheus or "", []).append(sig)
+        self.probes += [PrometheusProbe(self.history, url, sigs) for url, sigs in by_url.items()]
         for probe in self.probes:
             probe.start()
 
@@ -351,7 +359,7 @@ class DrillRunner:
         want = self.spec.steady.warmup_steps
         self.ui.phase("steady", f"waiting for {want} steps")
         limit = time.time() + self.spec.steady.timeout
-        while len(self.progress.steps) < want + 1:
+        while self.progress.advances() < want:
             code = self.job_exit_code()
             if code is not None:
                 self.record("job.exit", code=code)

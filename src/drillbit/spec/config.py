@@ -282,6 +282,21 @@ class ControlPlaneProcess(Strict):
         return self
 
 
+class PrometheusSignal(Strict):
+    """A signal read from the job's own metrics instead of its log lines: an instant PromQL
+    query, polled by the controller on the cluster's Prometheus (``prometheus:`` in its
+    cluster entry, or ``url``)."""
+
+    query: str = Field(min_length=1, description="PromQL; for steps one series per rank, e.g. "
+                                                 "max by (rank) (train_step)")
+    kind: Literal["step", "detect", "straggler"] = Field(
+        description="step: the value is the step number (an event when it changes); detect: an event when the "
+                    "value rises (a counter of detections); straggler: a series above 0 names its rank")
+    interval: Duration = Field(1.0, description="how often it is polled (no finer than the scrape interval)")
+    rank_label: str = Field("rank", description="the label that holds a series' rank")
+    url: str | None = Field(None, description="the Prometheus (default: the cluster's prometheus:)")
+
+
 class JobTimeouts(Strict):
     """The job's own timeouts, as its configuration sets them: from these a dry run predicts
     when each drill's fault is detected and which SLO will fail, and the report sets the
@@ -335,6 +350,9 @@ class JobProfile(Strict):
     """log files the probes follow (placeholders as in launch.command)"""
     heartbeat_file: str | None = None
     """a '<step> <epoch>' file, for jobs that log no step lines"""
+    prometheus: list[PrometheusSignal] = Field(
+        default_factory=list, description="signals read from the job's metrics on Prometheus (steps, detections, "
+                                          "stragglers), for a job that shows them as metrics rather than lines")
     checkpoint: CheckpointSpec | None = Field(None, description="where the job saves checkpoints and their layout "
                                                                "(corrupt-checkpoint, restore-hang, drill probe)")
     replacement: ReplacementHook | None = Field(None, description="the job's node-replacement command "
