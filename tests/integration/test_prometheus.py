@@ -89,6 +89,18 @@ def test_a_drills_numbers_reach_prometheus_by_the_textfile_and_the_pushgateway(t
             s["name"] for s in result["slos"] if s["status"] == "pass")
         # a bounded label set: no run id, no timestamp, no folder among the labels
         assert set(series[0]["metric"]) <= {"__name__", "drill", "job_profile", "cluster", "fault", "job", "instance"}
+        # every query of the shipped Grafana dashboard is PromQL this Prometheus answers, and
+        # the verdict and detection panels find this run
+        dashboard = json.loads((ROOT / "monitoring" / "grafana" / "drillbit-dashboard.json").read_text())
+        answered = {}
+        for panel in dashboard["panels"]:
+            for t in panel["targets"]:
+                expr = t["expr"]
+                for var in ("$drill", "$cluster", "$job_profile"):
+                    expr = expr.replace(var, ".*")
+                answered[(panel["title"], t["refId"])] = stack.query(expr)
+        assert answered[("Latest verdict of each drill", "A")][0]["value"][1] == "0"
+        assert answered[("Time to detect", "A")] and answered[("Days since the last drill, per cluster", "A")]
 
     exported = drill_cli("results", "--db", str(reports / "drills.db"), "--openmetrics", cwd=tmp_path)
     assert exported.returncode == 0, exported.stderr

@@ -111,3 +111,14 @@ def test_the_textfile_is_written_whole_for_node_exporter_and_a_dead_pushgateway_
     assert oct(prom.stat().st_mode & 0o777) == "0o644"  # node-exporter reads it as another user
     assert not list(tmp_path.glob(".metrics.prom*"))
     assert f"the Pushgateway did not take the metrics: http://127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_the_baseline_band_of_the_last_passing_runs_is_exported(store):
+    for first in (10.0, 12.0, 11.0, 30.0):
+        store.record(result("pass" if first < 30 else "fail", time_to_first_step=first), "/r")
+    got = samples(metrics.from_store(store))
+    # the passing runs only (10, 12, 11): median 11, MAD 1, band 11 ± 3 · 1.4826
+    assert got[f'drillbit_baseline_time_to_first_step_seconds{{{L},bound="median"}}'] == "11.0"
+    assert float(got[f'drillbit_baseline_time_to_first_step_seconds{{{L},bound="high"}}']) == pytest.approx(15.4478)
+    assert float(got[f'drillbit_baseline_time_to_first_step_seconds{{{L},bound="low"}}']) == pytest.approx(6.5522)
+    assert f'drillbit_baseline_goodput_ratio{{{L},bound="median"}}' in got

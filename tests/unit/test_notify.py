@@ -64,7 +64,7 @@ def test_slack_gets_text_with_the_reasons_and_the_served_report(tmp_path, hook_s
     url, got = hook_server
     run_dir = tmp_path / "20261202-061033-stall-nccl"
     run_dir.mkdir()
-    hook = Notify(webhook=f"{url}/slack", format="slack", on=["pass", "fail"],
+    hook = Notify(webhook=f"{url}/slack", format="slack", send_on=["pass", "fail"],
                   report_url="https://drills.example/reports/")
     notify_all([hook], payload("pass"), run_dir)
     text = got[0]["body"]["text"]
@@ -90,7 +90,7 @@ def test_a_hook_that_fails_is_recorded_and_nothing_raises(tmp_path, hook_server)
 
 @pytest.mark.parametrize("entry, why", [
     ({"webhook": "hooks.example/x"}, "an http:// or https:// URL"),
-    ({"webhook": "https://h/x", "on": ["failed"]}, "on.0"),
+    ({"webhook": "https://h/x", "send_on": ["failed"]}, "send_on.0"),
     ({"webhook": "https://h/x", "format": "teams"}, "format"),
 ])
 def test_a_notify_entry_that_cannot_work_is_refused(entry, why):

@@ -15,6 +15,7 @@ series the target's own ``job`` label, and a metric's ``job`` would be renamed
 from __future__ import annotations
 
 import math
+import statistics
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from drillbit.atomic import write_atomic
+from drillbit.checks.baseline import K_MAD, NORMAL
 from drillbit.verdicts import Verdict
 
 PREFIX = "drillbit"
@@ -88,9 +90,22 @@ def _epoch(iso: str | None) -> float | None:
         return None
 
 
-def families(latest: list[dict[str, Any]], counts: dict[tuple[str, ...], dict[str, int]]) -> list[Family]:
+BAND = ("time_to_detect", "time_to_first_step", "goodput")  # the measurements a dashboard sets against a band
+
+
+def band(values: list[float]) -> dict[str, float]:
+    """The baseline's median and the noise band the regression judge allows around it
+    (median ± K_MAD · 1.4826 · MAD of the last passing runs)."""
+    med = statistics.median(values)
+    spread = K_MAD * NORMAL * statistics.median(abs(v - med) for v in values)
+    return {"low": med - spread, "median": med, "high": med + spread}
+
+
+def families(latest: list[dict[str, Any]], counts: dict[tuple[str, ...], dict[str, int]],
+             baselines: dict[tuple[str, ...], Any] | None = None) -> list[Family]:
     """The metric families of the latest result of each series (``latest``: result.json
-    payloads) and the run counts by verdict of each (``counts``: key -> verdict -> runs)."""
+    payloads), the run counts by verdict of each (``counts``: key -> verdict -> runs) and
+    the baseline band of each (``baselines``: key -> the last passing runs)."""
     out: dict[str, Family] = {}
 
     def add(name: str, kind: str, help: str, labels: dict[str, str], value: float, unit: str = "") -> None:
@@ -127,6 +142,16 @@ def families(latest: list[dict[str, Any]], counts: dict[tuple[str, ...], dict[st
             metric_name, unit = metric
             add(metric_name, "gauge", f"The latest run's measurement {name}" + (f" ({unit})" if unit else ""),
                 base, value, unit)
+    for key, baseline in sorted((baselines or {}).items()):
+        for name in BAND:
+            values = baseline.values(name)
+            if not values:
+                continue
+            metric_name, unit = measurement_metric(name)  # type: ignore[misc]
+            for bound, value in band(values).items():
+                add(metric_name.replace(f"{PREFIX}_", f"{PREFIX}_baseline_", 1), "gauge",
+                    f"The baseline of {name}: the median of the last passing runs and the band the regression "
+                    "judge allows around it", {**dict(zip(LABELS, key)), "bound": bound}, value, unit)
     for key, by_verdict in sorted(counts.items()):
         for verdict in VERDICTS:
             add(f"{PREFIX}_runs_total", "counter", "Drill runs recorded in the results store, by verdict",
@@ -165,7 +190,12 @@ def from_store(store: Any, openmetrics: bool = False, drill: str | None = None) 
     if drill is not None:
         latest = [r for r in latest if r["drill"] == drill]
         counts = {k: v for k, v in counts.items() if k[0] == drill}
-    return text(families(latest, counts), openmetrics)
+    baselines = {}
+    for result in latest:
+        found = store.baseline(result["drill"], result["cluster"], result["job"])
+        if found is not None:
+            baselines[series_key(result)] = found
+    return text(families(latest, counts, baselines), openmetrics)
 
 
 def write_textfile(path: Path, store: Any) -> None:

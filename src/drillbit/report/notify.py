@@ -51,7 +51,7 @@ def notify_all(hooks: list[Notify], payload: dict[str, Any], run_dir: Path) -> l
     the run folder. Never raises."""
     records = []
     for hook in hooks:
-        if payload.get("verdict") not in hook.on:
+        if payload.get("verdict") not in hook.send_on:
             continue
         host = urllib.parse.urlsplit(hook.webhook).netloc
         record: dict[str, Any] = {"t": time.time(), "host": host, "format": hook.format,

@@ -379,9 +379,9 @@ class Notify(Strict):
     webhook: str = Field(description="the URL posted to (http or https; a Slack hook's URL holds its secret: the "
                                      "run folder records only its host)")
     format: Literal["json", "slack"] = Field("json", description="json: drillbit's own body; slack: {text: ...}")
-    on: list[Literal["pass", "fail", "inconclusive", "aborted"]] = Field(
+    send_on: list[Literal["pass", "fail", "inconclusive", "aborted"]] = Field(
         default_factory=lambda: ["fail", "inconclusive", "aborted"],
-        description="the verdicts that are sent (default: all but pass)")
+        description="the verdicts that are sent (default: all but pass; named send_on, since YAML reads a bare on: as true)")
     report_url: str | None = Field(None, description="where the reports folder is served: the message links "
                                                      "REPORT_URL/RUN_FOLDER/report.html instead of the local path")
     timeout_s: float = Field(10.0, gt=0, le=120, description="how long one post may take")
