@@ -122,3 +122,23 @@ def test_the_baseline_band_of_the_last_passing_runs_is_exported(store):
     assert float(got[f'drillbit_baseline_time_to_first_step_seconds{{{L},bound="high"}}']) == pytest.approx(15.4478)
     assert float(got[f'drillbit_baseline_time_to_first_step_seconds{{{L},bound="low"}}']) == pytest.approx(6.5522)
     assert f'drillbit_baseline_goodput_ratio{{{L},bound="median"}}' in got
+
+
+def test_the_history_backfills_each_run_at_its_time_held_until_the_next(store, tmp_path):
+    store.record(result("pass", finished="2026-12-01T10:00:00+00:00", time_to_first_step=10.0), "/r/1")
+    store.record(result("fail", finished="2026-12-01T10:10:00+00:00", time_to_first_step=50.0), "/r/2")
+    t1, t2 = 1796119200.0, 1796119800.0
+    text = metrics.history(store, until=t2 + 100)
+    assert text.endswith("# EOF\n")
+    first = [line for line in text.splitlines() if line.startswith("drillbit_time_to_first_step_seconds{")]
+    # run 1 at 10:00, held at +4 and +8 min, then run 2 at 10:10, held once more before `until`
+    assert [line.split()[-2:] for line in first] == [["10.0", f"{t1:.3f}"], ["10.0", f"{t1 + 240:.3f}"],
+                                                      ["10.0", f"{t1 + 480:.3f}"], ["50.0", f"{t2:.3f}"]]
+    runs = [line.split()[-2:] for line in text.splitlines() if line.startswith("drillbit_runs_total{") and
+            'verdict="fail"' in line]
+    assert runs[0] == ["0", f"{t1:.3f}"] and runs[-1] == ["1", f"{t2:.3f}"]  # counted as the runs came
+    if shutil.which("promtool"):
+        (tmp_path / "h.om").write_text(text)
+        made = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "h.om"),
+                               str(tmp_path / "tsdb")], capture_output=True, text=True, timeout=120)
+        assert made.returncode == 0, made.stdout + made.stderr

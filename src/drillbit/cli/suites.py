@@ -139,9 +139,11 @@ def gameday_run(name: str, cluster: str | None, job: str | None, config_path: st
               "measurement, pass/fail marked, the baseline shaded")
 @click.option("--openmetrics", is_flag=True, help="print every drill's latest result and its runs by verdict as "
               "OpenMetrics (what reports/metrics.prom holds, for a scrape or a file)")
+@click.option("--backfill", is_flag=True, help="OpenMetrics of every run, each sample stamped with the time "
+              "its run ended, for promtool tsdb create-blocks-from openmetrics")
 @json_option
 def results(drill: str | None, db: str | None, limit: int, html_path: str | None, openmetrics: bool,
-            as_json: bool) -> int:
+            backfill: bool, as_json: bool) -> int:
     """Past runs from the results store: verdicts, detect / recover times, lost steps, goodput.
     (One run's own record of events is its history.jsonl; this is the trend across runs.)"""
     from drillbit.errors import ConfigError
@@ -151,10 +153,11 @@ def results(drill: str | None, db: str | None, limit: int, html_path: str | None
     if not path.exists():
         raise ConfigError(f"no results store at {path} yet; run a drill first")
     with Store(path) as store:
-        if openmetrics:
+        if openmetrics or backfill:
             from drillbit.report import metrics
 
-            sys.stdout.write(metrics.from_store(store, openmetrics=True, drill=drill))
+            sys.stdout.write(metrics.history(store, drill=drill) if backfill else
+                             metrics.from_store(store, openmetrics=True, drill=drill))
             return exitcodes.PASS
         rows = store.runs(drill, limit)
         if html_path:

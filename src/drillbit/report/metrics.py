@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from drillbit.atomic import write_atomic
-from drillbit.checks.baseline import K_MAD, NORMAL
+from drillbit.checks.baseline import K_MAD, NORMAL, RUNS, Baseline
+from drillbit.checks.recovery import Measurements
 from drillbit.verdicts import Verdict
 
 PREFIX = "drillbit"
@@ -176,8 +177,9 @@ def text(fams: list[Family], openmetrics: bool = False) -> str:
         lines.append(f"# TYPE {name} {kind}")
         if openmetrics and fam.unit:
             lines.append(f"# UNIT {name} {fam.unit}")
-        for labels, value in fam.samples:
-            lines.append(f"{fam.name}{_labels(labels.items())} {_number(value)}")
+        for labels, value, *ts in fam.samples:
+            stamp = f" {ts[0]:.3f}" if ts else ""  # a backfill's sample carries its run's time
+            lines.append(f"{fam.name}{_labels(labels.items())} {_number(value)}{stamp}")
     if openmetrics:
         lines.append("# EOF")
     return "\n".join(lines) + "\n"
@@ -196,6 +198,57 @@ def from_store(store: Any, openmetrics: bool = False, drill: str | None = None) 
         if found is not None:
             baselines[series_key(result)] = found
     return text(families(latest, counts, baselines), openmetrics)
+
+
+HOLD_S = 240.0  # a backfilled value is repeated this often (under Prometheus' 5 min lookback)
+
+
+def history(store: Any, drill: str | None = None, until: float | None = None) -> str:
+    """Every run in the store as OpenMetrics samples stamped with the time it ended — what the
+    metrics said after each run (its verdict, measurements and SLOs, the runs by verdict so far,
+    the baseline band as of it) — for ``promtool tsdb create-blocks-from openmetrics``: a
+    Prometheus that starts after months of drills gets their history. Each value is held, as a
+    scrape of metrics.prom would have seen it, every 4 minutes until the next run of its series
+    (or ``until``, default now): queries at any time in between see it."""
+    import time as _time
+
+    until = _time.time() if until is None else until
+    merged: dict[str, Family] = {}
+    counts: dict[tuple[str, ...], dict[str, int]] = {}
+    passing: dict[tuple[str, ...], list[tuple[int, dict]]] = {}
+    for run_id, result in store.all_results():
+        if drill is not None and result["drill"] != drill:
+            continue
+        ended = _epoch(result.get("finished_at")) or _epoch(result.get("started_at"))
+        if ended is None:
+            continue
+        key = series_key(result)
+        by_verdict = counts.setdefault(key, {})
+        by_verdict[result["verdict"]] = by_verdict.get(result["verdict"], 0) + 1
+        if result["verdict"] == "pass":
+            passing.setdefault(key, []).append((run_id, result.get("measurements") or {}))
+        window = passing.get(key, [])[-RUNS:]
+        baselines = {}
+        if window:
+            baselines[key] = Baseline(runs=[r for r, _ in reversed(window)],
+                                      samples=[Measurements.model_validate(m) for _, m in reversed(window)])
+        for fam in families([result], {key: dict(by_verdict)}, baselines):
+            into = merged.setdefault(fam.name, Family(fam.name, fam.kind, fam.help, fam.unit))
+            into.samples += [(labels, value, ended) for labels, value in fam.samples]
+    for fam in merged.values():  # a series' samples in time order, each held until the next
+        by_series: dict[tuple, list] = {}
+        for labels, value, t in fam.samples:
+            by_series.setdefault(tuple(sorted(labels.items())), []).append((t, labels, value))
+        fam.samples = []
+        for _, points in sorted(by_series.items()):
+            points.sort(key=lambda p: p[0])
+            for (t, labels, value), nxt in zip(points, [p[0] for p in points[1:]] + [max(until, points[-1][0])]):
+                fam.samples.append((labels, value, t))
+                held = t + HOLD_S
+                while held < nxt:
+                    fam.samples.append((labels, value, held))
+                    held += HOLD_S
+    return text(list(merged.values()), openmetrics=True)
 
 
 def write_textfile(path: Path, store: Any) -> None:

@@ -117,3 +117,8 @@ class Store:
             key = (drill, job, cluster, fault.get((drill, job, cluster), ""))
             counts.setdefault(key, {})[verdict] = n
         return latest, counts
+
+    def all_results(self):
+        """Every run's result.json, oldest first, with its id."""
+        for run_id, result in self._db.execute("SELECT id, result FROM runs ORDER BY id"):
+            yield int(run_id), json.loads(result)
