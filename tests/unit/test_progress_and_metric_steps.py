@@ -46,3 +46,20 @@ def test_a_metric_step_names_the_look_before_it_changed(monkeypatch):
         probe.poll_once(now)
     steps = [(e.t, e.rank, e.data["n"], e.data.get("since")) for e in history.of("step")]
     assert steps == [(100.0, 0, 17, None), (101.0, 0, 23, 100.0), (103.0, 0, 3, 102.0)]
+
+
+def test_a_rising_counter_is_a_detection_and_a_series_above_zero_a_straggler(monkeypatch):
+    answers = iter([
+        [({"rank": "0"}, 0.0, 10.0)], [({"rank": "1"}, 0.0, 10.0), ({"rank": "3"}, 0.0, 10.0)],
+        [({"rank": "0"}, 0.0, 11.0)], [({"rank": "1"}, 0.0, 11.0), ({"rank": "3"}, 1.0, 11.0)],
+        [({"rank": "0"}, 2.0, 12.0)], [({"rank": "1"}, 0.0, 12.0), ({"rank": "3"}, 1.0, 12.0)],
+    ])
+    monkeypatch.setattr(prom, "query_timed", lambda url, expr, timeout=10.0: next(answers))
+    history = History(None)
+    probe = prom.PrometheusProbe(history, "http://p", [
+        PrometheusSignal(query="sum by (rank) (watchdog_timeouts_total)", kind="detect"),
+        PrometheusSignal(query="straggler_flag", kind="straggler")])
+    for now in (10.0, 11.0, 12.0):
+        probe.poll_once(now)
+    assert [(e.t, e.rank, e.data["value"]) for e in history.of("detect")] == [(12.0, 0, 2.0)]
+    assert [(e.t, e.rank) for e in history.of("straggler")] == [(11.0, 3)]  # named once, not at every look
