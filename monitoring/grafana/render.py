@@ -131,6 +131,7 @@ class Renderer:
         return "".join(parts)
 
     def draw_timeseries(self, p: dict, w: float, h: float) -> str:
+        h -= 18  # the legend's line above the chart
         unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
         got = {t["refId"]: (t, self.range(t)) for t in p["targets"]}
         values = [float(v) for _, res in got.values() for s in res for _, v in s["values"] if v not in ("NaN",)]
@@ -166,7 +167,7 @@ class Renderer:
         if band:
             legends.append('<span style="color:#73bf69">&#9632; baseline band</span>')
         parts.append(self.axis(w, h) + "</svg>")
-        return "".join(parts) + f'<div class="legend">{" ".join(legends)}</div>'
+        return f'<div class="legend">{" ".join(legends)}</div>' + "".join(parts)
 
     def draw_barchart(self, p: dict, w: float, h: float) -> str:
         rows = self.instant(p["targets"][0])
@@ -212,7 +213,7 @@ body {{ background:#111217; color:#ccccdc; font:13px -apple-system, 'Segoe UI', 
 table {{ width:100%; border-collapse:collapse; font-size:12px; }} th, td {{ padding:3px 6px; text-align:left;
   border-bottom:1px solid #2c2f36; }} th {{ color:#8e8e9e; font-weight:500; }}
 .tick {{ fill:#8e8e9e; font-size:10px; }} .label {{ fill:#ccccdc; font-size:11px; }} .grid {{ stroke:#2c2f36; }}
-.legend {{ position:absolute; top:7px; right:10px; font-size:11px; }} .legend span {{ margin-right:10px; }}
+.legend {{ padding:0 8px 2px; font-size:11px; height:16px; overflow:hidden; white-space:nowrap; }} .legend span {{ margin-right:10px; }}
 .stat {{ display:inline-block; margin:6px 24px; text-align:center; }} .big {{ font-size:34px; font-weight:600; }}
 </style></head><body><div class="head">{html.escape(self.dashboard["title"])}<small>{span} · drawn by
 monitoring/grafana/render.py from the dashboard JSON, each query run on a real Prometheus</small></div>
