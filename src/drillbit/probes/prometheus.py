@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -76,8 +78,6 @@ class PrometheusProbe:
     source = "probe:prometheus"
 
     def __init__(self, history, url: str, signals: list) -> None:
-        import threading
-
         self._history = history
         self._url = url
         self._signals = signals
@@ -89,8 +89,6 @@ class PrometheusProbe:
         self._thread = None
 
     def start(self, record=None) -> None:
-        import threading
-
         self._thread = threading.Thread(target=self._run, name=self.source, daemon=True)
         self._thread.start()
 
@@ -100,15 +98,11 @@ class PrometheusProbe:
             self._thread.join(timeout=15)
 
     def _run(self) -> None:
-        import time
-
         while not self._stop.is_set():
             self.poll_once(time.time())
             self._stop.wait(0.1)
 
     def poll_once(self, now: float | None = None) -> None:
-        import time
-
         now = time.time() if now is None else now
         for i, sig in enumerate(self._signals):
             if now < self._next[i]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -210,9 +211,7 @@ def history(store: Any, drill: str | None = None, until: float | None = None) ->
     Prometheus that starts after months of drills gets their history. Each value is held, as a
     scrape of metrics.prom would have seen it, every 4 minutes until the next run of its series
     (or ``until``, default now): queries at any time in between see it."""
-    import time as _time
-
-    until = _time.time() if until is None else until
+    until = time.time() if until is None else until
     merged: dict[str, Family] = {}
     counts: dict[tuple[str, ...], dict[str, int]] = {}
     passing: dict[tuple[str, ...], list[tuple[int, dict]]] = {}
