@@ -8,19 +8,20 @@ import threading
 
 from drillbit.history import History
 from drillbit.transport.nodes import Nodes
+from drillbit.probes.poller import Poller
 from drillbit.probes.preset import signals_of
 from drillbit.spec.config import JobProfile
 
 
-class AgentLogProbe:
+class AgentLogProbe(Poller):
+    name = "probe:agents"
+
     def __init__(self, history: History, nodes: Nodes, job: JobProfile, poll: float = 0.2) -> None:
+        super().__init__(poll)
         self._history = history
         self._nodes = nodes
         self._signals = signals_of(job.presets, job.signals)
         self._assigned = nodes.logs_by_node(job)
-        self._poll = poll
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.lines: dict[str, int] = {}
         self.unmatched: list[str] = []
@@ -29,16 +30,13 @@ class AgentLogProbe:
     def start(self) -> None:
         for node, paths in self._assigned.items():
             self._nodes.clients[node].tail_start(paths, self._signals)
-        self._thread = threading.Thread(target=self._run, name="probe:agents", daemon=True)
-        self._thread.start()
+        super().start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll_once()
-            except Exception as exc:  # an agent that cannot answer now: the drill's own checks see it
-                self._history.record("probe:agents", "probe.error", detail=f"{exc.__class__.__name__}: {exc}")
-            self._stop.wait(self._poll)
+    def _poll_step(self) -> None:
+        try:
+            self.poll_once()
+        except Exception as exc:  # an agent that cannot answer now: the drill's own checks see it
+            self._history.record("probe:agents", "probe.error", detail=f"{exc.__class__.__name__}: {exc}")
 
     def poll_once(self, *, final: bool = False) -> None:
         with self._lock:
@@ -57,9 +55,7 @@ class AgentLogProbe:
                         break
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        super().stop()
         try:
             self.poll_once(final=True)
         except Exception as exc:

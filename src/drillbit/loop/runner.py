@@ -271,7 +271,7 @@ class DrillRunner:
             for t, name in self.held_signals:
                 self.history.record(HARNESS, "interrupt.held", t=t, signal=name)
             if self.stopwatch is not None:
-                self.stopwatch.close()
+                self.stopwatch.stop()
             if lease is not None:
                 lease.release()
             for s, handler in previous.items():

@@ -11,12 +11,12 @@ does not go on without the brake it was given.
 from __future__ import annotations
 
 import math
-import threading
 import time
 
 from drillbit.errors import ConfigError
 from drillbit.history import History
 from drillbit.loop.nemesis import HARNESS
+from drillbit.probes.poller import Poller
 from drillbit.probes.prometheus import PrometheusError, describe, query
 from drillbit.spec.models import StopCondition
 
@@ -35,17 +35,17 @@ def holds(cond: StopCondition, value: float) -> bool:
     return value > cond.above if cond.above is not None else value < cond.below  # type: ignore[operator]
 
 
-class StopWatch:
+class StopWatch(Poller):
+    name = "drillbit-stop-conditions"
+
     def __init__(self, conditions: list[StopCondition], url: str, every: float, history: History) -> None:
+        super().__init__(every, join_timeout=15.0)
         self.conditions = conditions
         self.url = url
-        self.every = every
         self.history = history
         self.fired: str | None = None
         self._since: list[float | None] = [None] * len(conditions)
         self._unread_since: list[float | None] = [None] * len(conditions)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def check_ready(self) -> None:
         """Each condition once, before the drill touches anything; every problem at once."""
@@ -61,19 +61,11 @@ class StopWatch:
         self.history.record(HARNESS, "stop.armed", prometheus=self.url,
                             conditions=[label(c) for c in self.conditions])
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="drillbit-stop-conditions", daemon=True)
-        self._thread.start()
+    def done(self) -> bool:
+        return self.fired is not None
 
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-
-    def _run(self) -> None:
-        while not self._stop.is_set() and self.fired is None:
-            self.check_once()
-            self._stop.wait(self.every)
+    def poll_once(self) -> None:
+        self.check_once()
 
     def check_once(self, now: float | None = None) -> str | None:
         for i, cond in enumerate(self.conditions):

@@ -7,12 +7,11 @@ when the line has one, else with the time it was read.
 """
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 from drillbit.history import History
+from drillbit.probes.poller import Poller
 from drillbit.probes.preset import Matcher, matcher
 from drillbit.spec.signals import Signal
 from drillbit.probes.tail import FileFollower
@@ -52,37 +51,22 @@ class LineReader:
         return out
 
 
-class LogProbe:
+class LogProbe(Poller):
     source = "probe:logs"
+    final_poll = True  # the lines written just before the stop
 
     def __init__(self, history: History, paths: list[Path], match: Matcher, poll: float = 0.1) -> None:
+        super().__init__(poll)
+        self.name = self.source
         self._history = history
         self._followers = [FileFollower(p) for p in paths]
         self.reader = LineReader(match)
-        self._poll = poll
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, record: Callable | None = None) -> None:
-        self._thread = threading.Thread(target=self._run, name=self.source, daemon=True)
-        self._thread.start()
 
     def poll_once(self) -> None:
         for follower in self._followers:
             for line in follower.read_lines():
                 for kind, t, rank, data in self.reader.hits(line):
                     self._history.record(self.source, kind, t=t, rank=rank, **data)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.poll_once()
-            self._stop.wait(self._poll)
-        self.poll_once()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
 
 class ProgressProbe(LogProbe):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from drillbit.probes.poller import Poller
 
 
 class PrometheusError(Exception):
@@ -61,7 +62,7 @@ def describe(labels: dict[str, str]) -> str:
     return name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(shown.items())) + "}" if shown else "")
 
 
-class PrometheusProbe:
+class PrometheusProbe(Poller):
     """The job's own metrics as history events, polled by the controller (a profile's
     ``prometheus:`` signals). Per series (its ``rank_label`` names the rank):
 
@@ -78,6 +79,8 @@ class PrometheusProbe:
     source = "probe:prometheus"
 
     def __init__(self, history, url: str, signals: list) -> None:
+        super().__init__(0.1, join_timeout=15.0)  # each signal keeps its own interval
+        self.name = self.source
         self._history = history
         self._url = url
         self._signals = signals
@@ -85,22 +88,6 @@ class PrometheusProbe:
         self._seen_at: dict[tuple[int, tuple], float] = {}
         self._next = [0.0] * len(signals)
         self._failing: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = None
-
-    def start(self, record=None) -> None:
-        self._thread = threading.Thread(target=self._run, name=self.source, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.poll_once(time.time())
-            self._stop.wait(0.1)
 
     def poll_once(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
