@@ -8,6 +8,12 @@ verdict, and why. A suite entry's ``known_defects`` names the jobs a drill FAILs
 known defect that passes is pointed out (the stack may have fixed it). A drill that does
 not apply to a job (corrupt-checkpoint on a job with no checkpoints) is ``n/a``.
 
+Without ``jobs``, a suite of published defects (``drills/suites/known-defects.yaml``, each
+drill with a ``defect:``) runs each drill on its own job, the affected one, and on the
+defect's ``fixed`` profile. The affected run's FAIL is expected only when the verdict names
+the defect from the job's own error lines (``checks/defect.py``); a FAIL without its
+signature counts, and so does a FAIL of the fix.
+
 The exit code follows DESIGN.md: 1 when a drill FAILed that was not a known defect, 2 for
 bad input, 5 for a harness error, else the worst other verdict's.
 """
@@ -29,7 +35,7 @@ from drillbit.report import multirun
 from drillbit.report.multirun import Page, Table
 from drillbit.runfolder import new_folder
 from drillbit.session import Resolved, execute, resolve
-from drillbit.spec.models import SuiteSpec
+from drillbit.spec.models import Defect, SuiteSpec
 
 # the distribution behind each signal preset, for the versions line
 PRESET_PACKAGES = {"torchrun": "torch", "torchft": "torchft", "nvrx": "nvidia-resiliency-ext",
@@ -44,6 +50,8 @@ class Cell:
     payload: dict[str, Any] | None = None
     known: str | None = None     # the known defect this drill FAILs on for this job
     na: str | None = None        # why the drill does not apply to the job
+    defect: Defect | None = None  # the published defect the drill reproduces
+    role: str | None = None       # with a defect: "affected" or "fixed"
 
     @property
     def verdict(self) -> str:
@@ -53,12 +61,19 @@ class Cell:
         return self.payload["verdict"]
 
     @property
+    def recognised(self) -> bool:
+        """An affected run whose verdict named its defect from the job's own lines."""
+        reasons = (self.payload or {}).get("reasons") or [""]
+        return self.defect is not None and reasons[0].startswith(f"known defect {self.defect.id}")
+
+    @property
     def counted(self) -> tuple[str, str | None]:
         """(verdict, error kind) as the exit code sees it: a known defect's FAIL is expected."""
         if self.payload is None:
             return "pass", None
         kind = self.payload.get("error_kind") or ("harness" if self.payload.get("error") else None)
-        verdict = "pass" if self.known and self.payload["verdict"] == "fail" and kind is None else self.payload["verdict"]
+        expected = self.known and (self.role != "affected" or self.recognised)
+        verdict = "pass" if expected and self.payload["verdict"] == "fail" and kind is None else self.payload["verdict"]
         return verdict, kind
 
     def note(self) -> str:
@@ -69,6 +84,8 @@ class Cell:
         if self.known and self.payload["verdict"] == "fail":
             return f"known defect: {self.known}. {reasons}"
         if self.known and self.payload["verdict"] == "pass":
+            if self.role == "affected":
+                return f"passes now: not reproduced ({self.known}); the stack may have fixed it"
             return f"passes now: the known defect ({self.known}) may be fixed; drop it from known_defects"
         return reasons
 
@@ -98,27 +115,64 @@ def versions(presets: list[str]) -> dict[str, str]:
     return out
 
 
+def _defect_plan(suite: SuiteSpec, where: Any, config_path: str | None) -> list[tuple[str, Any, Resolved, str]]:
+    """Each defect drill on its own (affected) job, then on the defect's fixed profile."""
+    plan: list[tuple[str, Any, Resolved, str]] = []
+    problems = []
+    for entry in suite.entries():
+        try:
+            affected = resolve(entry.drill, cluster=where(entry), job=entry.job, config_path=config_path)
+        except SpecError as exc:
+            problems += exc.problems
+            continue
+        defect = affected.spec.defect
+        if defect is None:
+            raise ConfigError(f"--jobs: give the job profiles to compare; {affected.spec.name} in suite "
+                              f"{suite.name} is not a known defect (no defect: block)")
+        plan.append((affected.job, entry, affected, "affected"))
+        if defect.fixed:
+            try:
+                plan.append((defect.fixed, entry, resolve(entry.drill, cluster=where(entry), job=defect.fixed,
+                                                          config_path=config_path), "fixed"))
+            except SpecError as exc:
+                problems += exc.problems
+    if problems:
+        raise SpecError(list({(p.file, p.line, p.path, p.message): p for p in problems}.values()))
+    return plan
+
+
 def run_compare(suite: SuiteSpec, jobs: list[str], *, cluster: str | None = None, config_path: str | None = None,
                 reports_dir: str | None = None, db: str | None = None, ui: UI | None = None) -> Comparison:
+    """Every drill of ``suite`` on every job of ``jobs``; with no jobs, each known-defect drill
+    on its affected job and its fixed one."""
     explicit = cluster or os.environ.get("DRILLBIT_CLUSTER")
-    plan: list[tuple[str, Any, Resolved]] = []
+
+    def where(entry: Any) -> str | None:
+        return explicit or entry.cluster or suite.cluster
+
+    plan: list[tuple[str, Any, Resolved, str | None]] = []
     problems = []
+    if not jobs:
+        plan += _defect_plan(suite, where, config_path)
     for job in jobs:
         for entry in suite.entries():
             try:
-                plan.append((job, entry, resolve(entry.drill, cluster=explicit or entry.cluster or suite.cluster,
-                                                 job=job, config_path=config_path)))
+                plan.append((job, entry, resolve(entry.drill, cluster=where(entry), job=job, config_path=config_path),
+                             None))
             except SpecError as exc:
                 problems += exc.problems
     if problems:
         unique = list({(p.file, p.line, p.path, p.message): p for p in problems}.values())
         raise SpecError(unique)  # every input error before anything runs
-    comp = Comparison(suite=suite, jobs=jobs)
-    for job, entry, resolved in plan:
+    comp = Comparison(suite=suite, jobs=jobs or list(dict.fromkeys(job for job, *_ in plan)))
+    for job, entry, resolved, role in plan:
         if resolved.cluster not in comp.cluster.split(", "):
             comp.cluster = ", ".join(c for c in (comp.cluster, resolved.cluster) if c)
         comp.versions.update(versions(resolved.config.jobs[job].presets))
-        cell = Cell(job=job, drill=resolved.spec.name, known=entry.known_defects.get(job))
+        defect = resolved.spec.defect if role else None
+        known = f"{defect.id}: {defect.title}" if defect is not None and role == "affected" else None
+        cell = Cell(job=job, drill=resolved.spec.name, known=known or entry.known_defects.get(job), defect=defect,
+                    role=role)
         comp.cells.append(cell)
         cell.na = not_applicable(resolved, job)
         if cell.na is not None:
@@ -179,10 +233,52 @@ def _versions_line(comp: Comparison) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(comp.versions.items()))
 
 
+def _figures(c: Cell | None) -> str:
+    if c is None:
+        return "—"
+    if c.payload is None:
+        return c.verdict
+    m = c.payload.get("measurements", {})
+    said = [c.verdict.upper()]
+    if m.get("time_to_first_step") is not None:
+        said.append(f"first step {m['time_to_first_step']:.1f} s")
+    else:
+        said.append("no step after the fault")
+    if m.get("restarts") is not None:
+        said.append(f"{m['restarts']} restart{'s' if m['restarts'] != 1 else ''}")
+    if m.get("lost_steps") is not None:
+        said.append(f"{m['lost_steps']} steps lost")
+    return ", ".join(said)
+
+
+def defect_rows(comp: Comparison) -> list[dict[str, str]]:
+    """One row per published defect: its link, stack and version, how it was reproduced, the
+    verdict and figures on the affected setup and with the fix, and the affected run's reason."""
+    out = []
+    for c in comp.cells:
+        if c.role != "affected" or c.defect is None:
+            continue
+        d = c.defect
+        fixed = next((f for f in comp.cells if f.role == "fixed" and f.drill == c.drill), None)
+        out.append({"defect": f"[{d.id}]({d.url}): {d.title}", "stack": f"{d.stack} ({d.version})",
+                    "reproduced": d.reproduced, "drill": c.drill, "affected": f"`{c.job}`: {_figures(c)}",
+                    "fixed": f"`{fixed.job}`: {_figures(fixed)}" if fixed else "no fix published",
+                    "why": ((c.payload or {}).get("reasons") or [c.note()])[0]})
+    return out
+
+
+DEFECT_COLUMNS = ("defect", "stack", "reproduced", "drill", "affected", "fixed", "why")
+
+
 def page(comp: Comparison) -> Page:
     table_rows = rows(comp)
+    blocks: list[Any] = []
+    defects = defect_rows(comp)
+    if defects:
+        blocks += ["Published defects: each drill on the affected setup and with the fix.",
+                   Table(DEFECT_COLUMNS, [[r[c] for c in DEFECT_COLUMNS] for r in defects])]
     return Page(f"Compare: suite `{comp.suite.name}` on `{comp.cluster}`", [
-        f"Jobs: {', '.join(comp.jobs)}. Versions: {_versions_line(comp)}.",
+        f"Jobs: {', '.join(comp.jobs)}. Versions: {_versions_line(comp)}.", *blocks,
         Table(COLUMNS, [[r[c] for c in COLUMNS] for r in table_rows], right=frozenset(NUMERIC),
               tones=[r["verdict"].split()[0] if r["verdict"] else None for r in table_rows])])
 
@@ -199,7 +295,9 @@ def to_json(comp: Comparison) -> dict[str, Any]:
     return {"suite": comp.suite.name, "cluster": comp.cluster, "jobs": comp.jobs, "versions": comp.versions,
             "exit_code": comp.exit_code,
             "cells": [{"job": c.job, "drill": c.drill, "verdict": c.verdict, "known_defect": c.known, "na": c.na,
-                       "note": c.note(), "result": c.payload} for c in comp.cells]}
+                       "role": c.role, "defect": c.defect.id if c.defect else None, "note": c.note(),
+                       "result": c.payload} for c in comp.cells],
+            "defects": defect_rows(comp)}
 
 
 def write_outputs(comp: Comparison, reports_dir: str | Path) -> Path:

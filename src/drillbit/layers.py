@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("loop", ("loop",)),
     ("runs", ("session", "campaign", "suite", "repeat", "sweep", "compare", "gameday", "onboard")),
     ("entry", ("cli", "pytest_plugin", "docgen", "layers")),
-    ("fixtures", ("reference", "stacks")),  # jobs that drillbit drills; nothing of the harness imports them
+    ("fixtures", ("reference", "stacks", "defects")),  # jobs that drillbit drills; nothing of the harness imports them
 ]
 # Internal imports kept inside a function on purpose: the command lines (drill's and the
 # agent's: a guardian process must start light) load only what a command needs — Ray,

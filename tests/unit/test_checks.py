@@ -261,3 +261,28 @@ def test_a_lossy_link_blamed_on_a_healthy_rank_fails_and_one_the_stack_cannot_he
     assert behind.verdict == "pass", behind.reasons  # a rank behind the lossy link is not a false blame
     deaf = check(lossy_spec(), lossy_history(["step"]))
     assert deaf.slos[0].status == "unknown" and deaf.verdict == "inconclusive"
+
+
+def digest_history(restored: str) -> History:
+    """A save of step 20 and, after the fault, its restore, each with a digest of the state."""
+    rows = prelude()
+    rows.insert(-1, (BASE + 6.2, "ckpt.save", {"step": 20, "path": "/c/step_20.pt", "digest": "aaaa"}))
+    rows += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed"),
+             (T_FAULT + 0.2, "detect", {"by": "torchrun"}), (T_FAULT + 3, "restart", {"attempt": 1}),
+             (T_FAULT + 5.8, "restore", {"step": 20, "path": "/c/step_20.pt", "digest": restored})]
+    rows += steps(21, 40, T_FAULT + 6.0)
+    end = T_FAULT + 6.0 + 19 * 0.25 + 0.1
+    rows += [(end, "observe.end"), (end + 0.1, "fault.heal", {"healed": True}), (end + 0.5, "drill.end")]
+    return History.build(sorted(rows, key=lambda r: r[0]))
+
+
+def test_a_restore_must_load_the_state_its_save_was_called_with():
+    same = check(spec(), digest_history("aaaa"))
+    assert same.verdict == "pass", same.reasons
+    assert next(s for s in same.slos if s.name == "restore_matches_save").status == "pass"
+    other = check(spec(), digest_history("bbbb"))
+    slo = next(s for s in other.slos if s.name == "restore_matches_save")
+    assert other.verdict == "fail" and slo.status == "fail" and slo.detail == "step 20: saved aaaa, restored bbbb"
+    assert any("not the state it had when it saved that step (aaaa)" in r for r in other.reasons)
+    # no digest on the restore line: nothing to judge, no SLO
+    assert all(s.name != "restore_matches_save" for s in check(spec(), kill_pass_history()).slos)

@@ -71,3 +71,72 @@ def test_the_stacks_suite_names_known_jobs_and_a_drill_its_own_cluster(tmp_path)
     with pytest.raises(SpecError) as err:
         load_suite(str(bad), config)
     assert "bad.yaml:5" in str(err.value) and "unknown job profile 'torchfft'" in str(err.value)
+
+
+def defect(**over):
+    from drillbit.spec.models import Defect
+
+    fields = dict(id="huggingface/transformers#35782", url="https://github.com/huggingface/transformers/issues/35782",
+                  title="auto-resume picks an incomplete checkpoint", stack="transformers", version="5.24.0",
+                  reproduced="at-version", signature=r"trainer_state\.json", fixed="hf-autoresume-complete")
+    return Defect(**{**fields, **over})
+
+
+def test_a_defect_counts_as_known_only_when_its_verdict_named_it_from_the_jobs_own_lines():
+    d = defect()
+    named = Cell("hf-autoresume", "hf-autoresume-incomplete",
+                 payload("fail", ["known defect huggingface/transformers#35782 (…): the job said, …"]),
+                 known="k", defect=d, role="affected")
+    fixed = Cell("hf-autoresume-complete", "hf-autoresume-incomplete", payload("pass"), defect=d, role="fixed")
+    assert comparison(named, fixed).exit_code == 0
+    other = Cell("hf-autoresume", "hf-autoresume-incomplete",
+                 payload("fail", ["not clearly huggingface/transformers#35782: …"]), known="k", defect=d,
+                 role="affected")
+    assert comparison(other, fixed).exit_code == 1  # failed, but not on the defect's mark
+    broken_fix = Cell("hf-autoresume-complete", "hf-autoresume-incomplete", payload("fail", ["x"]), defect=d,
+                      role="fixed")
+    assert comparison(named, broken_fix).exit_code == 1
+    gone = Cell("hf-autoresume", "hf-autoresume-incomplete", payload("pass"), known="k", defect=d, role="affected")
+    assert "not reproduced" in gone.note()
+    md = markdown(comparison(named, fixed))
+    row = next(line for line in md.splitlines() if line.startswith("| [huggingface/transformers#35782]"))
+    assert "(https://github.com/huggingface/transformers/issues/35782)" in row and "at-version" in row
+    assert "`hf-autoresume`: FAIL, first step 3.0 s" in row and "`hf-autoresume-complete`: PASS" in row
+
+
+def test_a_defect_needs_its_evidence_and_the_checker_names_it_only_on_it():
+    import pytest
+    from pydantic import ValidationError
+
+    from drillbit.checks.defect import recognise
+    from drillbit.checks.recovery import JobError, Measurements
+    from drillbit.checks.slo import SLOResult
+    from drillbit.history import History
+
+    with pytest.raises(ValidationError, match="needs its evidence"):
+        defect(signature=None)
+    m = Measurements(t_fault=1.0, job_errors=[JobError(attempts=[1, 2], rank=0, message=(
+        "FileNotFoundError: [Errno 2] No such file or directory: 'out/checkpoint-10/trainer_state.json'"))])
+    said = recognise(defect(), m, History(), [])
+    assert said.startswith("known defect huggingface/transformers#35782 (auto-resume picks")
+    assert "attempts 1–2, rank 0: FileNotFoundError" in said
+    assert recognise(defect(), Measurements(t_fault=1.0), History(), []).startswith("not clearly")
+    silent = defect(signature=None, check="restore_matches_save")
+    slo = SLOResult(name="restore_matches_save", measurement="restored_digest", limit=1, measured=0, status="fail",
+                    detail="step 15: saved a, restored b")
+    assert "restore_matches_save failed (step 15: saved a, restored b)" in recognise(silent, m, History(), [slo])
+    assert recognise(silent, m, History(), [slo.model_copy(update={"status": "pass"})]).startswith("not clearly")
+
+
+def test_the_known_defects_suite_runs_each_drill_on_its_affected_and_its_fixed_job():
+    from drillbit.compare import _defect_plan
+    from drillbit.spec.config import DrillConfig, with_builtins
+    from drillbit.spec.load import load_suite
+
+    suite = load_suite("known-defects", with_builtins(DrillConfig()))
+    plan = _defect_plan(suite, lambda entry: "local-process", None)
+    pairs = [(job, role) for job, _, _, role in plan]
+    assert ("hf-autoresume", "affected") in pairs and ("hf-autoresume-complete", "fixed") in pairs
+    assert ("redo-save-guard", "affected") in pairs and ("async-save-copy", "fixed") in pairs
+    for _, _, resolved, _ in plan:
+        assert resolved.spec.defect is not None and resolved.cluster == "local-process"

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from drillbit.checks.goodput import Ledger, ledger
 from drillbit.checks.projection import Projection, check_cadence, project
 from drillbit.checks.baseline import Baseline
+from drillbit.checks.defect import recognise
 from drillbit.checks.recovery import Measurements, measure
 from drillbit.checks.slo import SLOResult, evaluate
 from drillbit.checks.verdict import Verdict, combine
@@ -72,6 +73,8 @@ def check(spec: DrillSpec, history: History, *, baseline: Baseline | None = None
                         f"the job saves a checkpoint every {cadence.actual_interval_s:.1f} s, "
                         f"{cadence.ratio_to_optimum:.2g}x Daly's optimum of {cadence.daly_s:.1f} s")
         verdict, reasons = combine(history, m, slos, slo_reasons)
+        if spec.defect is not None and verdict == "fail":
+            reasons.insert(0, recognise(spec.defect, m, history, slos))
         return CheckResult(verdict=verdict, reasons=reasons, measurements=m, slos=slos, ledger=led,
                            projection=projection, cadence=cadence)
     except Exception as exc:  # a checker bug must never turn into a pass

@@ -49,6 +49,9 @@ class RecoveryFigures(BaseModel):
     time_to_restart: float | None = None
     time_to_restore: float | None = None
     restored_step: int | None = None
+    # the digest of the state the job printed when it restored, and when it saved that step
+    restored_digest: str | None = None
+    saved_digest: str | None = None
     time_to_first_step: float | None = None
     first_step: int | None = None
     lost_steps: int | None = None
@@ -273,6 +276,11 @@ def measure(history: History) -> Measurements:
         step = restore.data.get("step")  # a stack that names only the path (Lightning's last.ckpt)
         m.restored_step = int(step) if step is not None else None
         marker, floor = restore.t, m.restored_step if step is not None else 0
+        if restore.data.get("digest") and m.restored_step is not None:
+            m.restored_digest = str(restore.data["digest"])
+            saved = [e for e in events if e.kind == "ckpt.save" and e.t <= restore.t and e.data.get("digest")
+                     and e.data.get("step") is not None and int(e.data["step"]) == m.restored_step]
+            m.saved_digest = str(saved[-1].data["digest"]) if saved else None
     elif restart:
         marker, floor = restart.t, 0  # restarted without a restore: from wherever it began
     else:

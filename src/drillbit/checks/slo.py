@@ -240,6 +240,27 @@ def _judge_crash_invariants(j: Judging) -> None:
         j.results += _crash_invariants(m, j.reasons)
 
 
+def _judge_restore_matches_save(j: Judging) -> None:
+    """An invariant wherever the job prints a digest of its state when it saves and when it
+    restores: the state a restart loads is the state that was saved at that step."""
+    m = j.m
+    if m.restored_digest is None:
+        return
+    if m.saved_digest is None:
+        j.results.append(SLOResult(name="restore_matches_save", measurement="restored_digest", limit=1, measured=None,
+                                   status="unknown", detail=f"the job restored step {m.restored_step} (digest "
+                                                            f"{m.restored_digest}); no save line of that step gave one"))
+        return
+    same = m.restored_digest == m.saved_digest
+    j.results.append(SLOResult(name="restore_matches_save", measurement="restored_digest", limit=1, measured=int(same),
+                               status="pass" if same else "fail",
+                               detail=f"step {m.restored_step}: saved {m.saved_digest}, restored {m.restored_digest}"))
+    if not same:
+        j.reasons.append(f"the job restored step {m.restored_step}, but the state it loaded (digest {m.restored_digest}) "
+                         f"is not the state it had when it saved that step ({m.saved_digest}): the checkpoint holds "
+                         "values written after the save was called")
+
+
 def _judge_max_lost_steps(j: Judging) -> None:
     """Steps between the fault and the restored checkpoint."""
     slo = j.slo
@@ -329,6 +350,7 @@ JUDGES: tuple[tuple[Judge, tuple[type[BaseModel], ...]], ...] = (
     (_judge_attribution, (RecoveryFigures, AttributionFigures)),
     (_judge_restore_skipped_corrupted, (RecoveryFigures, DamageFigures)),
     (_judge_crash_invariants, (RecoveryFigures, SaveCrashFigures)),
+    (_judge_restore_matches_save, (RecoveryFigures,)),
     (_judge_max_lost_steps, (RecoveryFigures,)),
     (_judge_goodput_min, (RecoveryFigures,)),
     (_judge_limits, FAMILIES),

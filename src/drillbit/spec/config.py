@@ -687,6 +687,67 @@ BUILTIN_JOBS.update({
 })
 
 
+
+def _defect_job(module: str, description: str, *flags: str, presets: list[str], checkpoint: CheckpointSpec,
+                signals: list[Signal] | None = None) -> JobProfile:
+    """A job of :mod:`drillbit.defects` (drills/known-defects/): 2 ranks under torchrun
+    (--standalone, 3 restarts, polled every 0.5 s), its output in the run folder's job.out."""
+    return JobProfile(
+        description=description,
+        presets=presets,
+        signals=signals or [],
+        launch=LaunchSpec(command=["{python}", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                   "--max-restarts", "3", "--monitor-interval", "0.5", "-m",
+                                   f"drillbit.defects.{module}", *flags], env={"LOGLEVEL": "INFO"}),
+        ranks=RankDiscovery(cmdline=rf"-m drillbit\.defects\.{module}\b", exclude_cmdline=r"torch\.distributed\.run"),
+        launcher=r"torch\.distributed\.run",
+        logs=["{run_dir}/job.out"],
+        checkpoint=checkpoint,
+    )
+
+
+_HF_OUT = CheckpointSpec(dir="{run_dir}/job/out", layout="hf")
+_REDO_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="custom", glob="step_*", step_regex=r"^step_(\d+)$",
+                            marker="complete")
+
+# the async-save job's lines: each save and restore with a digest of the state (drillbit.defects.async_save)
+_DIGEST_SIGNALS = [
+    Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) ", ints=["n", "rank"]),
+    Signal(kind="ckpt.save", pattern=r"^saved step=(?P<step>\d+) path=(?P<path>\S+) digest=(?P<digest>\w+)",
+           ints=["step"]),
+    Signal(kind="restore", pattern=r"^restored step=(?P<step>\d+) path=(?P<path>\S+) digest=(?P<digest>\w+)",
+           ints=["step"]),
+]
+_ASYNC_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="step_*.pt", step_regex=r"^step_(\d+)\.pt$")
+
+# drills/known-defects/: each published defect's affected job and its fixed counterpart
+BUILTIN_JOBS.update({
+    "async-save-offload": _defect_job(
+        "async_save", "pytorch#144657 by its mechanism: rank 0 saves in a background thread what an offload to "
+        "the CPU staged, the live tensors themselves, while training goes on", "--ckpt-dir", "{run_dir}/job/ckpt",
+        presets=["torchrun"], checkpoint=_ASYNC_CKPT, signals=_DIGEST_SIGNALS),
+    "async-save-copy": _defect_job(
+        "async_save", "the async-save job with pytorch#145408's fix: the state is copied before the background "
+        "write", "--ckpt-dir", "{run_dir}/job/ckpt", "--stage", "copy", presets=["torchrun"],
+        checkpoint=_ASYNC_CKPT, signals=_DIGEST_SIGNALS),
+    "hf-autoresume": _defect_job(
+        "hf_resume", "transformers#35782: a Hugging Face Trainer job (transformers 5.24, 2 ranks) whose restart "
+        "resumes from get_last_checkpoint, the highest checkpoint-N, complete or not", "--out", "{run_dir}/job/out",
+        presets=["torchrun", "hf-trainer"], checkpoint=_HF_OUT),
+    "hf-autoresume-complete": _defect_job(
+        "hf_resume", "the Hugging Face Trainer job whose restart resumes from the newest checkpoint-N holding "
+        "trainer_state.json (the workaround of transformers#35525)", "--out", "{run_dir}/job/out", "--resume",
+        "complete", presets=["torchrun", "hf-trainer"], checkpoint=_HF_OUT),
+    "redo-save-guard": _defect_job(
+        "redo_save", "NeMo Automodel#3254 by its mechanism: every rank writes its shard into step_N/ in place, and "
+        "rank 0 alone raises FileExistsError when step_N/ is there already (an interrupted save's)",
+        "--ckpt-dir", "{run_dir}/job/ckpt", presets=["torchrun"], checkpoint=_REDO_CKPT, signals=_LOOP_SIGNALS),
+    "redo-save-atomic": _defect_job(
+        "redo_save", "the redo-save job with Automodel#3261's fix: shards go into step_N.partial/ (a leftover is "
+        "cleared), renamed into place once every rank has written", "--ckpt-dir", "{run_dir}/job/ckpt",
+        "--save", "atomic", presets=["torchrun"], checkpoint=_REDO_CKPT, signals=_LOOP_SIGNALS),
+})
+
 def with_builtins(config: DrillConfig) -> DrillConfig:
     return config.model_copy(update={
         "clusters": {**BUILTIN_CLUSTERS, **config.clusters},

@@ -198,11 +198,18 @@ def drill_dirs(extra: str | None = None) -> list[Path]:
     return project_dirs("drills", extra)
 
 
+KNOWN_DEFECTS = "known-defects"  # drills/known-defects/: the published defects, each a drill
+
+
 def catalogue(extra: str | None = None) -> dict[str, Path]:
-    """Drill name -> spec file, first directory wins."""
+    """Drill name -> spec file, first directory wins; the published defects' drills
+    (``drills/known-defects/``) come after the catalogue's own."""
     found: dict[str, Path] = {}
     for d in drill_dirs(extra):
         for f in sorted(d.glob("*.yaml")):
+            found.setdefault(f.stem, f)
+    for d in drill_dirs(extra):
+        for f in sorted((d / KNOWN_DEFECTS).glob("*.yaml")):
             found.setdefault(f.stem, f)
     return found
 

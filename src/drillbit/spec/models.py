@@ -316,6 +316,50 @@ class BlastRadius(Strict):
     max_share: float = Field(0.5, gt=0, le=1, description="share of the job's ranks")
 
 
+class Defect(Strict):
+    """A published recovery-path defect that a drill reproduces (``drills/known-defects/``):
+    the drill's own job is the affected setup; ``fixed`` names the profile with the fix."""
+
+    id: str = Field(pattern=r"^[\w.-]+(/[\w.-]+)?#\d+$",
+                    description="where it was reported: repo#N or owner/repo#N")
+    url: str = Field(pattern=r"^https://", description="the issue or pull request")
+    title: str
+    """the defect in words an on-call engineer would recognise"""
+    stack: str
+    """the stack it lives in (transformers, torch, orbax, ...)"""
+    version: str
+    """the version(s) the report gives, and the one drilled"""
+    reproduced: Literal["at-version", "same-mechanism"]
+    """at-version: the stack itself at an affected version; same-mechanism: a job that does what the affected code did"""
+    mechanism: str = ""
+    """how the job reproduces it (same-mechanism: what it does as the affected code did)"""
+    signature: str | None = Field(None, description="a regex the job's own error lines match when the defect is "
+                                                    "what failed the drill (named in the verdict)")
+    check: str | None = Field(None, description="the SLO whose failure is the defect's mark, where the job prints "
+                                                "no error (a hang, a silent wrong restore): e.g. restore_matches_save")
+    fixed: str | None = None
+    """the job profile with the fix or workaround, which passes; none where no fix exists"""
+    fix: str = ""
+    """what the fix does"""
+
+    @field_validator("signature")
+    @classmethod
+    def _signature(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regex: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _evidence(self) -> "Defect":
+        if self.signature is None and self.check is None:
+            raise ValueError("a defect needs its evidence: signature (a regex on the job's error lines) or check "
+                             "(the SLO whose failure marks it)")
+        return self
+
+
 class DrillSpec(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     """the drill's name (drill run NAME)"""
@@ -339,6 +383,8 @@ class DrillSpec(Strict):
     """the drill's safeguard"""
     blast_radius: BlastRadius = Field(default_factory=BlastRadius)
     """how much of the job one drill may hit"""
+    defect: Defect | None = None
+    """the published defect this drill reproduces (drills/known-defects/)"""
 
 
 class SuiteEntry(Strict):

@@ -1,0 +1,68 @@
+"""Published recovery-path defects, reproduced on real processes and caught
+(drills/known-defects/): each drill FAILs on its affected job with a verdict that names the
+defect from what the job printed, and PASSes on the fixed profile.
+
+- transformers#35782 with the real Trainer (5.24.0 still saves checkpoint-N in place and
+  auto-resumes from the highest one): the restart crash-loops on trainer_state.json;
+- NeMo Automodel#3254 by its mechanism: the redone save raises FileExistsError on rank 0;
+- pytorch#144657 by its mechanism: an async save of live CPU tensors holds later values, seen
+  by the digests the job prints when it saves and when it restores.
+
+The last two go through ``drill compare --suite`` as users run it (exit 0: every FAIL a
+known defect named by its mark, every fix a PASS)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from drillbit.session import execute, resolve
+from tests.integration.cli import drill_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_trainers_auto_resume_crash_loops_on_a_cut_short_save_and_the_workaround_resumes(tmp_path):
+    pytest.importorskip("transformers")
+    affected, _ = execute(resolve("hf-autoresume-incomplete", cluster="local-process"), reports_dir=str(tmp_path))
+    assert affected["verdict"] == "fail" and affected["exit_code"] == 1, affected["reasons"]
+    first = affected["reasons"][0]
+    assert first.startswith("known defect huggingface/transformers#35782"), first
+    assert "FileNotFoundError" in first and "checkpoint-10/trainer_state.json" in first
+    slo = {s["name"]: s for s in affected["slos"]}
+    assert slo["restored_incomplete"]["status"] == "fail" and slo["first_step_within"]["status"] == "fail"
+    assert affected["measurements"]["restarts"] >= 2 and affected["fault"]["confirmed"]
+    fixed, _ = execute(resolve("hf-autoresume-incomplete", cluster="local-process", job="hf-autoresume-complete"),
+                       reports_dir=str(tmp_path))
+    assert fixed["verdict"] == "pass" and fixed["exit_code"] == 0, fixed["reasons"]
+    m = fixed["measurements"]
+    assert m["restored_step"] == 5 and m["restarts"] == 1 and m["time_to_first_step"] is not None
+
+
+def test_compare_catches_a_redone_save_and_an_async_save_of_live_tensors_and_passes_their_fixes(tmp_path):
+    suite = tmp_path / "defects.yaml"
+    suite.write_text("name: defects\ncluster: local-process\ndrills:\n  - redo-interrupted-save\n"
+                     "  - async-save-live-tensors\n")
+    done = drill_cli("compare", "--suite", str(suite), "--reports", str(tmp_path / "reports"), "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    comp = json.loads(done.stdout)
+    cells = {(c["drill"], c["role"]): c for c in comp["cells"]}
+    redo = cells["redo-interrupted-save", "affected"]["result"]
+    assert redo["verdict"] == "fail" and redo["reasons"][0].startswith("known defect NVIDIA-NeMo/Automodel#3254")
+    assert "FileExistsError: Checkpoint directory" in redo["reasons"][0] and "step_20 already exists" in redo["reasons"][0]
+    assert redo["measurements"]["restarts"] >= 2
+    live = cells["async-save-live-tensors", "affected"]["result"]
+    assert live["verdict"] == "fail" and live["reasons"][0].startswith("known defect pytorch/pytorch#144657")
+    m = live["measurements"]
+    assert m["restored_digest"] != m["saved_digest"] and m["restored_step"] == 15
+    for drill in ("redo-interrupted-save", "async-save-live-tensors"):
+        fixed = cells[drill, "fixed"]["result"]
+        assert fixed["verdict"] == "pass", (drill, fixed["reasons"])
+    assert cells["async-save-live-tensors", "fixed"]["result"]["measurements"]["restored_digest"] == \
+        cells["async-save-live-tensors", "fixed"]["result"]["measurements"]["saved_digest"]
+    assert [r["drill"] for r in comp["defects"]] == ["redo-interrupted-save", "async-save-live-tensors"]
+    [folder] = (tmp_path / "reports").glob("compare-*")
+    md = (folder / "compare.md").read_text()
+    assert "[NVIDIA-NeMo/Automodel#3254](https://github.com/NVIDIA-NeMo/Automodel/issues/3254)" in md
+    assert "`redo-save-atomic`: PASS" in md
