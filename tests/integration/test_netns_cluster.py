@@ -244,6 +244,23 @@ def test_an_etcd_that_is_no_nodes_survives_the_loss_of_the_rendezvous_host(tmp_p
     assert re.search(r"rdzv_backend\s*: etcd-v2", (run_dir / "job" / "launcher.log").read_text())
 
 
+def test_a_node_that_rejoins_at_once_bypasses_max_restarts_zero(tmp_path):
+    """pytorch#147064 at torch 2.13 (drills/known-defects/): node 1's torchrun SIGKILLed, its
+    supervisor starts it again at once; node 0's agent restarts its healthy workers for the
+    node that joined and counts no attempt, so --max-restarts 0 is bypassed."""
+    resolved = resolve("rejoin-bypasses-max-restarts", cluster="local-netns")
+    result, outcome = execute(resolved, reports_dir=str(tmp_path))
+    assert result["verdict"] == "fail" and result["exit_code"] == 1, result["reasons"]
+    first = result["reasons"][0]
+    assert first.startswith("known defect pytorch/pytorch#147064") and "limits.restarts.max failed" in first, first
+    assert "restarted its healthy workers for 1 node(s) that joined, and counted no attempt" in first
+    assert result["measurements"]["restarts"] >= 1 and result["fault"]["confirmed"]
+    log = (outcome.run_dir / "job" / "launcher.log").read_text()
+    assert "respawn: the launcher exited" in (outcome.run_dir / "job-node-1.out").read_text()
+    assert re.search(r"Detected 1 new nodes from group_rank=0; will restart worker group", log)
+    assert "max_restarts             : 0" in log
+
+
 def group_steps(run_dir: Path, group: int) -> list[str]:
     return [line for line in (run_dir / "job" / f"group{group}.log").read_text().splitlines()
             if line.startswith("step=")]

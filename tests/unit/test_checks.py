@@ -286,3 +286,23 @@ def test_a_restore_must_load_the_state_its_save_was_called_with():
     assert any("not the state it had when it saved that step (aaaa)" in r for r in other.reasons)
     # no digest on the restore line: nothing to judge, no SLO
     assert all(s.name != "restore_matches_save" for s in check(spec(), kill_pass_history()).slos)
+
+
+def membership_history(counted_too: bool) -> History:
+    """torchrun's restart lines only (a job that announces none itself): a membership restart
+    ("Detected 1 new nodes"), with or without another agent's counted attempt beside it."""
+    rows = prelude()
+    rows += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed"),
+             (T_FAULT + 4.0, "restart", {"waiting": 1, "group_rank": 0, "by": "torchrun"})]
+    if counted_too:
+        rows.append((T_FAULT + 3.0, "restart", {"attempt": 1, "by": "torchrun"}))
+    rows += [(T_FAULT + 5.8, "restore", {"step": 20, "path": "/c/step_20"})]
+    rows += steps(21, 40, T_FAULT + 6.0)
+    end = T_FAULT + 6.0 + 19 * 0.25 + 0.1
+    rows += [(end, "observe.end"), (end + 0.1, "drill.end")]
+    return History.build(sorted(rows, key=lambda r: r[0]))
+
+
+def test_a_membership_restart_counts_alone_and_is_part_of_another_nodes_counted_one():
+    assert measure(membership_history(counted_too=False)).restarts == 1  # a node that left and came straight back
+    assert measure(membership_history(counted_too=True)).restarts == 1   # one recovery, seen by two agents

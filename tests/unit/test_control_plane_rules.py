@@ -205,3 +205,20 @@ def test_a_cut_from_the_control_plane_is_predicted_from_the_quorum_timeout():
     assert (p.detect_s, p.by) == (30.0, "quorum")  # Manager(quorum_timeout=max(30 s, --timeout))
     node = predict(Partition.seen_by(PartitionParams()), Partition.verb, BUILTIN_JOBS["torchft"].timeouts, spec.slo)
     assert node.by == "collective"  # a whole node cut off: its peers' collective gives up first
+
+
+def test_a_control_plane_process_named_by_its_node_index_binds_to_that_launched_node():
+    from drillbit.errors import ConfigError
+    from drillbit.loop.bind import BINDERS
+    from drillbit.faults.kill_control_plane import ControlPlaneParams, where_node
+    from drillbit.spec.config import BUILTIN_JOBS
+
+    job = BUILTIN_JOBS["reference-respawn"]
+    params = ControlPlaneParams(name="elastic-agent-1")
+    before = BINDERS["control_plane"](params, job, Path("/r"), "kill-control-plane", {})
+    assert before.node is None and before.process.node == 1 and where_node(before) == "node 1 (counted from 0)"
+    launched = {"n0": {"node_rank": "0"}, "n1": {"node_rank": "1"}}
+    after = BINDERS["control_plane"](params, job, Path("/r"), "kill-control-plane", launched)
+    assert after.node == "n1" and after.process.node == "n1"
+    with pytest.raises(ConfigError, match="on node 1 .counted from 0., and the job was launched on 1 node"):
+        BINDERS["control_plane"](params, job, Path("/r"), "kill-control-plane", {"n0": {}})

@@ -20,7 +20,8 @@ def recognise(defect: Defect, m: Measurements, history: History, slos: list[SLOR
     if defect.check is not None:
         failed = next((s for s in slos if s.name == defect.check and s.status == "fail"), None)
         if failed is not None:
-            return f"{head}: {failed.name} failed" + (f" ({failed.detail})" if failed.detail else "")
+            said = f"{head}: {failed.name} failed" + (f" ({failed.detail})" if failed.detail else "")
+            return said + membership(m, history)
         if defect.signature is None:
             return (f"not clearly {defect.id}: the drill failed, but not on {defect.check}, the defect's mark; "
                     "another failure may be at work")
@@ -48,3 +49,15 @@ def excerpt(message: str, most: int = 200) -> str:
     name = message.split(": ", 1)[0] if ": " in message[:80] else ""
     keep = most - len(name) - 3
     return f"{name}: …{message[-keep:]}" if name else f"…{message[-most:]}"
+
+
+def membership(m: Measurements, history: History) -> str:
+    """A launcher's own word that it restarted healthy workers for a node that joined (torchrun's
+    "Detected N new nodes from group_rank=G; will restart worker group"): uncounted restarts."""
+    after = m.t_fault if m.t_fault is not None else float("-inf")
+    seen = [e for e in history.of("restart") if e.t >= after and "waiting" in e.data]
+    if not seen:
+        return ""
+    e = seen[0]
+    return (f"; the launcher of group rank {e.data.get('group_rank', '?')} restarted its healthy workers for "
+            f"{e.data['waiting']} node(s) that joined, and counted no attempt")

@@ -209,6 +209,12 @@ def measure(history: History) -> Measurements:
     # numbers its own attempts — and one attempt number is one restart.
     restarts = [e for e in events if e.kind == "restart" and e.t >= t0]
     restarts = [e for e in restarts if e.data.get("by") is None] or restarts
+    # a launcher that restarts its healthy workers because another node joined (torchrun's
+    # "Detected N new nodes") is part of that node's recovery when another launcher counted
+    # an attempt within seconds of it; alone (a node that left and came straight back), it
+    # is a restart of its own, which no attempt count shows
+    counted = [e.t for e in restarts if "attempt" in e.data]
+    restarts = [e for e in restarts if "waiting" not in e.data or not any(abs(t - e.t) <= 10.0 for t in counted)]
     restart = restarts[0] if restarts else None
     m.restarts = len({e.data.get("attempt", f"event-{e.seq}") for e in restarts})
     m.job_errors = job_errors(events, t0, [e.t for e in restarts])

@@ -50,6 +50,13 @@ class ControlPlaneParams(Params):
     _launcher = field_validator("launcher")(classmethod(lambda cls, v: launcher_regex(v)))
 
 
+def where_node(params: ControlPlaneParams) -> str:
+    if params.node is not None:
+        return params.node
+    index = params.process.node if params.process is not None else None
+    return f"node {index} (counted from 0)" if isinstance(index, int) and index else "the first node"
+
+
 class ControlPlaneState(State):
     name: str
     process: ProcRef
@@ -177,7 +184,7 @@ class KillControlPlane(Fault[ControlPlaneParams, ControlPlaneState]):
             return []
         where = "named by its pid file" if spec.pidfile else "among that node's job"
         return [f"{params.signal} to control_plane.{params.name} ({described(spec)}) on "
-                f"{params.node or 'the first node'}, {where}"]
+                f"{where_node(params)}, {where}"]
 
     def describe(self, target: ProcRef, params: ControlPlaneParams) -> PlanStep:
         plan = self.plan([target], params)

@@ -89,7 +89,14 @@ def _entry(name: str | None, job: JobProfile, fault: str, launched: Launched, wh
     if name not in job.control_plane:
         raise ConfigError(f"{fault}: {name!r} is not in the job profile's control_plane ({', '.join(names)})")
     entry = job.control_plane[name]
-    node = entry.node or (next(iter(launched)) if launched else None)
+    if isinstance(entry.node, int):  # by its place in the launch order: the same on every engine
+        nodes = list(launched or {})
+        node = nodes[entry.node] if entry.node < len(nodes) else None
+        if launched and node is None:
+            raise ConfigError(f"{fault}: control_plane {name!r} is on node {entry.node} (counted from 0), and the job "
+                              f"was launched on {len(nodes)} node(s)")
+    else:
+        node = entry.node or (next(iter(launched)) if launched else None)
     return name, entry, node, (launched or {}).get(node or "", {})
 
 
@@ -106,7 +113,7 @@ def _control_plane(params: Any, job: JobProfile, run_dir: Path, fault: str, laun
         text = expand(port, values)
         port = int(text) if text.isdigit() else port
     filled = entry.model_copy(update={"pidfile": expand(entry.pidfile, values) if entry.pidfile else None,
-                                      "port": port, "node": node})
+                                      "port": port, "node": node if node is not None else entry.node})
     return params.model_copy(update={"name": name, "process": filled, "node": node})
 
 

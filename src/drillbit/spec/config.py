@@ -255,8 +255,8 @@ class ControlPlaneProcess(Strict):
                                                      "rendezvous port drillbit chose for the launch)")
     pidfile: str | None = Field(None, description="a file holding its pid (a number, or JSON {pid, start_time}); "
                                                   "placeholders {run_dir} and the node's")
-    node: str | None = Field(None, description="the node it runs on (default: the first node, the rendezvous "
-                                               "host)")
+    node: str | int | None = Field(None, description="the node it runs on: its name, or its index in the launch "
+                                                     "order (0 is the first node, the rendezvous host; the default)")
     address: str | None = Field(None, description="HOST:PORT the job's other processes reach it at "
                                                   "(placeholders {head}, {port}, {service_host}, the node's): what "
                                                   "partition cuts a node off from with params.control_plane")
@@ -710,6 +710,21 @@ _HF_OUT = CheckpointSpec(dir="{run_dir}/job/out", layout="hf")
 _REDO_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="custom", glob="step_*", step_regex=r"^step_(\d+)$",
                             marker="complete")
 
+def _respawned(description: str, *flags: str) -> JobProfile:
+    """The multi-node reference job with each node's launcher under drillbit.defects.respawn
+    (a node supervisor that starts it again at once, as systemd's Restart=on-failure does),
+    and node 1's elastic agent named as a control-plane process of its own."""
+    job = _reference(description, *flags)
+    assert job.launch is not None
+    return job.model_copy(update={
+        "launch": job.launch.model_copy(update={"command": ["{python}", "-m", "drillbit.defects.respawn", "--",
+                                                            *job.launch.command]}),
+        "launcher": r"torch\.distributed\.run|drillbit\.reference\.launch|drillbit\.defects\.respawn",
+        "control_plane": {**job.control_plane, "elastic-agent-1": ControlPlaneProcess(
+            cmdline=r"torch\.distributed\.run", node=1)},
+    })
+
+
 # the async-save job's lines: each save and restore with a digest of the state (drillbit.defects.async_save)
 _DIGEST_SIGNALS = [
     Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) ", ints=["n", "rank"]),
@@ -722,6 +737,9 @@ _ASYNC_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="step
 
 # drills/known-defects/: each published defect's affected job and its fixed counterpart
 BUILTIN_JOBS.update({
+    "reference-respawn": _respawned(
+        "pytorch#147064: the reference job on 2+ nodes under torchrun --max-restarts 0, each node's launcher "
+        "started again at once when it dies (a node supervisor's Restart=on-failure)", "--max-restarts", "0"),
     "async-save-offload": _defect_job(
         "async_save", "pytorch#144657 by its mechanism: rank 0 saves in a background thread what an offload to "
         "the CPU staged, the live tensors themselves, while training goes on", "--ckpt-dir", "{run_dir}/job/ckpt",
