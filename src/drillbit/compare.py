@@ -20,7 +20,9 @@ bad input, 5 for a harness error, else the worst other verdict's.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,21 +99,34 @@ class Comparison:
     cluster: str = ""
     cells: list[Cell] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
+    job_versions: dict[str, dict[str, str]] = field(default_factory=dict)  # per job, from its own interpreter
+    presets: dict[str, list[str]] = field(default_factory=dict)  # per job: which stack it is
 
     @property
     def exit_code(self) -> int:
         return suite_exit_code(c.counted for c in self.cells)
 
 
-def versions(presets: list[str]) -> dict[str, str]:
+def versions(presets: list[str], python: str | None = None) -> dict[str, str]:
+    """The version of each stack behind the presets: in this environment, or in the job's own
+    interpreter (``launch.python``: another virtual environment, another version)."""
+    packages = list(dict.fromkeys(PRESET_PACKAGES[p] for p in presets if p in PRESET_PACKAGES))
+    if python and "{" not in python:
+        script = ("import importlib.metadata as m, json, sys\nout = {}\nfor p in sys.argv[1:]:\n"
+                  "    try: out[p] = m.version(p)\n    except m.PackageNotFoundError: out[p] = None\n"
+                  "print(json.dumps(out))")
+        try:
+            done = subprocess.run([python, "-c", script, *packages], capture_output=True, text=True, timeout=60)
+            found = json.loads(done.stdout) if done.returncode == 0 else {}
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            found = {}
+        return {p: found.get(p) or f"not found by {python}" for p in packages}
     out = {}
-    for preset in presets:
-        package = PRESET_PACKAGES.get(preset)
-        if package and package not in out:
-            try:
-                out[package] = importlib.metadata.version(package)
-            except importlib.metadata.PackageNotFoundError:
-                out[package] = "not installed here"
+    for package in packages:
+        try:
+            out[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            out[package] = "not installed here"
     return out
 
 
@@ -168,7 +183,11 @@ def run_compare(suite: SuiteSpec, jobs: list[str], *, cluster: str | None = None
     for job, entry, resolved, role in plan:
         if resolved.cluster not in comp.cluster.split(", "):
             comp.cluster = ", ".join(c for c in (comp.cluster, resolved.cluster) if c)
-        comp.versions.update(versions(resolved.config.jobs[job].presets))
+        profile = resolved.config.jobs[job]
+        comp.presets[job] = list(profile.presets)
+        if job not in comp.job_versions:
+            comp.job_versions[job] = versions(profile.presets, profile.launch.python if profile.launch else None)
+            comp.versions.update(comp.job_versions[job])
         defect = resolved.spec.defect if role else None
         known = f"{defect.id}: {defect.title}" if defect is not None and role == "affected" else None
         cell = Cell(job=job, drill=resolved.spec.name, known=known or entry.known_defects.get(job), defect=defect,
@@ -229,8 +248,53 @@ COLUMNS = ("job", "drill", "detect s", "first step s", "restored", "lost steps",
 NUMERIC = ("detect s", "first step s", "lost steps", "goodput")
 
 
-def _versions_line(comp: Comparison) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(comp.versions.items()))
+def versions_line(comp: Comparison) -> str:
+    def line(found: dict[str, str]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(found.items()))
+
+    per_job = {job: line(found) for job, found in comp.job_versions.items()}
+    if len(set(per_job.values())) > 1:  # the jobs run different versions: say which is which
+        return "; ".join(f"{job}: {text or 'none'}" for job, text in per_job.items())
+    return line(comp.versions)
+
+
+def _delta(a: Any, b: Any, unit: str = "") -> str:
+    if a is None and b is None:
+        return "—"
+    if a is None or b is None:
+        return f"{_fmt(a)} → {_fmt(b)}{unit}"
+    if a == b:
+        return f"{_fmt(a)}{unit}, same"
+    diff = b - a
+    return f"{_fmt(a)} → {_fmt(b)}{unit} ({'+' if diff > 0 else ''}{_fmt(diff)})"
+
+
+def changes(comp: Comparison) -> list[dict[str, str]]:
+    """With two jobs of one stack (two versions, or before and after a change): each drill's
+    verdict and figures on the first and on the second, and what changed."""
+    if len(comp.jobs) != 2 or any(c.role for c in comp.cells):
+        return []
+    first, second = comp.jobs
+    if first not in comp.presets or sorted(comp.presets[first]) != sorted(comp.presets.get(second, [])):
+        return []  # two different stacks side by side: the table above is the comparison
+    by = {(c.job, c.drill): c for c in comp.cells}
+    out = []
+    for drill in dict.fromkeys(c.drill for c in comp.cells):
+        a, b = by.get((first, drill)), by.get((second, drill))
+        if a is None or b is None:
+            continue
+        ma = (a.payload or {}).get("measurements", {})
+        mb = (b.payload or {}).get("measurements", {})
+        verdict = a.verdict if a.verdict == b.verdict else f"{a.verdict} → **{b.verdict}**"
+        out.append({"drill": drill, "verdict": verdict,
+                    "detect s": _delta(ma.get("time_to_detect"), mb.get("time_to_detect")),
+                    "first step s": _delta(ma.get("time_to_first_step"), mb.get("time_to_first_step")),
+                    "lost steps": _delta(ma.get("lost_steps"), mb.get("lost_steps")),
+                    "goodput": _delta(ma.get("goodput"), mb.get("goodput"))})
+    return out
+
+
+CHANGE_COLUMNS = ("drill", "verdict", "detect s", "first step s", "lost steps", "goodput")
 
 
 def _figures(c: Cell | None) -> str:
@@ -277,8 +341,12 @@ def page(comp: Comparison) -> Page:
     if defects:
         blocks += ["Published defects: each drill on the affected setup and with the fix.",
                    Table(DEFECT_COLUMNS, [[r[c] for c in DEFECT_COLUMNS] for r in defects])]
+    changed = changes(comp)
+    if changed:
+        blocks += [f"What changed from `{comp.jobs[0]}` to `{comp.jobs[1]}`:",
+                   Table(CHANGE_COLUMNS, [[r[c] for c in CHANGE_COLUMNS] for r in changed])]
     return Page(f"Compare: suite `{comp.suite.name}` on `{comp.cluster}`", [
-        f"Jobs: {', '.join(comp.jobs)}. Versions: {_versions_line(comp)}.", *blocks,
+        f"Jobs: {', '.join(comp.jobs)}. Versions: {versions_line(comp)}.", *blocks,
         Table(COLUMNS, [[r[c] for c in COLUMNS] for r in table_rows], right=frozenset(NUMERIC),
               tones=[r["verdict"].split()[0] if r["verdict"] else None for r in table_rows])])
 
@@ -293,6 +361,7 @@ def html(comp: Comparison) -> str:
 
 def to_json(comp: Comparison) -> dict[str, Any]:
     return {"suite": comp.suite.name, "cluster": comp.cluster, "jobs": comp.jobs, "versions": comp.versions,
+            "job_versions": comp.job_versions, "changes": changes(comp),
             "exit_code": comp.exit_code,
             "cells": [{"job": c.job, "drill": c.drill, "verdict": c.verdict, "known_defect": c.known, "na": c.na,
                        "role": c.role, "defect": c.defect.id if c.defect else None, "note": c.note(),

@@ -140,3 +140,42 @@ def test_the_known_defects_suite_runs_each_drill_on_its_affected_and_its_fixed_j
     assert ("redo-save-guard", "affected") in pairs and ("async-save-copy", "fixed") in pairs
     for _, _, resolved, _ in plan:
         assert resolved.spec.defect is not None and resolved.cluster == "local-process"
+
+
+def test_two_jobs_show_what_changed_in_each_verdict_and_figure():
+    from drillbit.compare import changes, versions_line
+
+    def at(detect, first, verdict):
+        p = payload(verdict)
+        p["measurements"].update(time_to_detect=detect, time_to_first_step=first)
+        return p
+
+    comp = comparison(Cell("nvrx-old", "blame-stall", at(10.0, 30.0, "pass")),
+                      Cell("nvrx-new", "blame-stall", at(12.5, None, "fail")),
+                      Cell("nvrx-old", "kill-rank", at(1.0, 5.0, "pass")),
+                      Cell("nvrx-new", "kill-rank", at(1.0, 4.0, "pass")))
+    comp.jobs = ["nvrx-old", "nvrx-new"]
+    comp.presets = {"nvrx-old": ["nvrx", "torchrun"], "nvrx-new": ["torchrun", "nvrx"]}
+    comp.job_versions = {"nvrx-old": {"nvidia-resiliency-ext": "0.4.1"}, "nvrx-new": {"nvidia-resiliency-ext": "0.7.0"}}
+    rows = {r["drill"]: r for r in changes(comp)}
+    assert rows["blame-stall"]["verdict"] == "pass → **fail**"
+    assert rows["blame-stall"]["detect s"] == "10.00 → 12.50 (+2.50)" and rows["blame-stall"]["first step s"] == "30.00 → —"
+    assert rows["kill-rank"]["verdict"] == "pass" and rows["kill-rank"]["first step s"] == "5.00 → 4.00 (-1.00)"
+    assert rows["kill-rank"]["detect s"] == "1.00, same"
+    assert versions_line(comp) == "nvrx-old: nvidia-resiliency-ext 0.4.1; nvrx-new: nvidia-resiliency-ext 0.7.0"
+    assert "What changed from `nvrx-old` to `nvrx-new`" in markdown(comp)
+
+
+def test_a_jobs_own_interpreter_is_asked_for_its_versions_and_names_python_in_its_command():
+    import sys
+
+    from drillbit.compare import versions
+    from drillbit.spec.config import LaunchSpec
+    from drillbit.transport.nodes import with_python
+
+    found = versions(["torchrun", "hf-trainer"], python=sys.executable)
+    assert found["torch"].startswith("2.13") and found["transformers"]
+    assert versions(["torchrun"], python="/nonexistent/python")["torch"] == "not found by /nonexistent/python"
+    spec = LaunchSpec(command=["{python}", "-m", "x"], python="/opt/{node}/bin/python")
+    assert with_python(spec, {"python": "/usr/bin/python3", "node": "n1"})["python"] == "/opt/n1/bin/python"
+    assert with_python(LaunchSpec(command=["x"]), {"python": "p"}) == {"python": "p"}

@@ -23,7 +23,7 @@ def compare(suite_name: str, jobs: str, cluster: str | None, config_path: str | 
             db: str | None, as_json: bool) -> int:
     """Run a suite against several job profiles and print one table: detect, first step, lost
     steps, goodput, whom the stack blamed, verdict (and compare.md / .html / .json)."""
-    from drillbit.compare import COLUMNS, NUMERIC, rows, run_compare, to_json, write_outputs
+    from drillbit.compare import COLUMNS, NUMERIC, changes, rows, run_compare, to_json, versions_line, write_outputs
     from drillbit.errors import ConfigError
     from drillbit.spec.load import load_suite
 
@@ -49,7 +49,11 @@ def compare(suite_name: str, jobs: str, cluster: str | None, config_path: str | 
     out.print(table)
     for r in table_rows:  # the reasons in full, under the table
         out.print(f"{r['job']} / {r['drill']}: {r['why']}", markup=False, highlight=False)
-    out.print("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(comp.versions.items())), markup=False)
+    for c in changes(comp):  # two jobs: what changed from the first to the second
+        out.print(f"{c['drill']}: {c['verdict'].replace('**', '')}; detect {c['detect s']}; first step "
+                  f"{c['first step s']}; lost steps {c['lost steps']}; goodput {c['goodput']}", markup=False,
+                  highlight=False)
+    out.print("versions: " + versions_line(comp), markup=False)
     out.print(f"compare report: {folder}/compare.md, compare.html, compare.json", markup=False)
     return comp.exit_code
 

@@ -69,6 +69,13 @@ class LocalSlurm:
         return self.root / "slurm.conf"
 
     @property
+    def sockets(self) -> Path:
+        """A short folder for the daemons' Unix sockets (munged's; slurmd's spool, where each
+        step's slurmstepd listens on ``<node>_<job>.<step>``): a socket's path must fit in 107
+        bytes, and a folder deep in a test's temporary tree does not leave room for it."""
+        return Path("/tmp") / f"drillbit-slurm-{hashlib.sha1(str(self.root.resolve()).encode()).hexdigest()[:10]}"
+
+    @property
     def node_names(self) -> list[str]:
         return [f"n{i}" for i in range(1, self.nodes + 1)]
 
@@ -78,16 +85,18 @@ class LocalSlurm:
 
     def write(self) -> None:
         root = self.root
-        for sub in ("munge", "spool", "state", "log"):
+        for sub in ("munge", "state", "log"):
             (root / sub).mkdir(parents=True, exist_ok=True)
+        (self.sockets / "spool").mkdir(parents=True, exist_ok=True)
         os.chmod(root, 0o755)
-        os.chmod(root / "munge", 0o755)  # the socket's folder must be reachable by job users
+        os.chmod(root / "munge", 0o755)
+        os.chmod(self.sockets, 0o755)  # the socket's folder must be reachable by job users
         key = root / "munge" / "munge.key"
         if not key.exists():
             key.write_bytes(os.urandom(1024))
             os.chmod(key, 0o400)
         ctl, *slurmd = _free_ports(1 + self.nodes)
-        sock = root / "munge" / "munge.sock"
+        sock = self.sockets / "munge.sock"
         names = self.node_names
         lines = [
             # a name of its own (from its folder): apart from other local clusters on this machine
@@ -98,9 +107,9 @@ class LocalSlurm:
             "SlurmdUser=root",
             f"AuthInfo=socket={sock},cred_expire={self.requeue_hold}",
             f"StateSaveLocation={root / 'state'}",
-            f"SlurmdSpoolDir={root / 'spool'}/%n",
+            f"SlurmdSpoolDir={self.sockets / 'spool'}/%n",
             f"SlurmctldPidFile={root / 'slurmctld.pid'}",
-            f"SlurmdPidFile={root / 'spool'}/slurmd-%n.pid",
+            f"SlurmdPidFile={self.sockets / 'spool'}/slurmd-%n.pid",
             f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
             f"SlurmdLogFile={root / 'log'}/slurmd-%n.log",
             "ProctrackType=proctrack/linuxproc",
@@ -147,10 +156,10 @@ class LocalSlurm:
             raise DrillError(f"a local Slurm needs {', '.join(missing)} (Debian: apt-get install slurm-wlm munge)")
         self.write()
         munge = self.root / "munge"
-        self._spawn("munged", [self.slurm.binary("munged"), "-F", "--force", f"--socket={munge / 'munge.sock'}",
+        self._spawn("munged", [self.slurm.binary("munged"), "-F", "--force", f"--socket={self.sockets / 'munge.sock'}",
                                f"--key-file={munge / 'munge.key'}", f"--pid-file={munge / 'munged.pid'}",
                                f"--seed-file={munge / 'munged.seed'}", f"--log-file={self.root / 'log' / 'munged.log'}"])
-        self._wait(lambda: (munge / "munge.sock").exists(), timeout, "munged's socket")
+        self._wait(lambda: (self.sockets / "munge.sock").exists(), timeout, "munged's socket")
         self._spawn("slurmctld", [self.slurm.binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
         self._wait(lambda: self.slurm.reachable() is None, timeout, "slurmctld")
         for name in self.node_names:
@@ -216,6 +225,7 @@ class LocalSlurm:
                 proc.kill()
             except psutil.NoSuchProcess:
                 pass
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
     def own_daemons(self) -> list["psutil.Process"]:
         out = []

@@ -158,6 +158,9 @@ class LaunchSpec(Strict):
                                                                   "([A-Za-z_][A-Za-z0-9_]*)")
     cwd: str | None = None
     """the job's working folder (default: the run folder)"""
+    python: str | None = Field(None, description="the interpreter {python} stands for in this job's command and "
+                                                 "environment (another virtual environment: another version of the "
+                                                 "stack, for drill compare); default: the node's")
     stop_timeout: Duration = 20.0
     """at teardown, SIGTERM, then SIGKILL after this long"""
 

@@ -62,6 +62,11 @@ def each_node(nodes: list[str], fn: Callable[[str], Any]) -> tuple[dict[str, Any
     return results, errors
 
 
+def with_python(spec: Any, values: dict[str, str]) -> dict[str, str]:
+    """A node's placeholder values with {python} the launch's own interpreter, where it names one."""
+    return {**values, "python": expand(spec.python, values)} if spec.python else values
+
+
 class NodeJobs:
     """The job as one launcher per node; it has exited once every launcher has."""
 
@@ -311,7 +316,7 @@ class Nodes:
         nodes = list(per_node) if spec.per_node else list(per_node)[:1]
         refs = {}
         for node in nodes:
-            values = per_node[node]
+            values = with_python(spec, per_node[node])
             out = str(self.run_dir / (f"job-{node}.out" if len(nodes) > 1 else "job.out"))
             argv = self.wrap(node, [expand(a, values) for a in spec.command])
             refs[node] = self.clients[node].launch(

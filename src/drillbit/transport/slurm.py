@@ -36,7 +36,7 @@ from drillbit.spec.config import ENV_NAME, ClusterSpec, JobProfile, RankDiscover
 from drillbit.spec.placeholders import expand
 from drillbit.transport.inprocess import InProcessClient
 from drillbit.transport.jsonlines import JsonLinesClient
-from drillbit.transport.nodes import Nodes
+from drillbit.transport.nodes import Nodes, with_python
 from drillbit.transport.slurmprobe import SchedulerProbe
 
 SCHEDULER = "slurmctld"  # the scheduler agent's name among the nodes
@@ -116,6 +116,7 @@ def batch_script(profile: JobProfile, values: dict[str, str]) -> str:
     command (on every node through srun when the launch is per node)."""
     assert profile.launch is not None
     spec = profile.launch
+    values = with_python(spec, values)
     lines = ["#!/bin/bash", "# written by drillbit: the job profile's launch command under sbatch"]
     for key, value in spec.env.items():
         if not ENV_NAME.fullmatch(key):  # refused at load; a profile built in code is held to it too
