@@ -84,7 +84,7 @@ class Cell:
         assert self.payload is not None
         reasons = "; ".join(self.payload["reasons"]) or "all SLOs met"
         if self.known and self.payload["verdict"] == "fail":
-            return f"known defect: {self.known}. {reasons}"
+            return reasons if self.recognised else f"known defect: {self.known}. {reasons}"
         if self.known and self.payload["verdict"] == "pass":
             if self.role == "affected":
                 return f"passes now: not reproduced ({self.known}); the stack may have fixed it"
@@ -252,9 +252,12 @@ def versions_line(comp: Comparison) -> str:
     def line(found: dict[str, str]) -> str:
         return ", ".join(f"{k} {v}" for k, v in sorted(found.items()))
 
-    per_job = {job: line(found) for job, found in comp.job_versions.items()}
-    if len(set(per_job.values())) > 1:  # the jobs run different versions: say which is which
-        return "; ".join(f"{job}: {text or 'none'}" for job, text in per_job.items())
+    seen: dict[str, set[str]] = {}
+    for found in comp.job_versions.values():
+        for package, version in found.items():
+            seen.setdefault(package, set()).add(version)
+    if any(len(v) > 1 for v in seen.values()):  # one stack at two versions: say which job runs which
+        return "; ".join(f"{job}: {line(found) or 'none'}" for job, found in comp.job_versions.items())
     return line(comp.versions)
 
 

@@ -305,8 +305,8 @@ def _judge_limits(j: Judging) -> None:
             j.results.append(SLOResult(name=key, measurement=name, limit=bound, measured=_round(value),
                                        status="pass" if ok else "fail"))
             if not ok and name == "restarts":
-                j.reasons.append(f"the job needed {value} restarts to recover from one fault (each failed restart "
-                                 f"spends the restart budget); the SLO allows {bound:g}")
+                j.reasons.append(f"the job restarted {value:g} time{'s' if value != 1 else ''} after one fault (each "
+                                 f"failed restart spends the restart budget); the SLO allows {bound:g}")
             elif not ok:
                 j.reasons.append(f"{name} was {_round(value)}; the SLO says {words} {bound:g}")
 
