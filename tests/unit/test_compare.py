@@ -179,3 +179,15 @@ def test_a_jobs_own_interpreter_is_asked_for_its_versions_and_names_python_in_it
     spec = LaunchSpec(command=["{python}", "-m", "x"], python="/opt/{node}/bin/python")
     assert with_python(spec, {"python": "/usr/bin/python3", "node": "n1"})["python"] == "/opt/n1/bin/python"
     assert with_python(LaunchSpec(command=["x"]), {"python": "p"}) == {"python": "p"}
+
+
+def test_a_suite_that_is_not_of_known_defects_needs_its_jobs():
+    import pytest
+
+    from drillbit.compare import _defect_plan
+    from drillbit.errors import ConfigError
+    from drillbit.spec.config import DrillConfig, with_builtins
+    from drillbit.spec.load import load_suite
+
+    with pytest.raises(ConfigError, match="--jobs: give the job profiles to compare; blame-kill-rank in suite stacks"):
+        _defect_plan(load_suite("stacks", with_builtins(DrillConfig())), lambda entry: None, None)

@@ -10,7 +10,8 @@ membership change, and never count it against ``--max-restarts`` (torch 2.13's
 ``SimpleElasticAgent._invoke_run``: "membership changes do not count as retries").
 
 SIGTERM or SIGINT is passed on to the launcher, and nothing is started after it. The launcher
-runs in this process's session; the exit code is the last launcher's."""
+runs in this process's session; the exit code is the last launcher's (128 + N when a
+signal N ended it, as a shell reports it)."""
 from __future__ import annotations
 
 import argparse
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         code = child.wait()
         if stopping or code == 0:
             break
-    return code
+    return 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + N
 
 
 if __name__ == "__main__":
