@@ -738,8 +738,18 @@ _DIGEST_SIGNALS = [
 ]
 _ASYNC_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="step_*.pt", step_regex=r"^step_(\d+)\.pt$")
 
+_DCP_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="dcp")
+
 # drills/known-defects/: each published defect's affected job and its fixed counterpart
 BUILTIN_JOBS.update({
+    "latest-at-dispatch": _defect_job(
+        "latest_early", "KempnerForge#102: DCP async_save (torch 2.13) of 2 ranks, the job's latest pointer moved as "
+        "soon as the save is dispatched, before its shards and .metadata are written", "--ckpt-dir",
+        "{run_dir}/job/ckpt", presets=["torchrun"], checkpoint=_DCP_CKPT, signals=_LOOP_SIGNALS),
+    "latest-when-durable": _defect_job(
+        "latest_early", "the DCP async-save job whose latest pointer moves only once the save's future is done",
+        "--ckpt-dir", "{run_dir}/job/ckpt", "--latest", "durable", presets=["torchrun"], checkpoint=_DCP_CKPT,
+        signals=_LOOP_SIGNALS),
     "reference-respawn": _respawned(
         "pytorch#147064: the reference job on 2+ nodes under torchrun --max-restarts 0, each node's launcher "
         "started again at once when it dies (a node supervisor's Restart=on-failure)", "--max-restarts", "0"),

@@ -5,7 +5,8 @@ from the newest file on start. Prints ``step=N rank=R loss=X`` per step and
 ``restored step=N path=P`` after a load; ``on_step`` runs after each step (a heartbeat).
 A stack with checkpoints of its own (DLRover's flash checkpoints) passes a ``store`` in
 their place: ``load() -> (step, state, where, tier) | None`` and ``save(step, state)``; a
-load that names its tier prints ``restored step=N path=P tier=T``."""
+load that names its tier prints ``restored step=N path=P tier=T``. A store with ``bind(model,
+optimizer)`` is given them before it loads (one that loads in place, as DCP does)."""
 from __future__ import annotations
 
 import argparse
@@ -84,6 +85,8 @@ def run(step_ms: float, ckpt_dir: str | None, ckpt_every: int, on_step: Callable
     if store is None and ckpt_dir:
         store = FileStore(Path(ckpt_dir), ckpt_every)
     if store is not None:
+        if hasattr(store, "bind"):  # a store that loads in place (DCP) needs the model it loads into
+            store.bind(model, opt)
         last = store.load()
         if last is not None:
             step, state, where, tier = last
