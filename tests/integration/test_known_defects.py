@@ -8,9 +8,11 @@ defect from what the job printed, and PASSes on the fixed profile.
 - pytorch#144657 by its mechanism: an async save of live CPU tensors holds later values, seen
   by the digests the job prints when it saves and when it restores;
 - KempnerForge#102 with torch 2.13's own dcp.async_save: `latest` moved at dispatch names a
-  folder with no .metadata after a crash in the flush.
+  folder with no .metadata after a crash in the flush;
+- Megatron-LM#5281 by its mechanism: a local-tier copy filled with NaN still loads, and every
+  restart trains from it; checked, the job falls back to the global tier.
 
-The last three go through ``drill compare --suite`` as users run it (exit 0: every FAIL a
+The last four go through ``drill compare --suite`` as users run it (exit 0: every FAIL a
 known defect named by its mark, every fix a PASS)."""
 from __future__ import annotations
 
@@ -42,10 +44,10 @@ def test_the_trainers_auto_resume_crash_loops_on_a_cut_short_save_and_the_workar
     assert m["restored_step"] == 5 and m["restarts"] == 1 and m["time_to_first_step"] is not None
 
 
-def test_compare_catches_three_save_defects_and_passes_their_fixes(tmp_path):
+def test_compare_catches_four_checkpoint_defects_and_passes_their_fixes(tmp_path):
     suite = tmp_path / "defects.yaml"
     suite.write_text("name: defects\ncluster: local-process\ndrills:\n  - redo-interrupted-save\n"
-                     "  - async-save-live-tensors\n  - latest-before-durable\n")
+                     "  - async-save-live-tensors\n  - latest-before-durable\n  - local-tier-nan\n")
     done = drill_cli("compare", "--suite", str(suite), "--reports", str(tmp_path / "reports"), "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     comp = json.loads(done.stdout)
@@ -62,13 +64,18 @@ def test_compare_catches_three_save_defects_and_passes_their_fixes(tmp_path):
     assert early["verdict"] == "fail" and early["reasons"][0].startswith("known defect KempnerInstitute/KempnerForge#102")
     assert "step_20/.metadata" in early["reasons"][0] and early["measurements"]["time_to_first_step"] is None
     assert cells["latest-before-durable", "fixed"]["result"]["measurements"]["restored_step"] == 10
-    for drill in ("redo-interrupted-save", "async-save-live-tensors", "latest-before-durable"):
+    nan = cells["local-tier-nan", "affected"]["result"]
+    assert nan["verdict"] == "fail" and nan["reasons"][0].startswith("known defect NVIDIA/Megatron-LM#5281")
+    assert "NaN in the model's weights" in nan["reasons"][0] and nan["measurements"]["restored_from"] == "local"
+    checked = cells["local-tier-nan", "fixed"]["result"]["measurements"]
+    assert checked["restored_from"] == "global" and checked["restored_step"] == 10
+    for drill in ("redo-interrupted-save", "async-save-live-tensors", "latest-before-durable", "local-tier-nan"):
         fixed = cells[drill, "fixed"]["result"]
         assert fixed["verdict"] == "pass", (drill, fixed["reasons"])
     assert cells["async-save-live-tensors", "fixed"]["result"]["measurements"]["restored_digest"] == \
         cells["async-save-live-tensors", "fixed"]["result"]["measurements"]["saved_digest"]
     assert [r["drill"] for r in comp["defects"]] == ["redo-interrupted-save", "async-save-live-tensors",
-                                                     "latest-before-durable"]
+                                                     "latest-before-durable", "local-tier-nan"]
     [folder] = (tmp_path / "reports").glob("compare-*")
     md = (folder / "compare.md").read_text()
     assert "[NVIDIA-NeMo/Automodel#3254](https://github.com/NVIDIA-NeMo/Automodel/issues/3254)" in md

@@ -2,7 +2,10 @@
 
 Modes model what real runs met: ``flip-bytes`` (silent corruption on disk), ``truncate``
 and ``delete-shard`` (a partial upload after a hardware error, OPT-175B), ``drop-marker``
-(the completion marker never written), ``corrupt-metadata``. Aimed at the newest or the
+(the completion marker never written), ``corrupt-metadata``, and ``nan-fill``: the file
+still loads, and the weights in it are NaN, as a local-tier checkpoint assembled wrong from
+its replicas gave on Megatron-LM (issue 5281) — float32 NaNs over the middle half of the
+largest tensor record of a ``torch.save`` file (a zip), or of the file itself. Aimed at the newest or the
 N-th newest checkpoint. With ``then_kill`` (the default) a rank is SIGKILLed right after,
 so the restart happens now and must skip the bad checkpoint.
 
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import random
 import signal
+import struct
+import zipfile
 from pathlib import Path
 from typing import Literal
 
@@ -27,7 +32,8 @@ from drillbit.faults.ckptfile import (Backup, ReadWitness, data_of, discard, mar
                                       sha256, take_aside, wait_gone)
 from drillbit.proc import ProcRef
 
-Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata"]
+Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata", "nan-fill"]
+NAN32 = struct.pack("<f", float("nan"))  # a quiet NaN, little-endian float32
 
 
 class CorruptParams(Params):
@@ -55,6 +61,27 @@ def victim_of(params: CorruptParams, fault: str) -> tuple[Checkpoint, Path]:
     if params.mode == "corrupt-metadata":
         return ckpt, metadata_of(ckpt, layout)
     return ckpt, data_of(ckpt)
+
+
+def nan_filled(path: Path, data: bytes) -> bytes:
+    """``data`` with float32 NaNs over the middle half of its largest tensor record (a
+    ``torch.save`` zip: its biggest ``…/data/N`` member, stored uncompressed), else over the middle
+    half of the file, 4-byte aligned to where that span starts."""
+    start, size = 0, len(data)
+    try:
+        with zipfile.ZipFile(path) as z:
+            records = [i for i in z.infolist() if "/data/" in i.filename and i.compress_type == zipfile.ZIP_STORED]
+        if records:
+            rec = max(records, key=lambda i: i.file_size)
+            name_len, extra_len = struct.unpack("<HH", data[rec.header_offset + 26:rec.header_offset + 30])
+            start, size = rec.header_offset + 30 + name_len + extra_len, rec.file_size
+    except (zipfile.BadZipFile, OSError, struct.error):
+        pass
+    lo = start + (size // 4) // 4 * 4
+    count = max(1, (size // 2) // 4)
+    buf = bytearray(data)
+    buf[lo:lo + 4 * count] = NAN32 * count
+    return bytes(buf[:len(data)])
 
 
 class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
@@ -97,6 +124,8 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
             for offset in rng.sample(range(lo, hi), min(params.flip_bytes, hi - lo)):
                 buf[offset] ^= 0xFF
             victim.write_bytes(bytes(buf))
+        elif params.mode == "nan-fill":
+            victim.write_bytes(nan_filled(victim, data))
         elif params.mode == "truncate":
             with open(victim, "r+b") as fh:
                 fh.truncate(len(data) // 2)

@@ -739,9 +739,30 @@ _DIGEST_SIGNALS = [
 _ASYNC_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="step_*.pt", step_regex=r"^step_(\d+)\.pt$")
 
 _DCP_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="dcp")
+# drillbit.defects.nan_local's two tiers share one folder (local_step_N.pt, global_step_N.pt): the
+# newest copy is the local one a restart loads first, and the damage's read witness sees a read
+# of either tier
+_BOTH_TIERS = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="*_step_*.pt", step_regex=r"_step_(\d+)\.pt$")
+_LOCAL = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="local_step_*.pt", step_regex=r"^local_step_(\d+)\.pt$")
+_GLOBAL = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="global_step_*.pt",
+                         step_regex=r"^global_step_(\d+)\.pt$")
+
+
+def _two_tiers(description: str, *flags: str) -> JobProfile:
+    """drillbit.defects.nan_local: a local tier every 5 steps (the one a restart loads first,
+    the profile's checkpoint) and a global tier every 10."""
+    reject = Signal(kind="ckpt.reject", pattern=r"^rejected step=(?P<step>\d+) path=(?P<path>\S+) tier=(?P<tier>\w+): "
+                                                 r"(?P<reason>.+)$", ints=["step"])
+    job = _defect_job("nan_local", description, "--ckpt-dir", "{run_dir}/job/ckpt", *flags, presets=["torchrun"],
+                      checkpoint=_BOTH_TIERS, signals=[*_LOOP_SIGNALS, reject])
+    return job.model_copy(update={"tiers": {"local": _LOCAL, "global": _GLOBAL}})
 
 # drills/known-defects/: each published defect's affected job and its fixed counterpart
 BUILTIN_JOBS.update({
+    "local-tier-trusted": _two_tiers("Megatron-LM#5281 by its mechanism: a restart loads the newest local-tier "
+                                     "copy without checking it; NaN weights stop the job at its next step"),
+    "local-tier-checked": _two_tiers("the two-tier job whose restart checks that the local copy's weights are finite "
+                                     "and, on NaN, falls back to the global tier", "--restore", "check"),
     "latest-at-dispatch": _defect_job(
         "latest_early", "KempnerForge#102: DCP async_save (torch 2.13) of 2 ranks, the job's latest pointer moved as "
         "soon as the save is dispatched, before its shards and .metadata are written", "--ckpt-dir",
