@@ -122,6 +122,20 @@ def test_an_endpoint_partition_cuts_only_that_address_and_port(tmp_path):
         assert reach(topology, "node-1", "10.77.0.3") == "node-2"
 
 
+def test_a_data_cut_leaves_only_the_control_plane_reachable(tmp_path):
+    """scope data: node-1 keeps reaching node-2's port (a control plane's) and nothing else."""
+    with serving(3, ("node-0", "node-1", "node-2")) as (topology, servers):
+        fault, target = Partition(), servers["node-1"]
+        params = PartitionParams(scope="data", endpoint="10.77.0.3:29555")
+        state = fault.act(target, params, fault.prepare(target, params))
+        assert reach(topology, "node-1", "10.77.0.3") == "node-2"  # the spared endpoint
+        assert reach(topology, "node-1", "10.77.0.1", timeout=1.0) is None  # everything else, both ways
+        assert reach(topology, "node-0", "10.77.0.2", timeout=1.0) is None
+        assert reach(topology, "node-0", "10.77.0.3") == "node-2"  # other nodes untouched
+        assert fault.heal(target, params, state).verified
+        assert reach(topology, "node-1", "10.77.0.1") == "node-0"
+
+
 def test_a_flap_cuts_until_healed_and_the_heal_stops_it_first(tmp_path):
     with serving(2, ("node-1",)) as (topology, servers):
         fault, target = Flap(), servers["node-1"]

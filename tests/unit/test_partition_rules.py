@@ -149,3 +149,16 @@ def test_a_dry_run_prints_the_table_and_refuses_a_cluster_whose_nodes_share_a_ne
 def test_a_namespace_cluster_fits_its_subnet():
     with pytest.raises(ValidationError, match="at most 250 nodes"):
         ClusterSpec(engine="process", topology="netns", nodes=300)
+
+
+def test_a_data_cut_accepts_the_control_plane_first_and_drops_the_rest():
+    from drillbit.faults.partition import PartitionParams, rules
+
+    text = rules("drillbit_t", PartitionParams(scope="data", endpoint="10.77.0.1:29400"))
+    assert 'iifname "lo" accept; ip saddr 10.77.0.1 tcp sport 29400 accept; drop;' in text
+    assert 'oifname "lo" accept; ip daddr 10.77.0.1 tcp dport 29400 accept; drop;' in text
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="scope data needs endpoint"):
+        PartitionParams(scope="data")

@@ -104,14 +104,16 @@ def _judge_recover_or_escalate(j: Judging) -> None:
             ok = value <= limit
             j.results.append(SLOResult(name="recover_or_escalate_within", measurement=f"time_to_{how}", limit=limit,
                                        measured=round(value, 3), status="pass" if ok else "fail",
-                                       detail=f"{how} after {m.replace_failures} failed replacement request(s)"))
+                                       detail=how + (f" after {m.replace_failures} failed replacement request(s)"
+                                                     if m.replace_failures else "")))
             if not ok:
                 j.reasons.append(f"the stack {how} only after {value:.1f} s; it should recover or escalate within "
                                  f"{limit:g} s, not wait")
         elif watched >= limit or m.job_exit_s is not None:
             j.results.append(SLOResult(name="recover_or_escalate_within", measurement="time_to_first_step",
                                        limit=limit, measured=None, status="fail",
-                                       detail=f"{m.replace_failures} failed replacement request(s)"))
+                                       detail=f"watched {watched:.0f} s" + (f"; {m.replace_failures} failed replacement "
+                                                                            "request(s)" if m.replace_failures else "")))
             j.reasons.append(f"neither recovered nor escalated within {limit:g} s: the stack just waited")
         else:
             j.results.append(SLOResult(name="recover_or_escalate_within", measurement="time_to_first_step",

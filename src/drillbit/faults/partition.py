@@ -10,7 +10,9 @@ The fault adds one nftables table of its own, ``inet drillbit_<id>``, in the net
 namespace of the target rank (its node, on a cluster whose nodes are namespaces or
 containers): every packet in and/or out of the namespace is dropped except loopback
 (``scope: node``), or only those to and from one ``endpoint`` (``host[:port]``: the
-rendezvous store, a lighthouse). ``loss_pct`` below 100 drops that share at random (nft
+rendezvous store, a lighthouse), or every one but those (``scope: data``: the data network
+cut while the control plane stays reachable, so every member keeps its place in the quorum
+and every collective fails). ``loss_pct`` below 100 drops that share at random (nft
 ``numgen random``): lossy-link. Heal deletes exactly that table and verifies it by listing
 the namespace's tables. A namespace whose every process is gone took its tables with it.
 
@@ -42,12 +44,12 @@ FAMILY = "inet"
 
 
 class PartitionParams(Params):
-    scope: Literal["node", "endpoint"] = "node"
-    """node: every packet of the target's namespace except loopback; endpoint: only those to and from ``endpoint``"""
+    scope: Literal["node", "endpoint", "data"] = "node"
+    """node: every packet of the target's namespace except loopback; endpoint: only those to and from ``endpoint``; data: every packet except loopback and those to and from ``endpoint`` (the data network cut, the control plane still reachable)"""
     endpoint: str | None = None
-    """scope endpoint: ``host`` or ``host:port`` (an IPv4 address) cut off from the target's node"""
+    """scope endpoint: ``host`` or ``host:port`` (an IPv4 address) cut off from the target's node; scope data: the one left reachable"""
     control_plane: str | None = None
-    """scope endpoint: instead of ``endpoint``, the job profile's control_plane entry of this name (the rendezvous store, a lighthouse, a master): its ``address``, filled in as ``endpoint`` once the job is launched"""
+    """scope endpoint or data: instead of ``endpoint``, the job profile's control_plane entry of this name (the rendezvous store, a lighthouse, a master): its ``address``, filled in as ``endpoint`` once the job is launched"""
     direction: Literal["both", "in", "out"] = "both"
     """both ways, or only what the node receives (in) or sends (out)"""
     loss_pct: float = Field(100.0, gt=0, le=100)
@@ -55,10 +57,10 @@ class PartitionParams(Params):
 
     @model_validator(mode="after")
     def _endpoint(self) -> "PartitionParams":
-        if self.scope == "endpoint":
+        if self.scope in ("endpoint", "data"):
             if not self.endpoint and not self.control_plane:
-                raise ValueError("scope endpoint needs endpoint (host or host:port) or control_plane (a name from the "
-                                 "job profile's control_plane)")
+                raise ValueError(f"scope {self.scope} needs endpoint (host or host:port) or control_plane (a name from "
+                                 "the job profile's control_plane)")
             if not self.endpoint:
                 return self
             host, _, port = self.endpoint.partition(":")
@@ -69,7 +71,7 @@ class PartitionParams(Params):
             if port and not (port.isdigit() and 0 < int(port) < 65536):
                 raise ValueError(f"endpoint {self.endpoint!r}: the port must be 1-65535")
         elif self.endpoint or self.control_plane:
-            raise ValueError(f"{'endpoint' if self.endpoint else 'control_plane'} is for scope endpoint")
+            raise ValueError(f"{'endpoint' if self.endpoint else 'control_plane'} is for scope endpoint or data")
         return self
 
 
@@ -83,18 +85,20 @@ class PartitionState(State):
 def rules(table: str, params: PartitionParams) -> str:
     """The nftables table that cuts what ``params`` names."""
     drop = "drop" if params.loss_pct >= 100 else f"numgen random mod 100 < {params.loss_pct:g} drop"
-    match_in = match_out = ""
-    if params.scope == "endpoint":
+    match_in = match_out = spare_in = spare_out = ""
+    if params.scope in ("endpoint", "data"):
         host, _, port = (params.endpoint or _unresolved(params)).partition(":")
         match_in = f"ip saddr {host} " + (f"tcp sport {port} " if port else "")
         match_out = f"ip daddr {host} " + (f"tcp dport {port} " if port else "")
+    if params.scope == "data":  # everything but the endpoint: it is accepted first, the rest dropped
+        spare_in, spare_out, match_in, match_out = f"{match_in}accept; ", f"{match_out}accept; ", "", ""
     chains = []
     if params.direction in ("both", "in"):
         chains.append(f"  chain input {{ type filter hook input priority -300; policy accept; "
-                      f"iifname \"lo\" accept; {match_in}{drop}; }}")
+                      f"iifname \"lo\" accept; {spare_in}{match_in}{drop}; }}")
     if params.direction in ("both", "out"):
         chains.append(f"  chain output {{ type filter hook output priority -300; policy accept; "
-                      f"oifname \"lo\" accept; {match_out}{drop}; }}")
+                      f"oifname \"lo\" accept; {spare_out}{match_out}{drop}; }}")
     return f"table {FAMILY} {table} {{\n" + "\n".join(chains) + "\n}\n"
 
 
@@ -107,6 +111,8 @@ def _where_cut(params: PartitionParams) -> str:
     if params.scope == "node":
         return "every packet except loopback"
     cp = f" (control_plane.{params.control_plane})" if params.control_plane else ""
+    if params.scope == "data":
+        return f"every packet except loopback and those to and from {params.endpoint or _unresolved(params)}{cp}"
     return f"packets to and from {params.endpoint or _unresolved(params)}{cp}"
 
 
@@ -196,7 +202,7 @@ class Partition(Fault[PartitionParams, PartitionState]):
 
     def prepare(self, target: ProcRef, params: PartitionParams) -> PartitionState:
         inode = _own_namespace_refused(target)
-        if params.scope == "endpoint":
+        if params.scope in ("endpoint", "data"):
             _endpoint_elsewhere(target, params, inode)
         table = f"drillbit_{secrets.token_hex(4)}"
         return PartitionState(netns_inode=inode, table=table, ruleset=rules(table, params))

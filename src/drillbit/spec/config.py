@@ -649,6 +649,9 @@ BUILTIN_JOBS.update({
                             "mid-allreduce takes the survivor down too", "--ddp"),
     "torchft-slowtimeout": _torchft("the torchft job with torchft's default 60 s timeout: a stopped peer "
                                     "holds the survivor for a minute", "--timeout", "60"),
+    "torchft-maxretries": _torchft("the torchft job with Manager(max_retries=3): a commit that fails 4 times in a row "
+                                   "raises, and the group restarts, instead of retrying for ever (torchft#151)",
+                                   "--max-retries", "3"),
     "torchft-allreplicas": _torchft("the torchft job whose quorum needs every replica group (lighthouse "
                                     "--min_replicas 2, Manager min_replica_size=2): a group cut off from the "
                                     "lighthouse stops the others too", "--min-replicas", "2"),

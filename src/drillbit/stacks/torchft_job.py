@@ -4,6 +4,7 @@ torchrun (the supervisor that restarts a group's dead rank), the way torchft's R
 
     python -m drillbit.stacks.torchft_job launch --run-dir DIR --node-rank R \\
         --lighthouse HOST:PORT [--nnodes N] [--groups 2] [--ddp] [--timeout 10] [--min-replicas 1]
+        [--max-retries N]
 
 Node 0 starts ``torchft_lighthouse --bind HOST:PORT`` first (its output in
 ``DIR/lighthouse.log``). Each group ``g`` runs ``torchrun --standalone --nproc-per-node 1
@@ -51,7 +52,8 @@ def launch(args: argparse.Namespace) -> int:
              "--nproc-per-node", "1", "--max-restarts", str(args.max_restarts), "--monitor-interval", "0.5",
              "-m", "drillbit.stacks.torchft_job", "train", "--step-ms", str(args.step_ms),
              "--timeout", str(args.timeout), "--min-replicas", str(args.min_replicas),
-             *(["--ddp"] if args.ddp else [])],
+             *(["--ddp"] if args.ddp else []),
+             *(["--max-retries", str(args.max_retries)] if args.max_retries is not None else [])],
             run_dir / f"group{gid}.log", env={"REPLICA_GROUP_ID": str(gid)}))
     code = group.wait_any(ranks)
     group.stop_all()
@@ -81,7 +83,9 @@ def train(args: argparse.Namespace) -> int:
 
     manager = Manager(pg=ProcessGroupGloo(timeout=timeout), min_replica_size=args.min_replicas, load_state_dict=load_state_dict,
                       state_dict=state_dict, replica_id=f"train_{gid}", timeout=timeout,
-                      quorum_timeout=timedelta(seconds=max(30.0, args.timeout)))
+                      quorum_timeout=timedelta(seconds=max(30.0, args.timeout)),
+                      # torchft#151: None (the default) retries a failing commit for ever
+                      **({"max_retries": args.max_retries} if args.max_retries is not None else {}))
     net = DistributedDataParallel(manager, model) if args.ddp else model
     optimizer = Optimizer(manager, opt)
     gen = torch.Generator().manual_seed(gid)
@@ -120,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--step-ms", type=float, default=150.0)
         sp.add_argument("--timeout", type=float, default=10.0, help="torchft's timeout for collectives and RPCs (s)")
         sp.add_argument("--ddp", action="store_true", help="torchft.ddp.DistributedDataParallel")
+        sp.add_argument("--max-retries", type=int, default=None,
+                        help="the Manager's max_retries: consecutive failed commits before it raises (default None: "
+                             "for ever, torchft#151)")
         sp.add_argument("--min-replicas", type=int, default=1,
                         help="the lighthouse's --min_replicas and the Manager's min_replica_size: the replica groups "
                              "a quorum needs (1: the survivors train on; every group: one lost group stops all)")
