@@ -130,10 +130,12 @@ def versions(presets: list[str], python: str | None = None) -> dict[str, str]:
     return out
 
 
-def _defect_plan(suite: SuiteSpec, where: Any, config_path: str | None) -> list[tuple[str, Any, Resolved, str]]:
-    """Each defect drill on its own (affected) job, then on the defect's fixed profile."""
+def _defect_plan(suite: SuiteSpec, where: Any, config_path: str | None
+                 ) -> tuple[list[tuple[str, Any, Resolved, str]], list[Any]]:
+    """Each defect drill on its own (affected) job, then on the defect's fixed profile; and the
+    input problems found on the way."""
     plan: list[tuple[str, Any, Resolved, str]] = []
-    problems = []
+    problems: list[Any] = []
     for entry in suite.entries():
         try:
             affected = resolve(entry.drill, cluster=where(entry), job=entry.job, config_path=config_path)
@@ -151,9 +153,7 @@ def _defect_plan(suite: SuiteSpec, where: Any, config_path: str | None) -> list[
                                                           config_path=config_path), "fixed"))
             except SpecError as exc:
                 problems += exc.problems
-    if problems:
-        raise SpecError(list({(p.file, p.line, p.path, p.message): p for p in problems}.values()))
-    return plan
+    return plan, problems
 
 
 def run_compare(suite: SuiteSpec, jobs: list[str], *, cluster: str | None = None, config_path: str | None = None,
@@ -166,9 +166,10 @@ def run_compare(suite: SuiteSpec, jobs: list[str], *, cluster: str | None = None
         return explicit or entry.cluster or suite.cluster
 
     plan: list[tuple[str, Any, Resolved, str | None]] = []
-    problems = []
+    problems: list[Any] = []
     if not jobs:
-        plan += _defect_plan(suite, where, config_path)
+        found, problems = _defect_plan(suite, where, config_path)
+        plan += found
     for job in jobs:
         for entry in suite.entries():
             try:

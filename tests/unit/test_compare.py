@@ -134,7 +134,8 @@ def test_the_known_defects_suite_runs_each_drill_on_its_affected_and_its_fixed_j
     from drillbit.spec.load import load_suite
 
     suite = load_suite("known-defects", with_builtins(DrillConfig()))
-    plan = _defect_plan(suite, lambda entry: "local-process", None)
+    plan, problems = _defect_plan(suite, lambda entry: "local-process", None)
+    assert problems == []
     pairs = [(job, role) for job, _, _, role in plan]
     assert ("hf-autoresume", "affected") in pairs and ("hf-autoresume-complete", "fixed") in pairs
     assert ("redo-save-guard", "affected") in pairs and ("async-save-copy", "fixed") in pairs

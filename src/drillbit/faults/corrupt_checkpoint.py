@@ -16,6 +16,7 @@ never overwritten, and the report says so.
 """
 from __future__ import annotations
 
+import io
 import random
 import signal
 import struct
@@ -63,19 +64,19 @@ def victim_of(params: CorruptParams, fault: str) -> tuple[Checkpoint, Path]:
     return ckpt, data_of(ckpt)
 
 
-def nan_filled(path: Path, data: bytes) -> bytes:
+def nan_filled(data: bytes) -> bytes:
     """``data`` with float32 NaNs over the middle half of its largest tensor record (a
     ``torch.save`` zip: its biggest ``…/data/N`` member, stored uncompressed), else over the middle
     half of the file, 4-byte aligned to where that span starts."""
     start, size = 0, len(data)
     try:
-        with zipfile.ZipFile(path) as z:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
             records = [i for i in z.infolist() if "/data/" in i.filename and i.compress_type == zipfile.ZIP_STORED]
         if records:
             rec = max(records, key=lambda i: i.file_size)
             name_len, extra_len = struct.unpack("<HH", data[rec.header_offset + 26:rec.header_offset + 30])
             start, size = rec.header_offset + 30 + name_len + extra_len, rec.file_size
-    except (zipfile.BadZipFile, OSError, struct.error):
+    except (zipfile.BadZipFile, struct.error):
         pass
     lo = start + (size // 4) // 4 * 4
     count = max(1, (size // 2) // 4)
@@ -125,7 +126,7 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
                 buf[offset] ^= 0xFF
             victim.write_bytes(bytes(buf))
         elif params.mode == "nan-fill":
-            victim.write_bytes(nan_filled(victim, data))
+            victim.write_bytes(nan_filled(data))
         elif params.mode == "truncate":
             with open(victim, "r+b") as fh:
                 fh.truncate(len(data) // 2)

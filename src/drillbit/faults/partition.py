@@ -91,7 +91,8 @@ def rules(table: str, params: PartitionParams) -> str:
         match_in = f"ip saddr {host} " + (f"tcp sport {port} " if port else "")
         match_out = f"ip daddr {host} " + (f"tcp dport {port} " if port else "")
     if params.scope == "data":  # everything but the endpoint: it is accepted first, the rest dropped
-        spare_in, spare_out, match_in, match_out = f"{match_in}accept; ", f"{match_out}accept; ", "", ""
+        spare_in, spare_out = f"{match_in}accept; ", f"{match_out}accept; "
+        match_in = match_out = ""
     chains = []
     if params.direction in ("both", "in"):
         chains.append(f"  chain input {{ type filter hook input priority -300; policy accept; "

@@ -716,6 +716,7 @@ _HF_OUT = CheckpointSpec(dir="{run_dir}/job/out", layout="hf")
 _REDO_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="custom", glob="step_*", step_regex=r"^step_(\d+)$",
                             marker="complete")
 
+
 def _respawned(description: str, *flags: str) -> JobProfile:
     """The multi-node reference job with each node's launcher under drillbit.defects.respawn
     (a node supervisor that starts it again at once, as systemd's Restart=on-failure does),
@@ -733,13 +734,12 @@ def _respawned(description: str, *flags: str) -> JobProfile:
 
 # the async-save job's lines: each save and restore with a digest of the state (drillbit.defects.async_save)
 _DIGEST_SIGNALS = [
-    Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) ", ints=["n", "rank"]),
+    _LOOP_SIGNALS[0],  # step=N rank=R
     Signal(kind="ckpt.save", pattern=r"^saved step=(?P<step>\d+) path=(?P<path>\S+) digest=(?P<digest>\w+)",
            ints=["step"]),
     Signal(kind="restore", pattern=r"^restored step=(?P<step>\d+) path=(?P<path>\S+) digest=(?P<digest>\w+)",
            ints=["step"]),
 ]
-_ASYNC_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="step_*.pt", step_regex=r"^step_(\d+)\.pt$")
 
 _DCP_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="dcp")
 # drillbit.defects.nan_local's two tiers share one folder (local_step_N.pt, global_step_N.pt): the
@@ -752,13 +752,14 @@ _GLOBAL = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="global_s
 
 
 def _two_tiers(description: str, *flags: str) -> JobProfile:
-    """drillbit.defects.nan_local: a local tier every 5 steps (the one a restart loads first,
-    the profile's checkpoint) and a global tier every 10."""
+    """drillbit.defects.nan_local: a local tier every 5 steps (the one a restart loads first)
+    and a global tier every 10; the profile's checkpoint is both, so its newest copy is local."""
     reject = Signal(kind="ckpt.reject", pattern=r"^rejected step=(?P<step>\d+) path=(?P<path>\S+) tier=(?P<tier>\w+): "
                                                  r"(?P<reason>.+)$", ints=["step"])
     job = _defect_job("nan_local", description, "--ckpt-dir", "{run_dir}/job/ckpt", *flags, presets=["torchrun"],
                       checkpoint=_BOTH_TIERS, signals=[*_LOOP_SIGNALS, reject])
     return job.model_copy(update={"tiers": {"local": _LOCAL, "global": _GLOBAL}})
+
 
 # drills/known-defects/: each published defect's affected job and its fixed counterpart
 BUILTIN_JOBS.update({
@@ -780,11 +781,11 @@ BUILTIN_JOBS.update({
     "async-save-offload": _defect_job(
         "async_save", "pytorch#144657 by its mechanism: rank 0 saves in a background thread what an offload to "
         "the CPU staged, the live tensors themselves, while training goes on", "--ckpt-dir", "{run_dir}/job/ckpt",
-        presets=["torchrun"], checkpoint=_ASYNC_CKPT, signals=_DIGEST_SIGNALS),
+        presets=["torchrun"], checkpoint=_LOOP_CKPT, signals=_DIGEST_SIGNALS),
     "async-save-copy": _defect_job(
         "async_save", "the async-save job with pytorch#145408's fix: the state is copied before the background "
         "write", "--ckpt-dir", "{run_dir}/job/ckpt", "--stage", "copy", presets=["torchrun"],
-        checkpoint=_ASYNC_CKPT, signals=_DIGEST_SIGNALS),
+        checkpoint=_LOOP_CKPT, signals=_DIGEST_SIGNALS),
     "hf-autoresume": _defect_job(
         "hf_resume", "transformers#35782: a Hugging Face Trainer job (transformers 5.24, 2 ranks) whose restart "
         "resumes from get_last_checkpoint, the highest checkpoint-N, complete or not", "--out", "{run_dir}/job/out",
