@@ -302,7 +302,7 @@ def test_a_replica_group_cut_off_from_the_lighthouse_leaves_the_others_training(
 
 @pytest.mark.skipif(importlib.util.find_spec("torchft") is None, reason="needs torchft (the stacks extra)")
 def test_a_quorum_that_needs_every_group_stops_the_job_when_one_loses_the_lighthouse(tmp_path):
-    result, run_dir = run("torchft-allreplicas", tmp_path, "partition-lighthouse", window=45)
+    result, run_dir = run("torchft-allreplicas", tmp_path, "partition-lighthouse", window=60)
     assert result["verdict"] == "fail" and result["exit_code"] == 1, result["reasons"]
     slo = {s["name"]: s for s in result["slos"]}
     assert slo["keep_stepping"]["status"] == "fail"
