@@ -76,9 +76,13 @@ def plan_text(r: Resolved) -> str:
                     for k, v in s.slo.model_dump(exclude_none=True).items() if v not in ({}, []))
     job = r.config.jobs[r.job]
     launch = " ".join(job.launch.command) if job.launch else f"attach to pid {job.attach_pid}"
+    cluster = r.config.clusters[r.cluster]
+    shape = (f", {cluster.nodes or 2} nodes that are network namespaces (10.77.0.x)" if cluster.topology == "netns"
+             else "") + (f", hostnames on a frontend of {cluster.frontend_mbit:g} Mbit/s (10.78.0.x, eth1)"
+                         if cluster.frontend_mbit else "")
     return "\n".join([
         f"drill     {s.name} ({s.class_}): {s.summary}",
-        f"cluster   {r.cluster} ({r.config.clusters[r.cluster].engine})",
+        f"cluster   {r.cluster} ({cluster.engine}{shape})",
         f"job       {r.job}: {launch}",
         f"steady    {s.steady.warmup_steps} steps",
         f"fault     {s.fault.type} {s.fault.params or ''} on {who}, {when}",

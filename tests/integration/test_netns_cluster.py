@@ -6,7 +6,9 @@ partition-node: a progress watchdog detects the cut while every process stays al
 a watchdog that checks only liveness, a heartbeat thread per worker, never does (FAIL).
 lose-rendezvous-host: c10d's store dies with node 0 (FAIL); etcd-v2 on an etcd that is no
 node's survives it (PASS). partition-lighthouse: torchft's groups train on without the one cut
-off from the lighthouse (PASS), unless the quorum needs every group (FAIL). After every ending — pass, fail, Ctrl-C, a SIGKILLed controller —
+off from the lighthouse (PASS), unless the quorum needs every group (FAIL). slow-recovery-network
+(torchft#329): a heal advertised by hostname crosses the slow frontend (FAIL), one advertised by
+gloo's interface the backend (PASS). After every ending — pass, fail, Ctrl-C, a SIGKILLed controller —
 no namespace, /etc/netns folder, nft table, service or process is left.
 """
 from __future__ import annotations
@@ -310,6 +312,36 @@ def test_a_quorum_that_needs_every_group_stops_the_job_when_one_loses_the_lighth
     # the group that still reached the lighthouse got no quorum of 2 either
     assert "lighthouse quorum failed" in (run_dir / "job" / "group0.log").read_text()
     assert all(h["verified"] for h in result["fault"]["heals"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchft") is None, reason="needs torchft (the stacks extra)")
+def test_a_heal_over_the_network_the_hostname_names_crawls_and_over_gloos_steps_in_time(tmp_path):
+    """torchft#329 (drills/known-defects/heal-over-slow-network.yaml) on local-netns-frontend:
+    hostnames resolve to an 8 Mbit/s frontend, gloo runs on the backend. Node 1's group is
+    killed and heals 24 MiB from node 0's: advertised by hostname (torchft's default) the copy
+    crosses the frontend and the first step misses 20 s (FAIL, torchft's own timing line
+    quoted); advertised by gloo's interface it crosses the backend (PASS)."""
+    fixed, fixed_dir = run("torchft-heavy-backend", tmp_path / "fixed", "slow-recovery-network",
+                           cluster="local-netns-frontend")
+    assert fixed["verdict"] == "pass", fixed["reasons"]
+    m = fixed["measurements"]
+    assert m["peer_copy_from"].startswith("http://10.77.0.1:"), m  # gloo's interface on node 0: the backend
+    assert m["restored_from"] == "peer" and m["restarts"] >= 1
+    history = [json.loads(line) for line in (fixed_dir / "history.jsonl").read_text().splitlines()]
+    [up] = [e for e in history if e["kind"] == "topology.up"]
+    assert up["data"]["frontend_mbit"] == 8 and up["data"]["frontend"]["node-0"] == "10.78.0.1"
+
+    resolved = resolve("heal-over-slow-network", cluster="local-netns-frontend")
+    slow, slow_outcome = execute(resolved, reports_dir=str(tmp_path / "slow"))
+    assert slow["verdict"] == "fail" and slow["exit_code"] == 1, slow["reasons"]
+    m = slow["measurements"]
+    assert m["peer_copy_from"].startswith("http://node-0:"), m  # the hostname, which names the frontend
+    # 24 MiB over 8 Mbit/s cannot take less than ~25 s: the tbf on the frontend's bridge port
+    assert m["peer_copy_s"] > 20, m
+    first = slow["reasons"][0]
+    assert first.startswith("known defect meta-pytorch/torchft#329") and "first_step_within failed" in first, first
+    assert any("copying a live peer's state from http://node-0:" in r for r in slow["reasons"]), slow["reasons"]
+    assert all(h["verified"] for h in slow["fault"]["heals"] + fixed["fault"]["heals"])
 
 
 @pytest.mark.parametrize("ending", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])

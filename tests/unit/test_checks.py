@@ -306,3 +306,35 @@ def membership_history(counted_too: bool) -> History:
 def test_a_membership_restart_counts_alone_and_is_part_of_another_nodes_counted_one():
     assert measure(membership_history(counted_too=False)).restarts == 1  # a node that left and came straight back
     assert measure(membership_history(counted_too=True)).restarts == 1   # one recovery, seen by two agents
+
+
+def heal_history(healed_step_at: float, copy_s: float) -> History:
+    """torchft: replica 1 killed and healed from replica 0, which trained on alone until the
+    healing replica joined its quorum, then waited for it in the all-reduce."""
+    rows = [(BASE, "drill.start"), (BASE + 0.1, "job.launch")]
+    for i, n in enumerate(range(1, 26)):
+        rows += [(BASE + 5 + i * 0.25, "step", {"n": n, "rank": 0}), (BASE + 5.01 + i * 0.25, "step", {"n": n, "rank": 1})]
+    rows.append((BASE + 6.5, "steady", {"baseline_step_s": 0.25}))
+    rows += [(T_FAULT - 0.01, "fault.inject", {"rank": 1}), (T_FAULT, "fault.confirmed"),
+             (T_FAULT + 2, "restart", {"attempt": 1, "by": "torchrun"})]
+    rows += [(T_FAULT + 0.5 + i * 0.25, "step", {"n": n, "rank": 0}) for i, n in enumerate(range(26, 40))]
+    rows.append((T_FAULT + 4, "restore", {"step": 40, "tier": "peer", "rank": 1}))
+    rows.append((T_FAULT + 4 + copy_s, "restore.copy", {"peer": "http://node-0:4100", "seconds": copy_s}))
+    rows += [(healed_step_at + i * 0.25, "step", {"n": n, "rank": 0}) for i, n in enumerate(range(41, 60))]
+    end = healed_step_at + 5
+    rows += [(end, "observe.end"), (end + 0.1, "fault.heal", {"healed": True}), (end + 0.5, "drill.end")]
+    return History.build(rows)
+
+
+def test_a_heal_from_a_peer_counts_the_healed_replicas_first_step_and_names_the_copy():
+    """A first step that came late after a heal names the copy's time and source, as the job
+    said them (torchft's 'fetching checkpoint from URL took Xs')."""
+    slow = check(spec(first_step_within=30), heal_history(T_FAULT + 50, 45.2))
+    m = slow.measurements
+    assert m.time_to_first_step == pytest.approx(50) and m.restored_from == "peer"
+    assert (m.peer_copy_s, m.peer_copy_from) == (45.2, "http://node-0:4100")
+    assert slow.verdict == "fail"
+    assert slow.reasons[0] == ("first step after recovery took 50.0 s after the fault; the SLO allows 30 s; copying a "
+                               "live peer's state from http://node-0:4100 took 45.2 s of it (the job's own line)")
+    fast = check(spec(first_step_within=30), heal_history(T_FAULT + 6, 1.2))
+    assert fast.verdict == "pass" and fast.measurements.time_to_first_step == pytest.approx(6)

@@ -22,6 +22,7 @@ from drillbit.spec.config import BUILTIN_JOBS, ClusterSpec
 from drillbit.spec.models import SLO
 from drillbit.transport import netcluster
 from drillbit.transport.inprocess import NetnsNodes
+from drillbit.transport.netcluster import Topology
 
 
 def test_a_node_partition_drops_everything_but_loopback_both_ways():
@@ -88,6 +89,21 @@ def test_detection_predicted_for_a_partition_progress_watchdog_against_a_livenes
 def test_topology_netns_is_for_the_process_engine():
     with pytest.raises(ValidationError, match="topology netns is for engine process"):
         ClusterSpec(engine="ray", topology="netns")
+
+
+def test_a_frontend_is_a_second_network_of_a_namespace_cluster_and_hostnames_resolve_to_it():
+    with pytest.raises(ValidationError, match="frontend_mbit is for topology netns"):
+        ClusterSpec(engine="process", frontend_mbit=8)
+    topology = Topology(2, frontend_mbit=8)
+    assert topology.frontend_address("node-1") == "10.78.0.2" and topology.address("node-1") == "10.77.0.2"
+    assert topology.name_address("node-1") == "10.78.0.2"  # the hostname names the slow network
+    plain = Topology(2)
+    assert plain.frontend_address("node-1") is None and plain.name_address("node-1") == "10.77.0.2"
+    from drillbit.spec.config import BUILTIN_CLUSTERS
+
+    assert BUILTIN_CLUSTERS["local-netns-frontend"].frontend_mbit == 8
+    heavy, fixed = BUILTIN_JOBS["torchft-heavy"].launch.command, BUILTIN_JOBS["torchft-heavy-backend"].launch.command
+    assert "--advertise" not in heavy and fixed[fixed.index("--advertise") + 1] == "gloo-interface"
 
 
 def test_a_machine_without_the_rights_is_a_config_error_before_anything_starts(tmp_path, monkeypatch):

@@ -154,3 +154,17 @@ def test_dlrover_flash_checkpoint_restores_name_their_tier():
     assert m.match(cpu) == []  # the same restore, said again without its step
     [(kind, _, data)] = m.match(disk)
     assert (kind, data["step"], data["tier"], data["path"]) == ("restore", 184, "disk", "/tmp/fl/job/ckpt/184/rank_0.pt")
+
+
+def test_torchfts_timed_heal_copy_is_read_with_its_source_and_seconds():
+    """The line torchft 0.2.0's HTTP checkpoint transport printed when a heal's copy finished,
+    in slow-recovery-network on local-netns-frontend."""
+    line = ("2026-12-02 13:16:53,253 INFO torchft.checkpointing.http_transport fetching checkpoint from "
+            "http://node-0:38583/checkpoint/25/full took 26.29933776199323s")
+    reader = LineReader(matcher(load("torchft").signals))
+    [(kind, _t, _rank, data)] = reader.hits(line)
+    assert kind == "restore.copy" and data["peer"] == "http://node-0:38583"
+    assert data["seconds"] == pytest.approx(26.299, abs=1e-3)
+    # the line that starts the copy has no time yet: not a finished copy
+    assert reader.hits("INFO torchft.checkpointing.http_transport fetching checkpoint from "
+                       "http://node-0:38583/checkpoint/25/full") == []

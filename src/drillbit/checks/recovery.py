@@ -142,6 +142,9 @@ class TierFigures(BaseModel):
     best_available_tier: str | None = None
     lost_copies: list[str] = []               # tier copies the fault took away
     steps_behind_best: int | None = None
+    # a heal from a live peer (torchft's): how long the copy took, and from where, as the job said
+    peer_copy_s: float | None = None
+    peer_copy_from: str | None = None
 
 
 class PredictionFigures(BaseModel):
@@ -376,6 +379,11 @@ def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: f
                    restore: Event | None) -> None:
     """Which tier the restore came from, and how far behind the best copy that survived the
     fault (the tiers as they were when it hit, less the copies it took away)."""
+    copy = next((e for e in events if e.kind == "restore.copy" and e.t >= t0 and e.data.get("seconds") is not None),
+                None)
+    if copy is not None:
+        m.peer_copy_s = float(copy.data["seconds"])
+        m.peer_copy_from = str(copy.data["peer"]) if copy.data.get("peer") is not None else None
     snapshot = next((e for e in reversed(events) if e.kind == "ckpt.tiers" and e.t <= t0), None)
     order = list((snapshot.data.get("tiers") or {}) if snapshot is not None else {})
     if restore is not None and m.time_to_first_step is not None:

@@ -80,7 +80,8 @@ def _judge_timed(j: Judging) -> None:
             j.results.append(SLOResult(name=name, measurement=measure, limit=limit, measured=round(value, 3),
                                        status="pass" if ok else "fail"))
             if not ok:
-                j.reasons.append(f"{words} took {value:.1f} s after the fault; the SLO allows {limit:g} s")
+                j.reasons.append(f"{words} took {value:.1f} s after the fault; the SLO allows {limit:g} s"
+                                 + _peer_copy(m, measure))
         elif watched >= limit or m.job_exit_s is not None:
             j.results.append(SLOResult(name=name, measurement=measure, limit=limit, measured=None, status="fail",
                                        detail=f"never seen in {watched:.0f} s of observation"))
@@ -88,6 +89,15 @@ def _judge_timed(j: Judging) -> None:
         else:
             j.results.append(SLOResult(name=name, measurement=measure, limit=limit, measured=None, status="unknown",
                                        detail=f"observation ended {watched:.0f} s after the fault"))
+
+
+def _peer_copy(m: Measurements, measure: str) -> str:
+    """A late recovery that healed from a live peer: how long the copy took and from where,
+    as the job's own line said (torchft's 'fetching checkpoint from URL took Xs')."""
+    if m.peer_copy_s is None or measure not in ("time_to_first_step", "time_to_restore"):
+        return ""
+    where = f" from {m.peer_copy_from}" if m.peer_copy_from else ""
+    return f"; copying a live peer's state{where} took {m.peer_copy_s:.1f} s of it (the job's own line)"
 
 
 def _judge_recover_or_escalate(j: Judging) -> None:

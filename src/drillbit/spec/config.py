@@ -69,6 +69,8 @@ class ClusterSpec(Strict):
     nodes: int | None = Field(None, ge=1, description="nodes to use (embedded: nodes to simulate, default 2)")
     topology: Literal["host", "netns"] = "host"
     """process: netns simulates ``nodes`` nodes (default 2), each a network namespace with its own address and hostname on a private bridge, so a partition cuts one node off from the others (needs root, iproute2 and nftables); host: one node, this machine's network"""
+    frontend_mbit: float | None = Field(None, gt=0, le=100_000)
+    """topology netns: a second network per node, the frontend (eth1, 10.78.0.x), capped at this many Mbit/s into each node, and the nodes' hostnames resolve to it; eth0 stays the fast backend that gloo and NCCL are pinned to (torchft#329's cluster: hostnames on the Ethernet, collectives on InfiniBand). None: one network"""
     services: list[ServiceSpec] = Field(default_factory=list)
     """topology netns: processes started on the service address before the job and stopped after it"""
     prometheus: str | None = Field(None, description="the Prometheus that watches this cluster's jobs (http://host:9090): "
@@ -137,6 +139,8 @@ class ClusterSpec(Strict):
             raise ValueError("engine slurm reads the job's logs on the controller (the agents end with each "
                              "allocation): the logs must be on a filesystem this machine sees, like the job's "
                              "sbatch output")
+        if self.frontend_mbit and self.topology != "netns":
+            raise ValueError("frontend_mbit is for topology netns (a second network of the namespace cluster)")
         if self.services and self.topology != "netns":
             raise ValueError("services are for topology netns (they run on its service address)")
         if self.topology == "netns" and (self.nodes or 2) > 250:
@@ -590,6 +594,10 @@ BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
     "local-netns": ClusterSpec(engine="process", topology="netns", nodes=2, job_grace=5.0,
                                description="2 simulated nodes, each a network namespace (10.77.0.1-2) on a private "
                                            "bridge, the agents in the drill's own process; needs root"),
+    "local-netns-frontend": ClusterSpec(
+        engine="process", topology="netns", nodes=2, job_grace=5.0, frontend_mbit=8.0,
+        description="local-netns with a second, slow network: hostnames resolve to an 8 Mbit/s frontend "
+                    "(10.78.0.1-2) while gloo runs on the backend (10.77.0.1-2), as on torchft#329's cluster"),
     "local-netns-etcd": ClusterSpec(
         engine="process", topology="netns", nodes=2, job_grace=5.0,
         description="local-netns with a real etcd (Debian's etcd-server, v2 API on) on the service address "
@@ -655,6 +663,15 @@ BUILTIN_JOBS.update({
     "torchft-allreplicas": _torchft("the torchft job whose quorum needs every replica group (lighthouse "
                                     "--min_replicas 2, Manager min_replica_size=2): a group cut off from the "
                                     "lighthouse stops the others too", "--min-replicas", "2"),
+    # a heal's copy must finish within torchft's timeout: the serving replica waits that long for
+    # the copy's read lock, then raises ("Timed out waiting for wlock"), so the 10 s of the other
+    # profiles would turn a slow heal into a crash loop; torchft#329's job got its copy through
+    "torchft-heavy": _torchft("the torchft job with 24 MiB of state a heal copies and a 60 s timeout, advertising "
+                              "its hostname for recovery (torchft's default): where hostnames name a slow network, a "
+                              "heal crawls (torchft#329)", "--state-mb", "24", "--timeout", "60"),
+    "torchft-heavy-backend": _torchft("the 24 MiB torchft job advertising the address of gloo's interface for "
+                                      "recovery (torchft#329's fix): a heal takes the fast network",
+                                      "--state-mb", "24", "--timeout", "60", "--advertise", "gloo-interface"),
     "nvrx": _nvrx("NVIDIA Resiliency Extension 0.4.1: 2 ranks under ft_launcher, rank-monitor heartbeats "
                   "(10 s timeout), in-job restart (3), a checkpoint every 10 steps"),
     "nvrx-defaults": _nvrx("the NVRx job with NVRx's own heartbeat timeouts (60 min initial, 45 min after): a "

@@ -170,7 +170,7 @@ MEASUREMENTS = (
     "time_to_detect", "time_to_restart", "time_to_restore", "time_to_first_step", "step_at_fault",
     "restored_step", "lost_steps", "restarts", "steps_after_recovery", "baseline_step_s", "goodput",
     "time_to_straggler", "slowdown", "fleet_tax", "slowdown_achieved", "time_to_escalate", "replace_failures",
-    "time_to_requeue", "steps_behind_best",
+    "time_to_requeue", "steps_behind_best", "peer_copy_s",
 )
 # Where a larger value is the better one (regressions are judged the other way round).
 HIGHER_IS_BETTER = ("goodput", "steps_after_recovery")

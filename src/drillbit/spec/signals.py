@@ -28,6 +28,8 @@ KINDS: dict[str, str] = {
     "restore.begin": "a checkpoint load started",
     "restore": "a checkpoint was loaded; groups step and path (tier: where from) — time_to_restore, lost steps, "
                "restore checks, restore_tier",
+    "restore.copy": "a copy of a live peer's state finished (groups peer: where from, seconds: how long) — "
+                    "peer_copy_s, named when a first step or restore came late",
     "restore.failed": "one way of restoring failed (tier, reason) and the job may fall back to another — shown on "
                       "the timeline",
     "ckpt.save.begin": "a checkpoint save started (step, path)",

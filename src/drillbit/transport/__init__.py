@@ -58,7 +58,7 @@ def _nodes(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
     if cluster.topology == "netns":
         return NetnsNodes(run_dir, name, cluster.nodes or 2, deadman_s=cluster.deadman,
                           job_grace_s=cluster.job_grace, version=cluster.simulate_agent_version,
-                          services=cluster.services)
+                          services=cluster.services, frontend_mbit=cluster.frontend_mbit)
 
     return InProcessNodes(run_dir, name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace,
                           version=cluster.simulate_agent_version)

@@ -58,9 +58,10 @@ class NetnsNodes(InProcessNodes):
 
     def __init__(self, run_dir: Path, cluster_name: str, nodes: int, *, deadman_s: float = 5.0,
                  job_grace_s: float = 30.0, version: str | None = None,
-                 services: list[ServiceSpec] | tuple[ServiceSpec, ...] = ()) -> None:
+                 services: list[ServiceSpec] | tuple[ServiceSpec, ...] = (),
+                 frontend_mbit: float | None = None) -> None:
         super().__init__(run_dir, cluster_name, deadman_s=deadman_s, job_grace_s=job_grace_s, version=version)
-        self.topology = Topology(nodes)
+        self.topology = Topology(nodes, frontend_mbit=frontend_mbit)
         self.services = list(services)
 
     def connect(self) -> dict[str, AgentClient]:
@@ -70,7 +71,11 @@ class NetnsNodes(InProcessNodes):
                               + "; nothing was started")
         self.topology.up()
         self.note("topology.up", {"namespaces": self.topology.namespaces(), "service_host": SERVICE_HOST,
-                                  "addresses": {n: self.topology.address(n) for n in self.topology.node_names()}})
+                                  "addresses": {n: self.topology.address(n) for n in self.topology.node_names()},
+                                  **({"frontend": {n: self.topology.frontend_address(n)
+                                                   for n in self.topology.node_names()},
+                                      "frontend_mbit": self.topology.frontend_mbit}
+                                     if self.topology.frontend_mbit else {})})
         values = {**self.values, "service_host": SERVICE_HOST}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:

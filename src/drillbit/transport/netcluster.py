@@ -9,6 +9,12 @@ binds every interface is reachable from the simulated nodes and from nowhere els
 partition is then a real cut between node 1 and node 0 (faults/partition.py), not a rule on
 127.0.0.1.
 
+With ``frontend_mbit`` each node has a second network, the frontend (``eth1``, 10.78.0.<i+1>,
+on a bridge of its own), capped at that rate, and the hostnames resolve to it: the cluster
+torchft#329 ran on, whose hostnames named the Ethernet while NCCL and gloo were pinned to
+InfiniBand (``GLOO_SOCKET_IFNAME=eth0`` here). A job that advertises its hostname for
+recovery traffic sends it over the slow network.
+
 Teardown removes exactly what :meth:`Topology.up` made and verifies it by listing
 (``ip netns list``, ``/etc/netns``). A controller killed outright cannot tear down, so
 ``up`` starts a reaper (``python -m drillbit.transport.netcluster reap MANIFEST``, in a
@@ -37,6 +43,7 @@ import psutil
 from drillbit.netns import inode_of
 
 SUBNET = "10.77.0"
+FRONTEND_SUBNET = "10.78.0"  # the second network of a topology with a frontend (eth1, bridge br1)
 SERVICE_HOST = f"{SUBNET}.254"  # the bridge's own address, in the switch namespace: where services listen
 PREFIX = "dbit-"
 STATE_DIR = Path(os.environ.get("DRILLBIT_NETNS_STATE", "/run/drillbit-netns"))
@@ -81,6 +88,10 @@ class Topology:
     """N node namespaces on a bridge in a private outer namespace. ``up`` then ``down``."""
 
     nodes: int
+    frontend_mbit: float | None = None
+    """a second network, the frontend: eth1 on each node (10.78.0.<i+1>/24, bridge br1), capped at
+    this many Mbit/s into each node (tbf on the bridge's port), and the nodes' hostnames resolve
+    to it; eth0 stays the fast backend. None: one network."""
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     owner_pid: int = field(default_factory=os.getpid)
     reaper: subprocess.Popen | None = None
@@ -98,6 +109,14 @@ class Topology:
 
     def address(self, node: str) -> str:
         return f"{SUBNET}.{self.node_names().index(node) + 1}"
+
+    def frontend_address(self, node: str) -> str | None:
+        return f"{FRONTEND_SUBNET}.{self.node_names().index(node) + 1}" if self.frontend_mbit else None
+
+    def name_address(self, node: str) -> str:
+        """What the node's hostname resolves to, on every node: the frontend where there is one
+        (as on clusters whose hostnames name the Ethernet while the collectives use the fabric)."""
+        return self.frontend_address(node) or self.address(node)
 
     def namespaces(self) -> list[str]:
         return [self.namespace(n) for n in self.node_names()] + [self.switch]
@@ -118,7 +137,10 @@ class Topology:
             _ip("-n", sw, "link", "add", "br0", "type", "bridge")
             _ip("-n", sw, "link", "set", "br0", "up")
             _ip("-n", sw, "addr", "add", f"{SERVICE_HOST}/24", "dev", "br0")
-            hosts = "127.0.0.1 localhost\n" + "".join(f"{self.address(n)} {n}\n" for n in self.node_names())
+            if self.frontend_mbit:
+                _ip("-n", sw, "link", "add", "br1", "type", "bridge")
+                _ip("-n", sw, "link", "set", "br1", "up")
+            hosts = "127.0.0.1 localhost\n" + "".join(f"{self.name_address(n)} {n}\n" for n in self.node_names())
             for i, node in enumerate(self.node_names()):
                 ns = self.namespace(node)
                 _ip("netns", "add", ns)
@@ -127,6 +149,8 @@ class Topology:
                 _ip("-n", ns, "link", "set", "lo", "up")
                 _ip("-n", ns, "addr", "add", f"{self.address(node)}/24", "dev", "eth0")
                 _ip("-n", ns, "link", "set", "eth0", "up")
+                if self.frontend_mbit:
+                    self._frontend_link(i, node)
                 etc = ETC_NETNS / ns
                 etc.mkdir(parents=True, exist_ok=True)
                 (etc / "hosts").write_text(hosts)
@@ -139,6 +163,20 @@ class Topology:
                 [sys.executable, "-m", "drillbit.transport.netcluster", "reap", str(self.manifest)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True)
+
+    def _frontend_link(self, i: int, node: str) -> None:
+        """eth1 of node ``i`` on br1; what the node receives over it leaves the bridge's port
+        f<i> through a tbf at ``frontend_mbit``."""
+        sw, ns = self.switch, self.namespace(node)
+        _ip("-n", sw, "link", "add", f"f{i}", "type", "veth", "peer", "name", "eth1", "netns", ns)
+        _ip("-n", sw, "link", "set", f"f{i}", "master", "br1", "up")
+        _ip("-n", ns, "addr", "add", f"{self.frontend_address(node)}/24", "dev", "eth1")
+        _ip("-n", ns, "link", "set", "eth1", "up")
+        proc = subprocess.run(["ip", "netns", "exec", sw, "tc", "qdisc", "add", "dev", f"f{i}", "root", "tbf", "rate",
+                               f"{self.frontend_mbit:g}mbit", "burst", "32kb", "latency", "400ms"],
+                              capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise TopologyError(f"tc qdisc add dev f{i} root tbf: {proc.stderr.strip() or proc.returncode}")
 
     def _write_manifest(self) -> None:
         STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
