@@ -11,6 +11,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -25,18 +26,23 @@ class Sshd:
     proc: subprocess.Popen
 
 
-def start_sshd(base: Path) -> Sshd:
+def start_sshd(base: Path, listen: str = "127.0.0.1", port: int | None = None,
+               wrap: Callable[[list[str]], list[str]] | None = None,
+               reachable: Callable[[str, int], bool] | None = None) -> Sshd:
+    """An sshd on ``listen``; ``wrap`` runs it elsewhere (a namespace node's
+    ``Topology.wrap``) and ``reachable`` then says whether it answers."""
     base.mkdir(parents=True, exist_ok=True)
     for name in ("host_key", "client_key"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / name)], check=True)
     (base / "authorized_keys").write_text((base / "client_key.pub").read_text())
     os.chmod(base / "authorized_keys", 0o600)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
     (base / "sshd_config").write_text(f"""
 Port {port}
-ListenAddress 127.0.0.1
+ListenAddress {listen}
 HostKey {base / 'host_key'}
 PidFile {base / 'sshd.pid'}
 AuthorizedKeysFile {base / 'authorized_keys'}
@@ -50,20 +56,28 @@ UsePAM no
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     host_pub = (base / "host_key.pub").read_text().split()
-    (base / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(base / "sshd_config")],
-                            stdout=open(base / "sshd.log", "ab"), stderr=subprocess.STDOUT)
+    name = listen if port == 22 else f"[{listen}]:{port}"
+    (base / "known_hosts").write_text(f"{name} {host_pub[0]} {host_pub[1]}\n")
+    argv = [SSHD, "-D", "-e", "-f", str(base / "sshd_config")]
+    proc = subprocess.Popen(wrap(argv) if wrap else argv, stdout=open(base / "sshd.log", "ab"),
+                            stderr=subprocess.STDOUT)
     deadline = time.time() + 15
     while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        if (reachable or _answers)(listen, port):
             break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError((base / "sshd.log").read_text())
-            time.sleep(0.1)
+        if proc.poll() is not None:
+            raise RuntimeError((base / "sshd.log").read_text())
+        time.sleep(0.1)
     return Sshd(port=port, user=getpass.getuser(), key=base / "client_key", known_hosts=base / "known_hosts",
                 host_pub=" ".join(host_pub[:2]), proc=proc)
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 def stop_sshd(sshd: Sshd) -> None:

@@ -8,7 +8,8 @@ lose-rendezvous-host: c10d's store dies with node 0 (FAIL); etcd-v2 on an etcd t
 node's survives it (PASS). partition-lighthouse: torchft's groups train on without the one cut
 off from the lighthouse (PASS), unless the quorum needs every group (FAIL). slow-recovery-network
 (torchft#329): a heal advertised by hostname crosses the slow frontend (FAIL), one advertised by
-gloo's interface the backend (PASS). After every ending — pass, fail, Ctrl-C, a SIGKILLed controller —
+gloo's interface the backend (PASS). The SSH engine: two hosts that are namespace nodes, each
+with its own sshd, reached through a ProxyCommand in the switch's namespace. After every ending — pass, fail, Ctrl-C, a SIGKILLed controller —
 no namespace, /etc/netns folder, nft table, service or process is left.
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ from drillbit.transport import netcluster
 from drillbit.transport.netcluster import Topology
 from tests.integration.cli import drill_script
 from tests.integration.short import short_window
+from tests.integration.sshd import SSHD, start_sshd, stop_sshd
 
 # one worker takes them all, one at a time (xdist_group): they judge what namespaces, nft tables
 # and manifests the machine holds, and another test's topology would be counted as left behind
@@ -342,6 +344,56 @@ def test_a_heal_over_the_network_the_hostname_names_crawls_and_over_gloos_steps_
     assert first.startswith("known defect meta-pytorch/torchft#329") and "first_step_within failed" in first, first
     assert any("copying a live peer's state from http://node-0:" in r for r in slow["reasons"]), slow["reasons"]
     assert all(h["verified"] for h in slow["fault"]["heals"] + fixed["fault"]["heals"])
+
+
+@pytest.mark.skipif(not Path(SSHD).exists(), reason="needs OpenSSH's sshd (.ci/run installs openssh-server)")
+def test_ssh_hosts_that_are_namespace_nodes_are_reached_through_the_switch_and_rendezvous_over_their_addresses(
+        tmp_path):
+    """The SSH engine on two hosts that are namespace nodes, each with its own sshd on its own
+    address (10.77.0.1:22, 10.77.0.2:22), reached from outside the private network through a
+    ProxyCommand run in the switch's namespace. The agents run on their nodes, torchrun
+    rendezvouses at node 0's address, and a kill-rank recovers as on every engine."""
+    topology = Topology(2)
+    topology.up()
+    servers = []
+    relay = f"ip netns exec {topology.switch} {sys.executable} -m drillbit.transport.netcluster relay %h %p"
+
+    def answers(host: str, port: int) -> bool:
+        probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=1).close()"
+        return subprocess.run(topology.wrap_service([sys.executable, "-c", probe]), capture_output=True).returncode == 0
+
+    try:
+        hosts = []
+        for i, node in enumerate(topology.node_names()):
+            server = start_sshd(tmp_path / f"sshd-{i}", listen=topology.address(node), port=22,
+                                wrap=lambda argv, node=node: topology.wrap(node, argv), reachable=answers)
+            servers.append(server)
+            hosts.append({"name": node, "host": topology.address(node), "user": server.user,
+                          "key_filename": str(server.key), "python": sys.executable,
+                          "state_dir": str(tmp_path / f"agent-{i}"), "proxy_command": relay})
+        known = tmp_path / "known_hosts"
+        known.write_text("".join(s.known_hosts.read_text() for s in servers))
+        config = tmp_path / "drill.yaml"
+        config.write_text(json.dumps({"clusters": {"nodes": {"engine": "ssh", "known_hosts": str(known),
+                                                             "hosts": hosts}}}))
+        resolved = resolve(str(Path(__file__).parent / "drills" / "kill-rank-fast.yaml"), cluster="nodes",
+                           job="reference", config_path=str(config))
+        result, outcome = execute(resolved, reports_dir=str(tmp_path / "reports"))
+        assert result["verdict"] == "pass", result["reasons"]
+        events = [json.loads(line) for line in (outcome.run_dir / "history.jsonl").read_text().splitlines()]
+        # each agent ran on its node (its hostname is the node's, in the node's namespaces)
+        assert {e["node"]: e["data"]["host"] for e in events if e["kind"] == "agent.ready"} == {
+            "node-0": "node-0", "node-1": "node-1"}
+        [ranks] = [e["data"]["ranks"] for e in events if e["kind"] == "job.ranks"][:1]
+        assert {r["node"] for r in ranks} == {"node-0", "node-1"}
+        # both nodes' torchrun rendezvoused at node 0's address, over the bridge
+        endpoints = re.findall(r"rdzv_endpoint\s*: (\S+)", (outcome.run_dir / "job" / "launcher.log").read_text())
+        assert len(endpoints) == 2 and all(e.startswith("10.77.0.1:") for e in endpoints), endpoints
+        assert all(h["verified"] for h in result["fault"]["heals"])
+    finally:
+        for server in servers:
+            stop_sshd(server)
+        assert topology.down() == []
 
 
 @pytest.mark.parametrize("ending", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])

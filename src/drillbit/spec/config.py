@@ -42,6 +42,10 @@ class SshHost(Strict):
     state_dir: str | None = Field(None, description="where the agent keeps its registry on the host, a folder "
                                                     "only its user can write (default: $XDG_RUNTIME_DIR/drillbit, "
                                                     "else /tmp/drillbit-<uid>, created 0700)")
+    proxy_command: str | None = Field(None, min_length=1, description=(
+        "reach the host's sshd through this command's standard input and output, as OpenSSH's ProxyCommand "
+        "(%h and %p: the host and port): a bastion (`ssh -W %h:%p bastion`), or a namespace node's switch "
+        "(`ip netns exec dbit-ID-sw python3 -m drillbit.transport.netcluster relay %h %p`)"))
 
 
 class ServiceSpec(Strict):

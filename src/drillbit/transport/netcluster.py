@@ -349,15 +349,38 @@ def leftovers() -> list[str]:
     return found
 
 
+def relay(host: str, port: int) -> int:
+    """Standard input and output joined to a TCP connection: a ProxyCommand that reaches a
+    node's sshd from outside the private network (run in the switch's namespace, which is on
+    the bridge: ``ip netns exec dbit-<id>-sw python -m drillbit.transport.netcluster relay %h %p``)."""
+    import socket
+    import threading
+
+    sock = socket.create_connection((host, port), timeout=15)
+    sock.settimeout(None)
+
+    def inbound() -> None:  # what the client sends, to the server
+        while chunk := os.read(0, 65536):
+            sock.sendall(chunk)
+        sock.shutdown(socket.SHUT_WR)
+
+    threading.Thread(target=inbound, daemon=True).start()
+    while chunk := sock.recv(65536):
+        os.write(1, chunk)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 2 and argv[0] == "reap":
         return reap(Path(argv[1]))
+    if len(argv) == 3 and argv[0] == "relay" and argv[2].isdigit():
+        return relay(argv[1], int(argv[2]))
     if argv == ["sweep"]:
         for ns in sweep():
             print(f"removed {ns}")
         return 0
-    print("usage: python -m drillbit.transport.netcluster reap MANIFEST | sweep", file=sys.stderr)
+    print("usage: python -m drillbit.transport.netcluster reap MANIFEST | sweep | relay HOST PORT", file=sys.stderr)
     return 2
 
 

@@ -22,7 +22,8 @@ from drillbit.transport.jsonlines import JsonLinesClient
 
 
 def where(host: SshHost) -> str:
-    return f"{host.user + '@' if host.user else ''}{host.host}:{host.port}"
+    via = f" via `{host.proxy_command}`" if host.proxy_command else ""
+    return f"{host.user + '@' if host.user else ''}{host.host}:{host.port}{via}"
 
 
 def connect(host: SshHost, known_hosts: str | None) -> Any:
@@ -36,7 +37,11 @@ def connect(host: SshHost, known_hosts: str | None) -> Any:
         kwargs["key_filename"] = os.path.expanduser(host.key_filename)
     if host.password is not None:
         kwargs["password"] = host.password.get_secret_value()
-    conn = Connection(host.host, user=host.user, port=host.port, connect_timeout=15, connect_kwargs=kwargs)
+    gateway = None
+    if host.proxy_command:
+        gateway = host.proxy_command.replace("%h", host.host).replace("%p", str(host.port))
+    conn = Connection(host.host, user=host.user, port=host.port, connect_timeout=15, connect_kwargs=kwargs,
+                      gateway=gateway)
     client = conn.client
     client.set_missing_host_key_policy(RejectPolicy())
     known = os.path.expanduser(known_hosts or "~/.ssh/known_hosts")
