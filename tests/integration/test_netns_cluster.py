@@ -34,6 +34,7 @@ from drillbit.faults.partition import (Flap, FlapParams, Partition, PartitionPar
                                       root_qdisc, tables)
 from drillbit.proc import ProcRef
 from drillbit.session import execute, resolve
+from drillbit.slurm.local import LocalSlurm, missing_binaries
 from drillbit.transport import netcluster
 from drillbit.transport.netcluster import Topology
 from tests.integration.cli import drill_script
@@ -393,6 +394,44 @@ def test_ssh_hosts_that_are_namespace_nodes_are_reached_through_the_switch_and_r
     finally:
         for server in servers:
             stop_sshd(server)
+        assert topology.down() == []
+
+
+@pytest.mark.skipif(bool(missing_binaries()), reason=f"needs Slurm: {missing_binaries()}")
+def test_a_slurm_whose_nodes_are_namespaces_requeues_a_crashed_nodes_job_onto_the_other(tmp_path):
+    """The local Slurm on a namespace cluster: each slurmd in its node's namespace on the node's
+    address, slurmctld on the switch's; the controller reaches it through the switch
+    (slurm_via). The batch job and each node's agent (an srun step) run on their node.
+    node-crash freezes and kills n1's slurmd and the job there: Slurm notices after
+    SlurmdTimeout, requeues, the rerun lands on n2; the heal starts n1's slurmd again in n1's
+    namespace, and n1 is back."""
+    topology = Topology(2)
+    topology.up()
+    cluster = LocalSlurm(tmp_path / "slurm", nodes=2, topology=topology, requeue_hold=5, sched_interval=1)
+    try:
+        cluster.start()
+        assert {n: f["NodeAddr"] for n, f in cluster.slurm.nodes().items()} == {"n1": "10.77.0.1", "n2": "10.77.0.2"}
+        config = tmp_path / "drill.yaml"
+        config.write_text(json.dumps({"clusters": {"slurm": {
+            "engine": "slurm", "slurm_conf": str(cluster.conf), "state_dir": str(tmp_path / "agents"),
+            "slurm_via": cluster.via}}}))
+        resolved = resolve(str(Path(__file__).parent / "drills" / "node-crash-fast.yaml"), cluster="slurm",
+                           config_path=str(config))
+        result, outcome = execute(resolved, reports_dir=str(tmp_path / "reports"))
+        assert result["verdict"] == "pass", result["reasons"]
+        m = result["measurements"]
+        assert m["time_to_requeue"] >= 10 and "n1" not in m["rerun_nodes"], m
+        events = [json.loads(line) for line in (outcome.run_dir / "history.jsonl").read_text().splitlines()]
+        ready = {(e["node"], e["data"]["host"]) for e in events if e["kind"] == "agent.ready" and e["node"] != "slurmctld"}
+        # each node's agent ran in that node's namespace, under its hostname (n1 is node-0)
+        assert ready and all(host == {"n1": "node-0", "n2": "node-1"}[n] for n, host in ready), ready
+        assert re.search(r"master_addr=node-[01]\b", (outcome.run_dir / "job" / "launcher.log").read_text())
+        heal = next(e for e in events if e["kind"] == "fault.heal")
+        assert "slurmd started again" in heal["data"]["detail"] and heal["data"]["verified"], heal["data"]
+        [slurmd] = [p for p in cluster.own_daemons() if "n1" in p.cmdline()]
+        assert netcluster.named_inode(topology.namespace("node-0")) == os.stat(f"/proc/{slurmd.pid}/ns/net").st_ino
+    finally:
+        cluster.stop()
         assert topology.down() == []
 
 

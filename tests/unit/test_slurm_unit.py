@@ -137,7 +137,7 @@ def test_a_rerun_on_the_node_that_failed_fails_with_what_to_change():
 
 
 def test_a_slurm_cluster_entry_refuses_other_engines_fields_and_agent_side_logs():
-    with pytest.raises(ValueError, match="slurm_conf, partition and python are for engine slurm"):
+    with pytest.raises(ValueError, match="slurm_conf, partition, python and slurm_via are for engine slurm"):
         ClusterSpec(engine="ray", partition="gpu")
     with pytest.raises(ValueError, match="reads the job's logs on the controller"):
         ClusterSpec(engine="slurm", logs="agents")

@@ -28,6 +28,8 @@ from drillbit.errors import FaultError
 from drillbit.evidence import NodeGone, NodeState
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
+from drillbit.faults.partition import netns_of
+from drillbit.netns import inode_of
 from drillbit.proc import ProcRef
 from drillbit.slurm.scheduler import Slurm, job_processes
 
@@ -38,6 +40,8 @@ S = TypeVar("S", bound=State)
 class NodeFaultParams(Params):
     reason: str = Field("drillbit drill", description="the Reason Slurm shows for the node")
     slurm_conf: str | None = Field(None, description="filled in from the cluster entry")
+    slurm_via: list[str] = Field(default_factory=list, description="filled in from the cluster entry: the prefix "
+                                                                   "Slurm's commands run through")
     job_id: str | None = Field(None, description="filled in: the drilled job")
     confirm_timeout_s: float = Field(30.0, gt=0)
     heal_timeout_s: float = Field(40.0, gt=0, description="how long the node may take to be up again")
@@ -45,7 +49,7 @@ class NodeFaultParams(Params):
 
 def _slurm(params: NodeFaultParams):
 
-    return Slurm(params.slurm_conf)
+    return Slurm(params.slurm_conf, via=params.slurm_via)
 
 
 def _up(state: str) -> bool:
@@ -187,6 +191,7 @@ class NodeCrashState(State):
     cwd: str
     env: dict[str, str]
     killed: list[ProcRef] = []
+    netns_inode: int | None = None  # slurmd's network namespace, where it is not the agent's (a namespace node)
 
 
 def find_slurmd(node: str) -> psutil.Process | None:
@@ -255,6 +260,14 @@ class NodeCrash(SchedulerNodeFault[NodeCrashState]):
                                    cwd=proc.cwd(), env=env)
         except (psutil.NoSuchProcess, psutil.AccessDenied) as exc:
             raise FaultError(f"node-crash: cannot read slurmd of {node}: {exc}") from None
+        inode = inode_of(proc.pid)
+        if inode is not None and inode != inode_of(os.getpid()):
+            # its node is a network namespace: the heal must start it there again, which only a
+            # named one (/run/netns) outlives the crash to allow
+            if not str(netns_of(inode) or "").startswith("/run/netns/"):
+                raise FaultError(f"node-crash: the slurmd of {node} is in a network namespace with no name in "
+                                 "/run/netns; once it is killed nothing could start it there again")
+            state.netns_inode = inode
         state.killed = [ProcRef.of(p, node=node) for p in node_job_tree(params.job_id, node)]
         return state
 
@@ -276,8 +289,15 @@ class NodeCrash(SchedulerNodeFault[NodeCrashState]):
     def heal(self, target: ProcRef, params: NodeFaultParams, state: NodeCrashState) -> HealReport:
         current = find_slurmd(state.node)
         if current is None:
+            argv = state.argv
+            if state.netns_inode is not None:
+                where = netns_of(state.netns_inode)
+                if where is None:
+                    return HealReport(healed=False, verified=False, detail=f"the network namespace of {state.node}'s "
+                                      "slurmd is gone; it cannot be started there again")
+                argv = ["nsenter", f"--net={where}", *argv]
             try:
-                subprocess.Popen(state.argv, cwd=state.cwd if os.path.isdir(state.cwd) else "/",
+                subprocess.Popen(argv, cwd=state.cwd if os.path.isdir(state.cwd) else "/",
                                  env={**os.environ, **state.env}, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             except OSError as exc:

@@ -1,6 +1,8 @@
 """A real Slurm cluster on this machine, in a folder: munged with a private socket and key,
 slurmctld, and one ``slurmd -N NAME`` per node, all on 127.0.0.1 (Debian's ``slurm-wlm``
-and ``munge``). The tests drill it; ``python -m drillbit.slurm.local up DIR`` starts one
+and ``munge``); or, given a namespace cluster's ``Topology``, each slurmd in its node's
+namespace on the node's address and slurmctld on the switch's (10.77.0.254), so the nodes
+are apart on the network as real ones are (munged's Unix socket is shared). The tests drill it; ``python -m drillbit.slurm.local up DIR`` starts one
 for a person to try the engine on (``down DIR`` stops it).
 
 Two settings are what the drills are about (measured on Slurm 22.05):
@@ -22,11 +24,28 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
 from drillbit.errors import DrillError
 from drillbit.slurm.scheduler import Slurm
+
+
+class NodeNetwork(Protocol):
+    """What a local Slurm needs of nodes that are network namespaces (the namespace
+    cluster's ``Topology``): their names and addresses, how to run a daemon on one, and the
+    address and namespace that are no node's."""
+
+    service_host: str
+
+    def node_names(self) -> list[str]: ...
+
+    def address(self, node: str) -> str: ...
+
+    def wrap_daemon(self, node: str, argv: list[str]) -> list[str]: ...
+
+    def wrap_service(self, argv: list[str]) -> list[str]: ...
 
 BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch", "srun", "scancel")
 
@@ -62,6 +81,7 @@ class LocalSlurm:
     sched_interval: int = 60  # seconds between the scheduler's full passes (Slurm's default 60)
     slurmd_timeout: int = 10  # seconds before an unresponsive slurmd's node is set DOWN
     partition: str = "debug"
+    topology: NodeNetwork | None = None  # nodes that are network namespaces (one per Slurm node)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     @property
@@ -95,13 +115,19 @@ class LocalSlurm:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
             os.chmod(key, 0o400)
-        ctl, *slurmd = _free_ports(1 + self.nodes)
-        sock = self.sockets / "munge.sock"
         names = self.node_names
+        if self.topology is not None:  # namespaces of their own: the default ports are free
+            ctl, slurmd = 6817, [6818] * self.nodes
+            ctl_host = self.topology.service_host  # the bridge's address, in the switch's namespace: no node's
+            addrs = [self.topology.address(n) for n in self.topology.node_names()[:self.nodes]]
+        else:
+            ctl, *slurmd = _free_ports(1 + self.nodes)
+            ctl_host, addrs = "127.0.0.1", ["127.0.0.1"] * self.nodes
+        sock = self.sockets / "munge.sock"
         lines = [
             # a name of its own (from its folder): apart from other local clusters on this machine
             f"ClusterName=drill{hashlib.sha1(str(root).encode()).hexdigest()[:8]}",
-            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldHost=localhost({ctl_host})",
             f"SlurmctldPort={ctl}",
             "SlurmUser=root",
             "SlurmdUser=root",
@@ -135,8 +161,8 @@ class LocalSlurm:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
         ]
-        for name, port in zip(names, slurmd):
-            lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
+        for name, port, addr in zip(names, slurmd, addrs):
+            lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr={addr} Port={port} "
                          f"CPUs={self.cpus} State=UNKNOWN")
         lines.append(f"PartitionName={self.partition} Nodes={','.join(names)} Default=YES MaxTime=INFINITE "
                      "State=UP")
@@ -160,7 +186,8 @@ class LocalSlurm:
                                f"--key-file={munge / 'munge.key'}", f"--pid-file={munge / 'munged.pid'}",
                                f"--seed-file={munge / 'munged.seed'}", f"--log-file={self.root / 'log' / 'munged.log'}"])
         self._wait(lambda: (self.sockets / "munge.sock").exists(), timeout, "munged's socket")
-        self._spawn("slurmctld", [self.slurm.binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+        ctld = [self.slurm.binary("slurmctld"), "-D", "-i", "-f", str(self.conf)]
+        self._spawn("slurmctld", self.topology.wrap_service(ctld) if self.topology is not None else ctld)
         self._wait(lambda: self.slurm.reachable() is None, timeout, "slurmctld")
         for name in self.node_names:
             self.start_slurmd(name)
@@ -169,7 +196,10 @@ class LocalSlurm:
         return self
 
     def start_slurmd(self, name: str) -> subprocess.Popen:
-        return self._spawn(f"slurmd-{name}", [self.slurm.binary("slurmd"), "-D", "-N", name, "-f", str(self.conf)])
+        argv = [self.slurm.binary("slurmd"), "-D", "-N", name, "-f", str(self.conf)]
+        if self.topology is not None:  # Slurm's node n<i> is the topology's node-<i-1>
+            argv = self.topology.wrap_daemon(self.topology.node_names()[self.node_names.index(name)], argv)
+        return self._spawn(f"slurmd-{name}", argv)
 
     def _wait(self, ok, timeout: float, what: str) -> None:
         end = time.time() + timeout
@@ -187,9 +217,14 @@ class LocalSlurm:
         raise DrillError(f"local Slurm: no {what} after {timeout:g} s (logs in {self.root / 'log'})")
 
     @property
+    def via(self) -> list[str]:
+        """How this machine reaches slurmctld: through the switch's namespace, on a topology."""
+        return self.topology.wrap_service([]) if self.topology is not None else []
+
+    @property
     def slurm(self) -> Slurm:
         """Slurm's commands against this cluster's configuration."""
-        return Slurm(str(self.conf), self.partition)
+        return Slurm(str(self.conf), self.partition, self.via)
 
     def node_states(self) -> dict[str, str]:
         return {name: fields.get("State", "") for name, fields in self.slurm.nodes().items()}

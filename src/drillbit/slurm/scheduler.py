@@ -57,9 +57,10 @@ class JobInfo:
 
 
 class Slurm:
-    def __init__(self, conf: str | None = None, partition: str | None = None) -> None:
+    def __init__(self, conf: str | None = None, partition: str | None = None, via: list[str] | tuple[str, ...] = ()) -> None:
         self.conf = conf
         self.partition = partition
+        self.via = list(via)  # a prefix every command runs through (a namespace's ``ip netns exec``)
         self.env = dict(os.environ)
         if conf:
             self.env["SLURM_CONF"] = conf
@@ -72,7 +73,7 @@ class Slurm:
         return found
 
     def run(self, *argv: str, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess:
-        cmd = [self.binary(argv[0]), *argv[1:]]
+        cmd = [*self.via, self.binary(argv[0]), *argv[1:]]
         try:
             done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -146,7 +147,7 @@ class Slurm:
 
     def srun_argv(self, job_id: str, node: str, argv: list[str]) -> list[str]:
         """A process inside the job's allocation on one node, beside the job's own steps."""
-        return [self.binary("srun"), "--overlap", "--jobid", job_id, "-w", node, "-N", "1", "-n", "1", "-u",
+        return [*self.via, self.binary("srun"), "--overlap", "--jobid", job_id, "-w", node, "-N", "1", "-n", "1", "-u",
                 "--kill-on-bad-exit=0", *argv]
 
 

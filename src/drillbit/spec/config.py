@@ -99,6 +99,10 @@ class ClusterSpec(Strict):
                                                      "command drillbit runs); none: Slurm's own default")
     partition: str | None = Field(None, description="slurm: the partition jobs are submitted to (none: the "
                                                     "default partition)")
+    slurm_via: list[str] = Field(default_factory=list, description=(
+        "slurm: a prefix for every Slurm command the controller runs (sbatch, scontrol, scancel, and the srun that "
+        "carries each node's agent), for a slurmctld this machine cannot reach directly: a namespace cluster's "
+        "switch ([ip, netns, exec, dbit-ID-sw]); SLURM_CONF is passed on"))
     python: str | None = Field(None, description="slurm: the interpreter on the nodes that has drillbit installed "
                                                  "(default: the controller's own path)")
     state_dir: str | None = Field(None, description="slurm: where agents keep their registries on the nodes, a "
@@ -137,8 +141,8 @@ class ClusterSpec(Strict):
             raise ValueError(f"address, ray_auth_token and ray_auth_token_file are for engine ray, not {self.engine}")
         if self.ray_auth_token and self.ray_auth_token_file:
             raise ValueError("give ray_auth_token or ray_auth_token_file, not both")
-        if self.engine != "slurm" and (self.slurm_conf or self.partition or self.python):
-            raise ValueError(f"slurm_conf, partition and python are for engine slurm, not {self.engine}")
+        if self.engine != "slurm" and (self.slurm_conf or self.partition or self.python or self.slurm_via):
+            raise ValueError(f"slurm_conf, partition, python and slurm_via are for engine slurm, not {self.engine}")
         if self.engine == "slurm" and self.logs == "agents":
             raise ValueError("engine slurm reads the job's logs on the controller (the agents end with each "
                              "allocation): the logs must be on a filesystem this machine sees, like the job's "

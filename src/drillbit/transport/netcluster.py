@@ -110,6 +110,11 @@ class Topology:
     def address(self, node: str) -> str:
         return f"{SUBNET}.{self.node_names().index(node) + 1}"
 
+    @property
+    def service_host(self) -> str:
+        """The bridge's address, in the switch's namespace: where services listen, on no node."""
+        return SERVICE_HOST
+
     def frontend_address(self, node: str) -> str | None:
         return f"{FRONTEND_SUBNET}.{self.node_names().index(node) + 1}" if self.frontend_mbit else None
 
@@ -196,6 +201,15 @@ class Topology:
         """``argv`` run in the node's namespace, under its hostname."""
         return ["ip", "netns", "exec", self.namespace(node), "unshare", "--uts", "--", "sh", "-c",
                 'hostname "$0" && exec "$@"', node, *argv]
+
+    def wrap_daemon(self, node: str, argv: list[str]) -> list[str]:
+        """``argv`` run in the node's network namespace under its hostname, keeping this
+        machine's /sys (``ip netns exec`` mounts a fresh sysfs, without the cgroup
+        hierarchies a slurmd needs): a mount namespace of its own binds the node's hosts file."""
+        ns = self.namespace(node)
+        return ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount", "--", "sh", "-c",
+                'mount --bind "$1" /etc/hosts && hostname "$0" && shift && exec "$@"', node,
+                str(ETC_NETNS / ns / "hosts"), *argv]
 
     def wrap_service(self, argv: list[str]) -> list[str]:
         """``argv`` run on the service address (the switch's namespace)."""

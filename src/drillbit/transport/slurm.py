@@ -172,7 +172,7 @@ class SlurmNodes(Nodes):
     def __init__(self, run_dir: Path, cluster_name: str, cluster: ClusterSpec) -> None:
         super().__init__(run_dir, cluster_name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace)
         self.cluster = cluster
-        self.slurm = Slurm(cluster.slurm_conf, cluster.partition)
+        self.slurm = Slurm(cluster.slurm_conf, cluster.partition, cluster.slurm_via)
         self.python = cluster.python or sys.executable
         self.job_id: str | None = None
         self.info: JobInfo | None = None
@@ -296,7 +296,8 @@ class SlurmNodes(Nodes):
 
     # --- faults: node faults through the scheduler agent ---------------------------------
     def _scheduler_params(self, params: dict) -> dict:
-        return {**params, "slurm_conf": params.get("slurm_conf") or self.slurm.conf, "job_id": self.job_id}
+        return {**params, "slurm_conf": params.get("slurm_conf") or self.slurm.conf, "job_id": self.job_id,
+                "slurm_via": params.get("slurm_via") or self.slurm.via}
 
     def _for(self, fault: str, target: ProcRef):
         if is_scheduler_fault(fault):
