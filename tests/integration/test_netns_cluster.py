@@ -359,15 +359,11 @@ def test_ssh_hosts_that_are_namespace_nodes_are_reached_through_the_switch_and_r
     servers = []
     relay = f"ip netns exec {topology.switch} {sys.executable} -m drillbit.transport.netcluster relay %h %p"
 
-    def answers(host: str, port: int) -> bool:
-        probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=1).close()"
-        return subprocess.run(topology.wrap_service([sys.executable, "-c", probe]), capture_output=True).returncode == 0
-
     try:
         hosts = []
         for i, node in enumerate(topology.node_names()):
             server = start_sshd(tmp_path / f"sshd-{i}", listen=topology.address(node), port=22,
-                                wrap=lambda argv, node=node: topology.wrap(node, argv), reachable=answers)
+                                wrap=lambda argv, node=node: topology.wrap(node, argv), reachable=topology.accepts)
             servers.append(server)
             hosts.append({"name": node, "host": topology.address(node), "user": server.user,
                           "key_filename": str(server.key), "python": sys.executable,

@@ -215,6 +215,12 @@ class Topology:
         """``argv`` run on the service address (the switch's namespace)."""
         return ["ip", "netns", "exec", self.switch, *argv]
 
+    def accepts(self, host: str, port: int) -> bool:
+        """Whether ``host:port`` on the private network accepts a connection, tried from the
+        switch's namespace (this machine's own cannot reach it)."""
+        probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=1).close()"
+        return subprocess.run(self.wrap_service([sys.executable, "-c", probe]), capture_output=True).returncode == 0
+
     def start_service(self, name: str, argv: list[str], port: int, log: Path, timeout: float) -> psutil.Process:
         """Start a service, record it in the manifest (the reaper stops it if this process
         dies), and wait until it accepts connections on ``port``."""
@@ -223,12 +229,11 @@ class Topology:
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self.services[name] = proc
         self._write_manifest()
-        probe = f"import socket; socket.create_connection(({SERVICE_HOST!r}, {port}), timeout=1).close()"
         deadline = time.time() + timeout
         while time.time() < deadline:
             if proc.poll() is not None:
                 raise TopologyError(f"service {name} exited with code {proc.returncode} (see {log})")
-            if subprocess.run(self.wrap_service([sys.executable, "-c", probe]), capture_output=True).returncode == 0:
+            if self.accepts(SERVICE_HOST, port):
                 return psutil.Process(proc.pid)
             time.sleep(0.3)
         raise TopologyError(f"service {name} did not accept connections on {SERVICE_HOST}:{port} within "
