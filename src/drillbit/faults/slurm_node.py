@@ -191,7 +191,7 @@ class NodeCrashState(State):
     cwd: str
     env: dict[str, str]
     killed: list[ProcRef] = []
-    netns_inode: int | None = None  # slurmd's network namespace, where it is not the agent's (a namespace node)
+    netns: str | None = None  # slurmd's named network namespace (/run/netns/…), where it is not the agent's
 
 
 def find_slurmd(node: str) -> psutil.Process | None:
@@ -264,10 +264,11 @@ class NodeCrash(SchedulerNodeFault[NodeCrashState]):
         if inode is not None and inode != inode_of(os.getpid()):
             # its node is a network namespace: the heal must start it there again, which only a
             # named one (/run/netns) outlives the crash to allow
-            if not str(netns_of(inode) or "").startswith("/run/netns/"):
+            where = netns_of(inode) or ""
+            if not where.startswith("/run/netns/"):
                 raise FaultError(f"node-crash: the slurmd of {node} is in a network namespace with no name in "
                                  "/run/netns; once it is killed nothing could start it there again")
-            state.netns_inode = inode
+            state.netns = where
         state.killed = [ProcRef.of(p, node=node) for p in node_job_tree(params.job_id, node)]
         return state
 
@@ -290,12 +291,11 @@ class NodeCrash(SchedulerNodeFault[NodeCrashState]):
         current = find_slurmd(state.node)
         if current is None:
             argv = state.argv
-            if state.netns_inode is not None:
-                where = netns_of(state.netns_inode)
-                if where is None:
+            if state.netns is not None:
+                if not os.path.exists(state.netns):
                     return HealReport(healed=False, verified=False, detail=f"the network namespace of {state.node}'s "
                                       "slurmd is gone; it cannot be started there again")
-                argv = ["nsenter", f"--net={where}", *argv]
+                argv = ["nsenter", f"--net={state.netns}", *argv]
             try:
                 subprocess.Popen(argv, cwd=state.cwd if os.path.isdir(state.cwd) else "/",
                                  env={**os.environ, **state.env}, stdin=subprocess.DEVNULL,
