@@ -16,6 +16,10 @@ import os
 import socket
 import struct
 import sys
+import threading
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 CLONE_NEWNET = 0x40000000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
@@ -31,6 +35,38 @@ def enter() -> None:
         req = struct.pack("16sH14s", b"lo", 0, b"\0" * 14)
         flags = struct.unpack("16sH14s", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1]
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b"\0" * 14))
+
+
+def call_in(path: str, fn: Callable[[], T]) -> T:
+    """``fn()`` on a thread of its own that has joined the network namespace at ``path``
+    (``/run/netns/NAME``); what ``fn`` creates there stays there: its sockets, and the threads
+    it starts (a thread's network namespace is its own, and a new thread inherits its
+    creator's). The calling thread, and the rest of this process, stay where they are. Used
+    to reach a private network from the controller: a Ray driver whose client threads are
+    made in the namespace cluster's switch."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns({path}): {os.strerror(err)} (needs root or CAP_SYS_ADMIN)")
+            finally:
+                os.close(fd)
+            out.append((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - carried to the caller's thread
+            out.append((False, exc))
+
+    thread = threading.Thread(target=run, name=f"netns:{os.path.basename(path)}", daemon=True)
+    thread.start()
+    thread.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
 
 
 def inode_of(pid: int) -> int | None:

@@ -393,6 +393,69 @@ def test_ssh_hosts_that_are_namespace_nodes_are_reached_through_the_switch_and_r
         assert topology.down() == []
 
 
+def test_a_ray_cluster_whose_nodes_are_namespaces_drills_across_them_and_leaves_nothing(tmp_path):
+    """The embedded Ray cluster on namespace nodes (local-ray-netns): the head (GCS at
+    10.77.0.1:6379) in node 0's namespace, a raylet in node 1's, the controller's driver on a
+    raylet of its own in the switch's. The agents are Ray actors on their nodes, torchrun
+    rendezvouses at node 0's address, a kill-rank recovers; then every Ray process, temp
+    dir and namespace is gone."""
+    resolved = resolve(str(Path(__file__).parent / "drills" / "kill-rank-fast.yaml"), cluster="local-ray-netns",
+                       job="reference")
+    result, outcome = execute(resolved, reports_dir=str(tmp_path / "reports"))
+    assert result["verdict"] == "pass", result["reasons"]
+    events = [json.loads(line) for line in (outcome.run_dir / "history.jsonl").read_text().splitlines()]
+    [up] = [e for e in events if e["kind"] == "topology.up"]
+    assert {e["node"]: e["data"]["host"] for e in events if e["kind"] == "agent.ready"} == {
+        "node-0": "node-0", "node-1": "node-1"}
+    [ranks] = [e["data"]["ranks"] for e in events if e["kind"] == "job.ranks"][:1]
+    assert {r["node"] for r in ranks} == {"node-0", "node-1"}
+    endpoints = re.findall(r"rdzv_endpoint\s*: (\S+)", (outcome.run_dir / "job" / "launcher.log").read_text())
+    assert len(endpoints) == 2 and all(e.startswith("10.77.0.1:") for e in endpoints), endpoints
+    assert (outcome.run_dir / "ray-address").read_text() == "10.77.0.1:6379"
+    [down] = [e for e in events if e["kind"] == "topology.down"]
+    assert down["data"]["verified"] and not any(ns in netcluster.listed() for ns in up["data"]["namespaces"])
+    run_id = up["data"]["namespaces"][0].split("-")[1]
+    assert not list(Path("/tmp").glob(f"dbit-ray-{run_id}-*"))  # the nodes' temp dirs, with Ray's sockets
+    assert not [p.pid for p in psutil.process_iter(["cmdline"]) if f"dbit-ray-{run_id}" in " ".join(
+        p.info["cmdline"] or ())]
+
+
+def test_a_sigkilled_controller_of_a_ray_cluster_on_namespaces_leaves_nothing(tmp_path):
+    """stall-nccl (a rank SIGSTOPped) on local-ray-netns, the controller SIGKILLed once the
+    fault is confirmed: the agents' dead-man's switches heal (SIGCONT) and stop the job, the
+    keeper stops every node's Ray, and the reaper takes the namespaces down."""
+    env = dict(os.environ, DRILLBIT_CLUSTER="local-ray-netns")
+    proc = subprocess.Popen([drill_script(), "run", "stall-nccl", "--reports", str(tmp_path)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        history = None
+        while time.time() < deadline and proc.poll() is None:
+            found = list(tmp_path.glob("*/history.jsonl"))
+            if found and '"fault.confirmed"' in found[0].read_text():
+                history = found[0]
+                break
+            time.sleep(0.2)
+        assert history is not None, proc.stderr.read() if proc.poll() is not None else "no fault confirmed"
+        namespaces = json.loads(next(line for line in history.read_text().splitlines()
+                                     if '"topology.up"' in line))["data"]["namespaces"]
+        run_id = namespaces[0].split("-")[1]
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.time() + 240  # the switches (deadman + job_grace), then the keeper, then the reaper
+        while time.time() < deadline and (any(ns in netcluster.listed() for ns in namespaces)
+                                          or list(Path("/tmp").glob(f"dbit-ray-{run_id}-*"))):
+            time.sleep(0.5)
+        assert not any(ns in netcluster.listed() for ns in namespaces)
+        assert not list(Path("/tmp").glob(f"dbit-ray-{run_id}-*"))
+        deadman = "".join(p.read_text() for p in history.parent.glob("agent-*.deadman.jsonl"))
+        assert "orphan.done" in deadman  # the switches healed and stopped the job before Ray went
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.skipif(bool(missing_binaries()), reason=f"needs Slurm: {missing_binaries()}")
 def test_a_slurm_whose_nodes_are_namespaces_requeues_a_crashed_nodes_job_onto_the_other(tmp_path):
     """The local Slurm on a namespace cluster: each slurmd in its node's namespace on the node's

@@ -86,9 +86,31 @@ def test_detection_predicted_for_a_partition_progress_watchdog_against_a_livenes
     assert [(s.name, s.status) for s in slow.slos] == [("detect_within", "fail")]
 
 
-def test_topology_netns_is_for_the_process_engine():
-    with pytest.raises(ValidationError, match="topology netns is for engine process"):
-        ClusterSpec(engine="ray", topology="netns")
+def test_topology_netns_is_for_the_embedded_clusters():
+    with pytest.raises(ValidationError, match="topology netns is for the embedded clusters.*not ray with an address"):
+        ClusterSpec(engine="ray", topology="netns", address="10.0.0.1:6379")
+    with pytest.raises(ValidationError, match="topology netns is for the embedded clusters.*not ssh"):
+        ClusterSpec(engine="ssh", topology="netns", hosts=[{"name": "a", "host": "a"}])
+    assert ClusterSpec(engine="ray", topology="netns").topology == "netns"
+
+
+def test_a_ray_cluster_on_namespaces_starts_a_node_in_each_and_rendezvouses_at_node_0(tmp_path):
+    """Without starting anything: what the keeper runs in each namespace, and what the job is
+    given (node 0's address as the head, gloo on the node's veth, the service address)."""
+    from drillbit.spec.config import BUILTIN_CLUSTERS
+    from drillbit.transport import connect
+    from drillbit.transport.raycluster import ray_start
+
+    topology = Topology(2)
+    head = ray_start(topology, "node-0", 2, tmp_path / "0")
+    assert head[:3] == ["ip", "netns", "exec"] and head[3] == topology.namespace("node-0")
+    assert "--head" in head and "--node-ip-address=10.77.0.1" in head and '--resources={"drillbit-node-0": 1}' in head
+    raylet = ray_start(topology, "node-1", 2, tmp_path / "1")
+    assert "--address=10.77.0.1:6379" in raylet and "--node-ip-address=10.77.0.2" in raylet and "--head" not in raylet
+    nodes = connect("local-ray-netns", BUILTIN_CLUSTERS["local-ray-netns"], tmp_path)
+    assert nodes.engine == "ray" and nodes.node_netns is True and {"ray_address", "service_host"} <= nodes.provides
+    assert nodes.head_host() == "10.77.0.1" and nodes.node_env("node-1")["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert nodes.embedded.topology == nodes.topology.run_id
 
 
 def test_a_frontend_is_a_second_network_of_a_namespace_cluster_and_hostnames_resolve_to_it():
@@ -107,7 +129,7 @@ def test_a_frontend_is_a_second_network_of_a_namespace_cluster_and_hostnames_res
 
 
 def test_a_machine_without_the_rights_is_a_config_error_before_anything_starts(tmp_path, monkeypatch):
-    monkeypatch.setattr("drillbit.transport.inprocess.preflight", lambda: ["root (namespaces need CAP_SYS_ADMIN)"])
+    monkeypatch.setattr("drillbit.transport.netcluster.preflight", lambda: ["root (namespaces need CAP_SYS_ADMIN)"])
     nodes = NetnsNodes(tmp_path, "local-netns", 2)
     with pytest.raises(ConfigError, match="needs root .*nothing was started"):
         nodes.connect()

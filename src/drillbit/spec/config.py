@@ -72,7 +72,7 @@ class ClusterSpec(Strict):
                                                   "local cluster, started and stopped by the drill")
     nodes: int | None = Field(None, ge=1, description="nodes to use (embedded: nodes to simulate, default 2)")
     topology: Literal["host", "netns"] = "host"
-    """process: netns simulates ``nodes`` nodes (default 2), each a network namespace with its own address and hostname on a private bridge, so a partition cuts one node off from the others (needs root, iproute2 and nftables); host: one node, this machine's network"""
+    """process, or ray without an address: netns simulates ``nodes`` nodes (default 2), each a network namespace with its own address and hostname on a private bridge, so a partition cuts one node off from the others (needs root, iproute2 and nftables); on engine ray each node is a ``ray start`` in its namespace (the head, the GCS, on node 0). host: this machine's network (process: one node; ray: simulated nodes on 127.0.0.1)"""
     frontend_mbit: float | None = Field(None, gt=0, le=100_000)
     """topology netns: a second network per node, the frontend (eth1, 10.78.0.x), capped at this many Mbit/s into each node, and the nodes' hostnames resolve to it; eth0 stays the fast backend that gloo and NCCL are pinned to (torchft#329's cluster: hostnames on the Ethernet, collectives on InfiniBand). None: one network"""
     services: list[ServiceSpec] = Field(default_factory=list)
@@ -153,8 +153,10 @@ class ClusterSpec(Strict):
             raise ValueError("services are for topology netns (they run on its service address)")
         if self.topology == "netns" and (self.nodes or 2) > 250:
             raise ValueError(f"topology netns simulates at most 250 nodes (10.77.0.1-250), not {self.nodes}")
-        if self.topology == "netns" and self.engine != "process":
-            raise ValueError(f"topology netns is for engine process (the embedded namespace cluster), not {self.engine}")
+        if self.topology == "netns" and not (self.engine == "process" or (self.engine == "ray" and not self.address)):
+            raise ValueError("topology netns is for the embedded clusters, engine process or engine ray without an "
+                             f"address (a Ray node in each namespace), not {self.engine}"
+                             + (" with an address" if self.engine == "ray" else ""))
         if self.deadman <= 2 * HEARTBEAT_S:
             raise ValueError(f"deadman must exceed twice the heartbeat ({2 * HEARTBEAT_S:g} s): one late "
                              "heartbeat must not trip the dead-man's switch")
@@ -606,6 +608,10 @@ BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
         engine="process", topology="netns", nodes=2, job_grace=5.0, frontend_mbit=8.0,
         description="local-netns with a second, slow network: hostnames resolve to an 8 Mbit/s frontend "
                     "(10.78.0.1-2) while gloo runs on the backend (10.77.0.1-2), as on torchft#329's cluster"),
+    "local-ray-netns": ClusterSpec(
+        engine="ray", topology="netns", nodes=2, job_grace=5.0,
+        description="the embedded Ray cluster on 2 nodes that are network namespaces: the head (GCS at "
+                    "10.77.0.1:6379) in node 0's, a raylet in node 1's, the driver joining from the switch; needs root"),
     "local-netns-etcd": ClusterSpec(
         engine="process", topology="netns", nodes=2, job_grace=5.0,
         description="local-netns with a real etcd (Debian's etcd-server, v2 API on) on the service address "

@@ -11,11 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.agent.service import AgentService
-from drillbit.atomic import write_private
-from drillbit.errors import ConfigError, DrillError
 from drillbit.spec.config import ServiceSpec
-from drillbit.spec.placeholders import expand
-from drillbit.transport.netcluster import SERVICE_HOST, Topology, TopologyError, preflight
+from drillbit.transport.netcluster import SERVICE_HOST, Topology, bring_up, take_down
 from drillbit.transport.nodes import Nodes
 from drillbit.transport.client import AgentClient
 
@@ -65,31 +62,7 @@ class NetnsNodes(InProcessNodes):
         self.services = list(services)
 
     def connect(self) -> dict[str, AgentClient]:
-        missing = preflight()
-        if missing:
-            raise ConfigError(f"cluster {self.cluster_name!r} (topology netns) needs " + "; ".join(missing)
-                              + "; nothing was started")
-        self.topology.up()
-        self.note("topology.up", {"namespaces": self.topology.namespaces(), "service_host": SERVICE_HOST,
-                                  "addresses": {n: self.topology.address(n) for n in self.topology.node_names()},
-                                  **({"frontend": {n: self.topology.frontend_address(n)
-                                                   for n in self.topology.node_names()},
-                                      "frontend_mbit": self.topology.frontend_mbit}
-                                     if self.topology.frontend_mbit else {})})
-        values = {**self.values, "service_host": SERVICE_HOST}
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            for svc in self.services:
-                proc = self.topology.start_service(svc.name, [expand(a, values) for a in svc.command], svc.port,
-                                                   self.run_dir / f"service-{svc.name}.log", svc.ready_timeout)
-                self.note("service.up", {"name": svc.name, "pid": proc.pid, "address": f"{SERVICE_HOST}:{svc.port}"})
-                # {run_dir}/services/NAME.pid: how a profile's control_plane names it
-                (self.run_dir / "services").mkdir(mode=0o700, exist_ok=True)
-                write_private(self.run_dir / "services" / f"{svc.name}.pid",
-                              json.dumps({"pid": proc.pid, "start_time": proc.create_time()}))
-        except TopologyError as exc:
-            self.topology.down()
-            raise DrillError(str(exc)) from exc
+        bring_up(self.topology, self.cluster_name, self.services, self.values, self.run_dir, self.note)
         return {n: InProcessClient(AgentService(n, self.run_dir, version=self.version))
                 for n in self.topology.node_names()}
 
@@ -110,5 +83,4 @@ class NetnsNodes(InProcessNodes):
         try:
             super().close()
         finally:
-            left = self.topology.down()
-            self.note("topology.down", {"verified": not left, "left": left})
+            take_down(self.topology, self.note)

@@ -38,9 +38,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import Callable, Sequence
+
 import psutil
 
+from drillbit.atomic import write_private
+from drillbit.errors import ConfigError, DrillError
 from drillbit.netns import inode_of
+from drillbit.spec.config import ServiceSpec
+from drillbit.spec.placeholders import expand
 
 SUBNET = "10.77.0"
 FRONTEND_SUBNET = "10.78.0"  # the second network of a topology with a frontend (eth1, bridge br1)
@@ -268,6 +274,42 @@ class Topology:
                 self.reaper.kill()
                 self.reaper.wait()
         return [f"service {n}" for n in left] + teardown(self.namespaces(), self.manifest)
+
+
+def bring_up(topology: Topology, cluster_name: str, services: Sequence[ServiceSpec], values: dict[str, str],
+             run_dir: Path, note: Callable[[str, dict], None]) -> None:
+    """A namespace cluster up for a drill, whatever engine drives it: the preflight (a config
+    error, nothing started), the topology (noted: its namespaces and addresses), then each
+    service on the service address, its pid in ``{run_dir}/services/NAME.pid`` (how a
+    profile's control_plane names it). A service that does not come up takes the topology down."""
+    missing = preflight()
+    if missing:
+        raise ConfigError(f"cluster {cluster_name!r} (topology netns) needs " + "; ".join(missing)
+                          + "; nothing was started")
+    topology.up()
+    note("topology.up", {"namespaces": topology.namespaces(), "service_host": SERVICE_HOST,
+                         "addresses": {n: topology.address(n) for n in topology.node_names()},
+                         **({"frontend": {n: topology.frontend_address(n) for n in topology.node_names()},
+                             "frontend_mbit": topology.frontend_mbit} if topology.frontend_mbit else {})})
+    values = {**values, "service_host": SERVICE_HOST}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        for svc in services:
+            proc = topology.start_service(svc.name, [expand(a, values) for a in svc.command], svc.port,
+                                          run_dir / f"service-{svc.name}.log", svc.ready_timeout)
+            note("service.up", {"name": svc.name, "pid": proc.pid, "address": f"{SERVICE_HOST}:{svc.port}"})
+            (run_dir / "services").mkdir(mode=0o700, exist_ok=True)
+            write_private(run_dir / "services" / f"{svc.name}.pid",
+                          json.dumps({"pid": proc.pid, "start_time": proc.create_time()}))
+    except TopologyError as exc:
+        topology.down()
+        raise DrillError(str(exc)) from exc
+
+
+def take_down(topology: Topology, note: Callable[[str, dict], None]) -> None:
+    """The topology down, verified by listing, and noted."""
+    left = topology.down()
+    note("topology.down", {"verified": not left, "left": left})
 
 
 def _ref(pid: int) -> list | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ from drillbit.lease import Lease
 from drillbit.proc import ProcRef
 from drillbit.transport import rayauth
 from drillbit.transport.client import AgentClient
+from drillbit.netns import call_in
+from drillbit.transport.netcluster import SERVICE_HOST, Topology, bring_up, take_down
 from drillbit.transport.nodes import Nodes
 from drillbit.transport.raycluster import NAMESPACE, NODE_RESOURCE, EmbeddedCluster, RayLease, _ray, reachable
 
@@ -62,16 +65,25 @@ class RayNodes(Nodes):
                    job_grace_s=cluster.job_grace, skew=cluster.simulate_clock_skew,
                    lease_ttl=cluster.lease_ttl, version=cluster.simulate_agent_version,
                    auth_token=cluster.ray_auth_token.get_secret_value() if cluster.ray_auth_token else None,
-                   auth_token_file=cluster.ray_auth_token_file)
+                   auth_token_file=cluster.ray_auth_token_file,
+                   topology=Topology(cluster.nodes or 2, frontend_mbit=cluster.frontend_mbit)
+                   if cluster.topology == "netns" else None, services=cluster.services)
 
     def __init__(self, run_dir: Path, cluster_name: str, *, address: str | None, nodes: int | None,
                  cpus_per_node: int = 2, deadman_s: float = 5.0, job_grace_s: float = 30.0,
                  skew: dict[str, float] | None = None, lease_ttl: float = 15.0, version: str | None = None,
-                 auth_token: str | None = None, auth_token_file: str | None = None) -> None:
+                 auth_token: str | None = None, auth_token_file: str | None = None,
+                 topology: Topology | None = None, services: Any = ()) -> None:
         super().__init__(run_dir, cluster_name, deadman_s=deadman_s, job_grace_s=job_grace_s)
         self.address = address
         self.nodes = nodes
-        self.embedded = EmbeddedCluster(run_dir, nodes or 2, cpus_per_node) if address is None else None
+        # a namespace cluster under the embedded Ray cluster: one node per namespace
+        self.topology = topology if address is None else None
+        self.services = list(services)
+        if self.topology is not None:
+            self.provides = self.provides | {"service_host"}
+        self.embedded = EmbeddedCluster(run_dir, nodes or 2, cpus_per_node,
+                                        self.topology.run_id if self.topology else None) if address is None else None
         self.skew = skew or {}
         self.lease_ttl = lease_ttl
         self.version = version
@@ -90,19 +102,45 @@ class RayNodes(Nodes):
         if ray.is_initialized():
             return
         address = self.address
+        if self.topology is not None:  # the namespaces first, then a Ray node in each
+            bring_up(self.topology, self.cluster_name, self.services, self.values, self.run_dir, self.note)
         if self.embedded is not None:  # token authentication on, with this process's token
             assert self._controller is not None
             address = self.embedded.start(self._controller)
         self.values["ray_address"] = address or ""
+        if self.topology is not None:
+            # the driver joins from the switch's namespace, on a thread of its own: every thread
+            # Ray starts for it is made there, and the controller stays on this machine's network
+            call_in(f"/run/netns/{self.topology.switch}",
+                    lambda: self._init_driver(address, _node_ip_address=SERVICE_HOST))
+            self._await_nodes()
+            return
         reachable(address)
         if self.embedded is None and address and "://" not in address and address != "auto":
             token, source = (None, "RAY_AUTH_MODE=disabled") if rayauth.disabled() else rayauth.find_token(*self._auth)
             if token is not None:
                 rayauth.use(token)
             rayauth.check(address, self.cluster_name, source, sent=token is not None)
-        extra = {"_node_ip_address": "127.0.0.1"} if self.embedded is not None else {}
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR",
-                 configure_logging=False, **extra)
+        self._init_driver(address, **({"_node_ip_address": "127.0.0.1"} if self.embedded is not None else {}))
+
+    def _init_driver(self, address: str | None, **extra: Any) -> None:
+        _ray().init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR",
+                    configure_logging=False, **extra)
+
+    def _await_nodes(self, timeout: float = 120.0) -> None:
+        """Until every node of the namespace cluster has joined (the keeper starts the raylets
+        once the head answers, and does not wait for them)."""
+        want = {f"{NODE_RESOURCE}{i}" for i in range(self.topology.nodes)} if self.topology else set()
+        deadline = time.time() + timeout
+        while True:
+            have = {k for n in _ray().nodes() if n["Alive"] for k in n["Resources"] if k.startswith(NODE_RESOURCE)}
+            if want <= have:
+                return
+            if time.time() > deadline:
+                raise DrillError(f"the Ray cluster on {self.cluster_name!r} has nodes "
+                                 f"{sorted(have & want) or 'none'} of {sorted(want)} after {timeout:g} s "
+                                 f"(see {self.run_dir / 'ray-nodes.log'})")
+            time.sleep(0.5)
 
     def acquire(self, holder: str) -> RayLease | Lease:
         """The cluster lease: a named actor on a running cluster; a file lock for the embedded
@@ -144,6 +182,19 @@ class RayNodes(Nodes):
             ).remote(name, str(self.run_dir), self.skew.get(name, 0.0), self.version, self.token)
         return {name: RayAgentClient(name, actor, self.token) for name, actor in self.actors.items()}
 
+    def node_values(self) -> dict[str, dict[str, str]]:
+        values = super().node_values()
+        if self.topology is None:
+            return values
+        return {n: {**v, "service_host": SERVICE_HOST} for n, v in values.items()}
+
+    def node_env(self, node: str) -> dict[str, str]:
+        # gloo and NCCL pick the node's veth, not an address they would guess from the hostname
+        return {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"} if self.topology is not None else {}
+
+    def head_host(self) -> str:
+        return self.topology.address(self.topology.node_names()[0]) if self.topology is not None else "127.0.0.1"
+
     def on_beat(self) -> None:
         if self.lease is not None:
             self.lease.renew()
@@ -168,8 +219,12 @@ class RayNodes(Nodes):
         finally:
             if ray.is_initialized():
                 ray.shutdown()
-            if self.embedded is not None:
-                self.embedded.stop()
+            try:
+                if self.embedded is not None:
+                    self.embedded.stop()
+            finally:
+                if self.topology is not None and self.topology.reaper is not None:
+                    take_down(self.topology, self.note)
 
 
 def heal_on_nodes(name: str, cluster: "ClusterSpec", folders: list[str], *, force: bool = False,

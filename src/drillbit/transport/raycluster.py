@@ -6,6 +6,13 @@ drillbit.transport.raycluster keep``) that the drill starts and stops. Ray's pro
 share the keeper's fate; when the controller dies the keeper waits for the agents to
 finish their dead-man's work and then shuts the cluster down.
 
+On a namespace cluster (``topology: netns``, transport/netcluster.py) the keeper runs one
+``ray start --block`` in each node's namespace under its hostname instead: the head (GCS
+at 10.77.0.1:6379) on node 0, a raylet on each other node at its own address, each with a
+temp dir of its own (their sockets would collide in one). The controller's driver joins
+from the switch's namespace, on a thread of its own (drillbit.netns.call_in): every thread
+Ray starts inherits that namespace, while the controller stays on this machine's network.
+
 Seen with Ray 2.60: nodes bind the machine's non-loopback address unless
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set; ``ray start`` of a second node on the same
 host then refuses, so the keeper builds the nodes with ``ray.cluster_utils.Cluster``.
@@ -13,22 +20,29 @@ host then refuses, so the keeper builds the nodes with ``ray.cluster_utils.Clust
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import json
 import os
 import secrets
 import signal
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from drillbit.agent.rayactor import sealed
 from drillbit.errors import DrillError, LeaseError
 from drillbit.proc import ProcRef
 from drillbit.transport import rayauth
+from drillbit.transport.netcluster import Topology
 from drillbit.transport.rayenv import import_ray, loopback_env
 
 NAMESPACE = "drillbit"
@@ -144,10 +158,11 @@ sealed(LeaseActor)  # no __ray_call__: it would read the holder's token
 class EmbeddedCluster:
     """Starts the keeper process and waits for the cluster's address."""
 
-    def __init__(self, state_dir: Path, nodes: int, cpus_per_node: int) -> None:
+    def __init__(self, state_dir: Path, nodes: int, cpus_per_node: int, topology: str | None = None) -> None:
         self.state_dir = state_dir
         self.nodes = nodes
         self.cpus_per_node = cpus_per_node
+        self.topology = topology  # a namespace cluster's run id: one node per namespace
         self.proc: subprocess.Popen | None = None
 
     def start(self, controller: ProcRef, timeout: float = 120.0) -> str:
@@ -161,7 +176,8 @@ class EmbeddedCluster:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "drillbit.transport.raycluster", "keep", "--nodes", str(self.nodes),
                  "--cpus", str(self.cpus_per_node), "--state-dir", str(self.state_dir),
-                 "--controller-pid", str(controller.pid), "--controller-start", repr(controller.start_time)],
+                 "--controller-pid", str(controller.pid), "--controller-start", repr(controller.start_time),
+                 *(["--topology", self.topology] if self.topology else [])],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + timeout
         while not address_file.exists():
@@ -184,8 +200,32 @@ class EmbeddedCluster:
             self.proc.wait()
 
 
-def keep(nodes: int, cpus: int, state_dir: Path, controller: ProcRef, linger: float) -> int:
+def _wait_for_stop(stop: threading.Event, controller: ProcRef, state_dir: Path, nodes: int, linger: float) -> None:
+    """Until SIGTERM, or until the controller died and its orphaned agents are done (at most
+    ``linger`` seconds after it died)."""
+    while not stop.wait(0.5):
+        if not controller.alive():
+            # the agents heal and stop the job on their own; give them the time to
+            until = time.time() + linger
+            while time.time() < until and not stop.is_set():
+                done = [p for p in state_dir.glob("agent-*.deadman.jsonl") if "orphan.done" in p.read_text()]
+                if len(done) >= nodes:
+                    break
+                stop.wait(0.5)
+            return
+
+
+def _publish(state_dir: Path, address: str) -> None:
+    tmp = state_dir / "ray-address.tmp"
+    tmp.write_text(address)
+    os.replace(tmp, state_dir / "ray-address")
+
+
+def keep(nodes: int, cpus: int, state_dir: Path, controller: ProcRef, linger: float,
+         topology: str | None = None) -> int:
     """The keeper's loop: up, then down on SIGTERM or after the orphaned agents are done."""
+    if topology is not None:
+        return keep_netns(Topology(nodes, run_id=topology), cpus, state_dir, controller, linger)
     loopback_env()
     from ray.cluster_utils import Cluster
 
@@ -204,21 +244,106 @@ def keep(nodes: int, cpus: int, state_dir: Path, controller: ProcRef, linger: fl
         # cluster is ours to stop, so SIGTERM means: shut down now.
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
-        tmp = state_dir / "ray-address.tmp"
-        tmp.write_text(cluster.address)
-        os.replace(tmp, state_dir / "ray-address")
-        while not stop.wait(0.5):
-            if not controller.alive():
-                # the agents heal and stop the job on their own; give them the time to
-                until = time.time() + linger
-                while time.time() < until and not stop.is_set():
-                    done = [p for p in state_dir.glob("agent-*.deadman.jsonl") if "orphan.done" in p.read_text()]
-                    if len(done) >= nodes:
-                        break
-                    stop.wait(0.5)
-                break
+        _publish(state_dir, cluster.address)
+        _wait_for_stop(stop, controller, state_dir, nodes, linger)
     finally:
         cluster.shutdown()
+    return 0
+
+
+GCS_PORT = 6379
+OBJECT_STORE_BYTES = 150 * 1024 * 1024  # as ray.cluster_utils gives each simulated node
+
+
+def ray_start(topology: Topology, node: str | None, cpus: int, temp_dir: Path) -> list[str]:
+    """``ray start --block`` of one node of a namespace cluster, in its namespace: the head on
+    node 0, a raylet joining it on every other, with the node's ``drillbit-node-<i>``
+    resource. ``node`` None: the controller's node, a raylet without CPUs or a node resource
+    on the service address (the switch's namespace), where the drill's driver connects, as a
+    real cluster's driver runs on a node of its own (a login or head node)."""
+    ray_bin = Path(sys.executable).with_name("ray")
+    argv = [str(ray_bin) if ray_bin.exists() else "ray", "start", "--block", "--disable-usage-stats",
+            f"--object-store-memory={OBJECT_STORE_BYTES}", f"--temp-dir={temp_dir}"]
+    if node is None:
+        argv += [f"--node-ip-address={topology.service_host}", "--num-cpus=0", f"--address={head_address(topology)}"]
+        return topology.wrap_service(argv)
+    i = topology.node_names().index(node)
+    argv += [f"--node-ip-address={topology.address(node)}", f"--num-cpus={cpus}",
+             f"--resources={json.dumps({f'{NODE_RESOURCE}{i}': 1})}"]
+    if i == 0:
+        argv += ["--head", f"--port={GCS_PORT}", "--include-dashboard=false"]
+    else:
+        argv += [f"--address={head_address(topology)}"]
+    return topology.wrap(node, argv)
+
+
+def head_address(topology: Topology) -> str:
+    return f"{topology.address(topology.node_names()[0])}:{GCS_PORT}"
+
+
+def _stop_tree(procs: list[subprocess.Popen], temp_root: Path, grace: float = 10.0) -> None:
+    """Stop every node's ``ray start --block`` and all that it started: SIGTERM, then SIGKILL
+    to whatever of the tree is left; then any process still naming this cluster's temp dir
+    (a worker a raylet forked and nobody reaped)."""
+    tree: list[psutil.Process] = []
+    for proc in procs:
+        try:
+            root = psutil.Process(proc.pid)
+            tree += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace)
+    strays = []
+    for p in psutil.process_iter(["cmdline"]):
+        if any(str(temp_root) in arg for arg in p.info["cmdline"] or ()):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+                strays.append(p)
+    psutil.wait_procs(strays, timeout=grace)
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=1)
+
+
+def keep_netns(topology: Topology, cpus: int, state_dir: Path, controller: ProcRef, linger: float,
+               timeout: float = 120.0) -> int:
+    """The keeper of a Ray cluster on a namespace cluster's nodes (made by the controller,
+    named by its run id): the head first, then the raylets once the GCS answers; the address
+    published; down as the embedded one goes. The temp dirs sit under a short path of their
+    own (Ray's sockets live there and a socket's path is at most 107 bytes)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    temp_root = Path(tempfile.mkdtemp(prefix=f"dbit-ray-{topology.run_id}-", dir="/tmp"))
+    procs: list[subprocess.Popen] = []
+    # each node has an address of its own: Ray's multi-node default, not the loopback setting
+    # this process was started with (under which ray start refuses a second node)
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    try:
+        with open(state_dir / "ray-nodes.log", "ab") as log:
+            for node in [*topology.node_names(), None]:
+                procs.append(subprocess.Popen(ray_start(topology, node, cpus, temp_root / (node or "node-sw")[5:]),
+                                              env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+                if node != topology.node_names()[0]:
+                    continue
+                head, port = head_address(topology).split(":")
+                deadline = time.time() + timeout
+                while not topology.accepts(head, int(port)):
+                    if procs[0].poll() is not None or time.time() > deadline or stop.is_set():
+                        raise DrillError(f"the head of the Ray cluster did not answer at {head}:{port}")
+                    time.sleep(0.3)
+        _publish(state_dir, head_address(topology))
+        _wait_for_stop(stop, controller, state_dir, topology.nodes, linger)
+    finally:
+        _stop_tree(procs, temp_root)
+        shutil.rmtree(temp_root, ignore_errors=True)
     return 0
 
 
@@ -242,11 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--state-dir", required=True)
     k.add_argument("--controller-pid", type=int, required=True)
     k.add_argument("--controller-start", type=float, required=True)
+    k.add_argument("--topology", help="a namespace cluster's run id: each node a ray start in its namespace")
     k.add_argument("--linger", type=float, default=120.0,
                    help="after the controller died, the longest the cluster waits for its agents")
     args = p.parse_args(argv)
     return keep(args.nodes, args.cpus, Path(args.state_dir),
-                ProcRef(pid=args.controller_pid, start_time=args.controller_start), args.linger)
+                ProcRef(pid=args.controller_pid, start_time=args.controller_start), args.linger, args.topology)
 
 
 if __name__ == "__main__":
