@@ -108,7 +108,8 @@ def test_a_ray_cluster_on_namespaces_starts_a_node_in_each_and_rendezvouses_at_n
     raylet = ray_start(topology, "node-1", 2, tmp_path / "1")
     assert "--address=10.77.0.1:6379" in raylet and "--node-ip-address=10.77.0.2" in raylet and "--head" not in raylet
     nodes = connect("local-ray-netns", BUILTIN_CLUSTERS["local-ray-netns"], tmp_path)
-    assert nodes.engine == "ray" and nodes.node_netns is True and {"ray_address", "service_host"} <= nodes.provides
+    # its agents are Ray actors in the nodes' namespaces: a cut of a node would cut its agent
+    assert nodes.engine == "ray" and nodes.node_netns is False and {"ray_address", "service_host"} <= nodes.provides
     assert nodes.head_host() == "10.77.0.1" and nodes.node_env("node-1")["GLOO_SOCKET_IFNAME"] == "eth0"
     assert nodes.embedded.topology == nodes.topology.run_id
 
@@ -182,6 +183,8 @@ def test_a_dry_run_prints_the_table_and_refuses_a_cluster_whose_nodes_share_a_ne
     assert refused.returncode == 2
     assert "every node of cluster 'local-process' shares this machine's" in refused.stderr
     assert "Traceback" not in refused.stderr
+    on_ray = drill_cli("run", "partition-node", "--dry-run", "--cluster", "local-ray-netns")
+    assert on_ray.returncode == 2 and "its agent's network" in on_ray.stderr and "Traceback" not in on_ray.stderr
 
 
 def test_a_namespace_cluster_fits_its_subnet():

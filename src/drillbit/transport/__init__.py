@@ -24,7 +24,8 @@ def node_netns(cluster: ClusterSpec) -> bool | None:
     cluster's do, local-process's and the embedded Ray cluster's share this machine's, real
     hosts' are found out by their agents at inject."""
     if cluster.topology == "netns":
-        return True
+        # a Ray node's agent is an actor in the node's own namespace: a cut would cut it too
+        return cluster.engine != "ray"
     if cluster.engine == "process" or (cluster.engine == "ray" and cluster.address is None):
         return False
     return None

@@ -39,8 +39,8 @@ def refuse_shared_network(fault: str, node_netns: bool | None, cluster_name: str
     config error (the cut would cut the drill itself)."""
     if get_fault(fault).needs_node_netns and node_netns is False:
         raise ConfigError(f"{fault} cuts a node's network, and every node of cluster {cluster_name!r} shares this "
-                          "machine's (and its agent's) network: a cut would cut the drill itself; use --cluster "
-                          "local-netns (nodes that are network namespaces, root)")
+                          "machine's or its agent's network: a cut would cut the drill itself; use --cluster "
+                          "local-netns (nodes that are network namespaces, their agents in drillbit's process; root)")
 
 
 def each_node(nodes: list[str], fn: Callable[[str], Any]) -> tuple[dict[str, Any], list[str]]:
