@@ -7,6 +7,7 @@ method, ``call(method, payload)``; this client is the other half of that.
 """
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
@@ -124,8 +125,17 @@ class RayNodes(Nodes):
         self._init_driver(address, **({"_node_ip_address": "127.0.0.1"} if self.embedded is not None else {}))
 
     def _init_driver(self, address: str | None, **extra: Any) -> None:
-        _ray().init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR",
-                    configure_logging=False, **extra)
+        ray = _ray()
+        # off the main thread (a namespace cluster's driver) ray.init leaves SIGTERM alone, and
+        # warns that it does: this controller handles its own signals
+        quiet = logging.getLogger("ray._private.worker")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR",
+                     configure_logging=False, **extra)
+        finally:
+            quiet.setLevel(level)
 
     def _await_nodes(self, timeout: float = 120.0) -> None:
         """Until every node of the namespace cluster has joined (the keeper starts the raylets
