@@ -47,9 +47,9 @@ def test_gate_fails_against_a_broken_profile(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # its baseline is measured: nothing else runs beside it
 def test_gate_fails_a_drill_that_recovers_slower_than_its_baseline(tmp_path):
-    # the last passing run recovered in 1 s; today's ~6 s is far more than 20% worse
+    # the last passing run recovered in 1 s; today's ~6 s is far more than 20% worse (a machine
+    # under load only makes today's slower, so this test runs beside others)
     with Store(tmp_path / "drills.db") as store:
         store.record({"drill": "kill-rank-fast", "cluster": "local-process", "job": "reference", "verdict": "pass",
                       "measurements": {"time_to_detect": 0.1, "time_to_first_step": 1.0}}, "earlier")
