@@ -393,6 +393,25 @@ def test_ssh_hosts_that_are_namespace_nodes_are_reached_through_the_switch_and_r
         assert topology.down() == []
 
 
+def test_what_outlives_the_reapers_wait_in_a_node_is_killed_before_the_names_go():
+    """A process left in a node's namespace after its owner died (a Ray node whose keeper was
+    killed too) is SIGKILLed by the reaper before it deletes the names: deleting a name stops
+    nothing."""
+    topology = Topology(1)
+    topology.up(reaper=False)
+    try:
+        left = subprocess.Popen(topology.wrap("node-0", ["sleep", "300"]))
+        ns = topology.namespace("node-0")
+        deadline = time.time() + 10
+        while not netcluster._busy([ns]) and time.time() < deadline:
+            time.sleep(0.05)
+        assert left.pid in netcluster.kill_inside([ns])
+        assert left.wait(timeout=10) == -signal.SIGKILL
+        assert not netcluster._busy([ns])
+    finally:
+        assert topology.down() == []
+
+
 def test_a_ray_cluster_whose_nodes_are_namespaces_drills_across_them_and_leaves_nothing(tmp_path):
     """The embedded Ray cluster on namespace nodes (local-ray-netns): the head (GCS at
     10.77.0.1:6379) in node 0's namespace, a raylet in node 1's, the controller's driver on a

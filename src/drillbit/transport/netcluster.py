@@ -28,6 +28,7 @@ iproute2's ``ip``; :func:`preflight` says what is missing, as a config error.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -359,9 +360,26 @@ def _owner_alive(data: dict) -> bool:
         return False
 
 
-def _busy(namespaces: list[str]) -> bool:
+def _inside(namespaces: list[str]) -> list[psutil.Process]:
+    """The processes in these (named) network namespaces."""
     inodes = {named_inode(ns) for ns in namespaces} - {None}
-    return any(inode_of(p.info["pid"]) in inodes for p in psutil.process_iter(["pid"]))
+    return [p for p in psutil.process_iter(["pid"]) if inodes and inode_of(p.info["pid"]) in inodes]
+
+
+def _busy(namespaces: list[str]) -> bool:
+    return bool(_inside(namespaces))
+
+
+def kill_inside(namespaces: list[str], timeout: float = 10.0) -> list[int]:
+    """SIGKILL what is still in the cluster's namespaces once their owner is gone and the wait
+    is over (a Ray node whose keeper was killed with it): everything there was started for
+    this cluster, and deleting a namespace's name would not stop it. The pids killed."""
+    procs = _inside(namespaces)
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(procs, timeout=timeout)
+    return [p.pid for p in procs]
 
 
 def reap(manifest: Path, wait_s: float = REAP_WAIT_S, poll_s: float = REAP_POLL_S) -> int:
@@ -379,6 +397,7 @@ def reap(manifest: Path, wait_s: float = REAP_WAIT_S, poll_s: float = REAP_POLL_
     deadline = time.time() + wait_s
     while _busy(nodes) and time.time() < deadline:  # the job leaves first; the services it used go then
         time.sleep(poll_s)
+    kill_inside(nodes)
     kill_services(data.get("services", []))
     return 1 if teardown(data["namespaces"], manifest) else 0
 
