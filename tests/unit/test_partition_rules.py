@@ -148,7 +148,7 @@ def test_the_reaper_tears_down_once_the_owner_died_and_stops_when_the_manifest_i
     monkeypatch.setattr(netcluster, "kill_inside", lambda ns: killed.append(ns) or [])
     assert netcluster.reap(manifest, wait_s=1, poll_s=0.05) == 0
     assert torn == [["dbit-abc-node-0", "dbit-abc-sw"]]
-    assert killed == [["dbit-abc-node-0"]]  # what outlived the wait in the nodes, before the names go
+    assert killed == [["dbit-abc-node-0", "dbit-abc-sw"]]  # what outlived the wait, before the names go
     assert netcluster.reap(tmp_path / "gone.json", poll_s=0.05) == 0  # the owner tore down itself
     me = psutil.Process(os.getpid())
     manifest.write_text(json.dumps({"owner_pid": me.pid, "owner_start": me.create_time(), "namespaces": []}))

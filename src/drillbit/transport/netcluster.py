@@ -397,7 +397,7 @@ def reap(manifest: Path, wait_s: float = REAP_WAIT_S, poll_s: float = REAP_POLL_
     deadline = time.time() + wait_s
     while _busy(nodes) and time.time() < deadline:  # the job leaves first; the services it used go then
         time.sleep(poll_s)
-    kill_inside(nodes)
+    kill_inside(data["namespaces"])  # the switch's too: a raylet there, where a Ray cluster's driver joined
     kill_services(data.get("services", []))
     return 1 if teardown(data["namespaces"], manifest) else 0
 
