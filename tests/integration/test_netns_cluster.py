@@ -312,8 +312,10 @@ def test_a_quorum_that_needs_every_group_stops_the_job_when_one_loses_the_lighth
     slo = {s["name"]: s for s in result["slos"]}
     assert slo["keep_stepping"]["status"] == "fail"
     assert any(r.startswith("the job stopped making steps") for r in result["reasons"]), result["reasons"]
-    # the group that still reached the lighthouse got no quorum of 2 either
-    assert "lighthouse quorum failed" in (run_dir / "job" / "group0.log").read_text()
+    # the group that still reached the lighthouse got no quorum of 2 either: torchft says so as
+    # "lighthouse quorum failed" (the lighthouse answered with an error) or "lighthouse quorum
+    # timeout" (its own deadline ran out first), whichever came first under the machine's load
+    assert re.search(r"lighthouse quorum (failed|timeout)", (run_dir / "job" / "group0.log").read_text())
     assert all(h["verified"] for h in result["fault"]["heals"])
 
 
