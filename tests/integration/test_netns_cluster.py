@@ -395,6 +395,23 @@ def test_ssh_hosts_that_are_namespace_nodes_are_reached_through_the_switch_and_r
         assert topology.down() == []
 
 
+def wait_confirmed(proc: subprocess.Popen, reports: Path, timeout: float) -> tuple[Path, list[str]]:
+    """Until the drill run by ``proc`` into ``reports`` has confirmed its fault: its history,
+    and the namespaces its topology was made of."""
+    deadline = time.time() + timeout
+    history = None
+    while time.time() < deadline and proc.poll() is None:
+        found = list(reports.glob("*/history.jsonl"))
+        if found and '"fault.confirmed"' in found[0].read_text():
+            history = found[0]
+            break
+        time.sleep(0.2)
+    assert history is not None, proc.stderr.read() if proc.poll() is not None else "no fault confirmed"
+    namespaces = json.loads(next(line for line in history.read_text().splitlines()
+                                 if '"topology.up"' in line))["data"]["namespaces"]
+    return history, namespaces
+
+
 def test_what_outlives_the_reapers_wait_in_a_node_is_killed_before_the_names_go():
     """A process left in a node's namespace after its owner died (a Ray node whose keeper was
     killed too) is SIGKILLed by the reaper before it deletes the names: deleting a name stops
@@ -449,17 +466,7 @@ def test_a_sigkilled_controller_of_a_ray_cluster_on_namespaces_leaves_nothing(tm
     proc = subprocess.Popen([drill_script(), "run", "stall-nccl", "--reports", str(tmp_path)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 240
-        history = None
-        while time.time() < deadline and proc.poll() is None:
-            found = list(tmp_path.glob("*/history.jsonl"))
-            if found and '"fault.confirmed"' in found[0].read_text():
-                history = found[0]
-                break
-            time.sleep(0.2)
-        assert history is not None, proc.stderr.read() if proc.poll() is not None else "no fault confirmed"
-        namespaces = json.loads(next(line for line in history.read_text().splitlines()
-                                     if '"topology.up"' in line))["data"]["namespaces"]
+        history, namespaces = wait_confirmed(proc, tmp_path, 240)
         run_id = namespaces[0].split("-")[1]
         proc.kill()
         proc.wait(timeout=30)
@@ -521,17 +528,7 @@ def test_no_namespace_table_or_process_outlives_an_interrupted_drill(tmp_path, e
     proc = subprocess.Popen([drill_script(), "run", str(CATALOGUE / "partition-node.yaml"), "--reports",
                              str(tmp_path)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 180
-        history = None
-        while time.time() < deadline and proc.poll() is None:
-            found = list(tmp_path.glob("*/history.jsonl"))
-            if found and '"fault.confirmed"' in found[0].read_text():
-                history = found[0]
-                break
-            time.sleep(0.2)
-        assert history is not None, proc.stderr.read() if proc.poll() is not None else "no fault confirmed"
-        namespaces = json.loads(next(line for line in history.read_text().splitlines()
-                                     if '"topology.up"' in line))["data"]["namespaces"]
+        history, namespaces = wait_confirmed(proc, tmp_path, 180)
         node1 = next(ns for ns in namespaces if ns.endswith("node-1"))
         assert any(t.startswith("drillbit_") for t in tables(f"/run/netns/{node1}"))
         proc.send_signal(ending)
