@@ -137,6 +137,7 @@ class DirWatch:
         self._wds: dict[int, str] = {}  # watch descriptor -> folder relative to root ("" = root)
         self._known: dict[str, tuple[bool, int, int]] = {}  # poll: path -> (is_dir, size, mtime_ns)
         self._settled: set[str] = set()  # poll: files already reported closed at their current stat
+        self._since: dict[str, float] = {}  # poll: path -> when (monotonic) a listing first showed its current stat
         self._pending: list[FileEvent] = []
         self._closed_by_scan: dict[str, int | None] = {}  # inotify: files a scan found closed
         self._moving: dict[int, str] = {}  # inotify: rename cookie -> the folder's old name
@@ -345,11 +346,21 @@ class DirWatch:
             for rel in current:  # a renamed folder's files are the same files, not new ones
                 if rel.startswith(new + "/"):
                     self._known[rel] = self._known.get(old + rel[len(new):], current[rel])
+                    if old + rel[len(new):] in self._since:
+                        self._since[rel] = self._since[old + rel[len(new):]]
                     if old + rel[len(new):] in self._settled:
                         self._settled.add(rel)
             self._known[new] = current[new]
+        # Held still means for one interval of time, not between two listings: a caller that
+        # reads again at once (it just got events) lists twice within a millisecond, and a file
+        # truncated by open() shows its new size before the opener's descriptor exists
+        # (O_TRUNC, then fd_install: a loaded machine preempts a writer in between)
+        tick = time.monotonic()
+        self._since = {rel: self._since[rel] if self._known.get(rel) == stat and rel in self._since else tick
+                       for rel, stat in current.items()}
         still = [rel for rel, (is_dir, _, _) in current.items()
-                 if not is_dir and self._known.get(rel) == current[rel] and rel not in self._settled]
+                 if not is_dir and self._known.get(rel) == current[rel] and rel not in self._settled
+                 and tick - self._since[rel] >= self.interval]
         # Held still for one interval is not closed when the writer only paused (a loaded
         # machine, a slow filesystem): a file some process here still holds open waits
         held = _open_anywhere([os.path.join(self.root, r) for r in still]) if still else set()

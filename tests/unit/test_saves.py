@@ -382,6 +382,21 @@ def test_a_file_its_killed_writer_still_held_open_is_torn_although_the_kernel_cl
     assert judged["best_complete_step"] == 5
 
 
+def test_polling_calls_a_file_closed_only_after_it_held_still_for_an_interval_of_time(tmp_path):
+    """Two listings a moment apart are not an interval: a file open() has just truncated shows
+    its new size before the opener's descriptor is in /proc (ci: the rewrite test saw a
+    create and a close of ckpt.pt at size 0 in one millisecond, then the real rewrite)."""
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    (root / "ckpt.pt").write_bytes(b"0" * 1000)
+    watch = DirWatch(root, "poll", interval=0.3)
+    (root / "ckpt.pt").write_bytes(b"")  # truncated; nobody holds it open (yet)
+    assert [(e.kind, e.size) for e in watch._read()] == [("create", 0)]
+    assert watch._read() == []  # the same stat again at once: not yet still
+    time.sleep(0.35)
+    assert [(e.kind, e.size) for e in watch._read()] == [("close", 0)]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_file_rewritten_in_place_is_a_save_of_its_own(tmp_path, mode):
     """ckpt.pt opened with truncate and written again on every save creates no file: the first
