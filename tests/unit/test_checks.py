@@ -338,3 +338,31 @@ def test_a_heal_from_a_peer_counts_the_healed_replicas_first_step_and_names_the_
                                "live peer's state from http://node-0:4100 took 45.2 s of it (the job's own line)")
     fast = check(spec(first_step_within=30), heal_history(T_FAULT + 6, 1.2))
     assert fast.verdict == "pass" and fast.measurements.time_to_first_step == pytest.approx(6)
+
+
+def test_observation_waits_for_a_restarted_process_to_restore_when_survivors_step_on():
+    """torchft under load (ci): the dead group's torchrun restarted it, the lighthouse let the
+    survivor go on alone once the dead heartbeat expired, and five survivor steps ended the
+    observation before the restarted group healed from its peer. A job that tells its
+    restores has recovered when the restarted process restored, not when survivors stepped."""
+    from drillbit.checks.recovery import awaiting, recovered
+
+    rows = prelude()
+    rows[1] = (BASE + 0.1, "job.launch", {"reads": ["step", "restart", "restore"]})
+    rows += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed"),
+             (T_FAULT + 0.1, "detect", {"by": "torchft"}), (T_FAULT + 0.5, "restart", {"by": "torchrun"})]
+    rows += steps(26, 35, T_FAULT + 5.0)  # the survivor, alone
+    survivors_only = History.build(rows)
+    assert measure(survivors_only).time_to_first_step == pytest.approx(5.0)
+    assert not recovered(survivors_only, 5)
+    assert awaiting(survivors_only, 5) == "the restarted process's restore"
+
+    rows += [(T_FAULT + 8.0, "restore", {"step": 35, "tier": "peer"})] + steps(36, 41, T_FAULT + 8.1)
+    healed = History.build(rows)
+    assert recovered(healed, 5)
+    m = measure(healed)
+    assert m.restored_from == "peer" and m.time_to_first_step == pytest.approx(8.1)
+
+    rows_plain = [r if r[1] != "job.launch" else (r[0], "job.launch", {"reads": ["step", "restart"]})
+                  for r in rows[:len(prelude()) + 4 + 10]]
+    assert recovered(History.build(rows_plain), 5)  # a job that tells no restores: its steps are the recovery

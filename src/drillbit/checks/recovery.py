@@ -536,8 +536,20 @@ def recovered(history: History, until_steps: int) -> bool:
     """The observe phase's stop test: the job recovered from the fault (the straggler was
     named, for a fail-slow fault) and made ``until_steps`` more steps. Pure."""
     m = measure(history)
+    if awaits_restore(m):
+        return False
     done = m.time_to_straggler if m.expects == "slow" else m.time_to_first_step
     return done is not None and m.steps_after_recovery >= until_steps
+
+
+def awaits_restore(m: Measurements) -> bool:
+    """A restart was announced and the job tells its restores, but none has come: the
+    restarted process is still on its way back. Survivors that carried on alone (torchft's
+    lighthouse forms a quorum without the dead group once its heartbeat expires) are steps
+    after the fault, not the whole recovery; the observe window bounds the wait for a
+    restart that starts afresh."""
+    return (m.expects != "slow" and m.time_to_restart is not None and m.time_to_restore is None
+            and m.signal_kinds is not None and "restore" in m.signal_kinds)
 
 
 def awaiting(history: History, until_steps: int) -> str:
@@ -551,4 +563,6 @@ def awaiting(history: History, until_steps: int) -> str:
         return "restart"
     if m.time_to_first_step is None:
         return "first step after recovery"
+    if awaits_restore(m):
+        return "the restarted process's restore"
     return f"{until_steps - m.steps_after_recovery} more steps"
