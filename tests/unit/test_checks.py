@@ -366,3 +366,12 @@ def test_observation_waits_for_a_restarted_process_to_restore_when_survivors_ste
     rows_plain = [r if r[1] != "job.launch" else (r[0], "job.launch", {"reads": ["step", "restart"]})
                   for r in rows[:len(prelude()) + 4 + 10]]
     assert recovered(History.build(rows_plain), 5)  # a job that tells no restores: its steps are the recovery
+
+    # restarted and started over (Ray Train when get_checkpoint() gave it nothing): its
+    # steps from the beginning again are the recovery; no restore is awaited
+    over = prelude()
+    over[1] = (BASE + 0.1, "job.launch", {"reads": ["step", "restart", "restore"]})
+    over += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed"),
+             (T_FAULT + 0.6, "detect", {"by": "ray-train"}), (T_FAULT + 6.6, "restart", {"attempt": 0})]
+    over += steps(1, 10, T_FAULT + 9.0)
+    assert recovered(History.build(over), 5)

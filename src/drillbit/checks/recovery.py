@@ -536,20 +536,26 @@ def recovered(history: History, until_steps: int) -> bool:
     """The observe phase's stop test: the job recovered from the fault (the straggler was
     named, for a fail-slow fault) and made ``until_steps`` more steps. Pure."""
     m = measure(history)
-    if awaits_restore(m):
+    if awaits_restore(m, history):
         return False
     done = m.time_to_straggler if m.expects == "slow" else m.time_to_first_step
     return done is not None and m.steps_after_recovery >= until_steps
 
 
-def awaits_restore(m: Measurements) -> bool:
-    """A restart was announced and the job tells its restores, but none has come: the
-    restarted process is still on its way back. Survivors that carried on alone (torchft's
-    lighthouse forms a quorum without the dead group once its heartbeat expires) are steps
-    after the fault, not the whole recovery; the observe window bounds the wait for a
-    restart that starts afresh."""
-    return (m.expects != "slow" and m.time_to_restart is not None and m.time_to_restore is None
-            and m.signal_kinds is not None and "restore" in m.signal_kinds)
+def awaits_restore(m: Measurements, history: History) -> bool:
+    """Survivors stepping on while the restarted process is still on its way back: a restart
+    was announced, the job tells its restores and none has come, and every step since the
+    fault went forward from the step at the fault (a restarted process that started over
+    would have stepped from the beginning again). torchft's lighthouse forms a quorum without
+    the dead group once its heartbeat expires: the survivor's steps are not the recovery of
+    the group that torchrun restarted, whose heal from a peer is (ci)."""
+    if (m.expects == "slow" or m.time_to_restart is None or m.time_to_restore is not None
+            or m.signal_kinds is None or "restore" not in m.signal_kinds or m.step_at_fault is None
+            or m.t_fault is None):
+        return False
+    events, _ = _window(history)
+    after = [e for e in events if e.kind == "step" and e.t >= m.t_fault + m.time_to_restart]
+    return bool(after) and all(e.data["n"] > m.step_at_fault for e in after)
 
 
 def awaiting(history: History, until_steps: int) -> str:
@@ -563,6 +569,6 @@ def awaiting(history: History, until_steps: int) -> str:
         return "restart"
     if m.time_to_first_step is None:
         return "first step after recovery"
-    if awaits_restore(m):
+    if awaits_restore(m, history):
         return "the restarted process's restore"
     return f"{until_steps - m.steps_after_recovery} more steps"
