@@ -34,7 +34,7 @@ def test_agent_finds_ranks_by_cmdline_and_env(tmp_path, ranks):
     agent = NodeAgent("n0", tmp_path / "reg.json")
     me = ProcRef.of(psutil.Process())
     found = agent.find_ranks(RankDiscovery(cmdline="fake-rank"), root=me)
-    assert [r.rank for r in found] == [0, 1, 2]
+    assert [r.rank for r in found] == [0, 1, 2], (found, [p.pid for p in ranks])
     assert [r.pid for r in found] == [p.pid for p in ranks]
 
 
@@ -161,6 +161,7 @@ def test_lease_refuses_second_holder_and_expires_with_dead_holder(tmp_path):
 
 
 @pytest.mark.alone  # it measures the duty cycle it achieved: nothing else runs beside it
+@pytest.mark.xdist_group("alone")  # with the other alone tests, one after another
 def test_slow_rank_duty_cycle_hits_its_target_and_heals(tmp_path, ranks):
     agent = NodeAgent("n0", tmp_path / "reg.json")
     target = ProcRef.of(psutil.Process(ranks[1].pid), rank=1)

@@ -211,12 +211,13 @@ def test_partition_node_is_missed_by_a_liveness_only_watchdog(tmp_path):
     assert all(h["verified"] for h in result["fault"]["heals"])
 
 
-@pytest.mark.alone  # a fleet tax of a few percent: nothing else runs beside it
 def test_five_percent_loss_is_put_on_the_link_and_the_verdict_follows_whom_the_detector_named(tmp_path):
     """The reference straggler detector (fleet median, 1.5 %) reads compute times, which the
     loss does not touch; on this 2-core machine its noise sometimes names a healthy rank
     anyway (seen: rank 1 at 1.9 %). The verdict must follow what it named: PASS when it named
-    nobody or a rank behind the lossy link, FAIL naming the rank when it named one on node-0."""
+    nobody or a rank behind the lossy link, FAIL naming the rank when it named one on node-0.
+    Whichever it named, the verdict is judged: it runs beside other tests (not alone), where
+    their load is more noise for the detector."""
     result, run_dir = run("reference", tmp_path, "lossy-link")
     [slo] = result["slos"]
     m = result["measurements"]

@@ -8,7 +8,9 @@ import pytest
 from drillbit.session import execute, resolve
 from tests.integration.short import short_window
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # step times 3% apart: nothing else runs beside it
+pytestmark = [pytest.mark.slow]
+# step times 3% apart: nothing else runs beside the tests that judge them (one xdist group for
+# every alone test, so they run one after another and the machine drains once for them)
 SPEC = Path(__file__).parent / "drills" / "slow-rank-fast.yaml"
 
 
@@ -24,6 +26,8 @@ def run(job: str, tmp_path: Path, window: float | None = None) -> dict:
     return payload
 
 
+@pytest.mark.alone
+@pytest.mark.xdist_group("alone")
 def test_three_percent_slow_rank_is_named(tmp_path):
     result = run("reference", tmp_path)
     assert result["verdict"] == "pass", result["reasons"]
@@ -35,12 +39,14 @@ def test_three_percent_slow_rank_is_named(tmp_path):
     assert all(h["verified"] for h in result["fault"]["heals"])
 
 
+@pytest.mark.alone  # another drill's load could slow a healthy rank past NVRx's rule: it would name one
+@pytest.mark.xdist_group("alone")
 def test_nvrx_rule_never_names_it(tmp_path):
     result = run("reference-nvrx", tmp_path, window=15)
     assert result["verdict"] == "fail"
     assert "was never named" in result["reasons"][0]
 
 
-def test_without_a_detector_it_fails(tmp_path):
+def test_without_a_detector_it_fails(tmp_path):  # nothing names a rank, whatever the load: not alone
     result = run("reference-nostraggler", tmp_path, window=15)
     assert result["verdict"] == "fail"
