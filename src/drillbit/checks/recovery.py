@@ -545,7 +545,7 @@ def recovered(history: History, until_steps: int) -> bool:
 def awaits_restore(m: Measurements, history: History) -> bool:
     """Survivors stepping on while the restarted process is still on its way back: a restart
     was announced, the job tells its restores and none has come, and every step since the
-    fault went forward from the step at the fault (a restarted process that started over
+    restart went forward from the step at the fault (a restarted process that started over
     would have stepped from the beginning again). torchft's lighthouse forms a quorum without
     the dead group once its heartbeat expires: the survivor's steps are not the recovery of
     the group that torchrun restarted, whose heal from a peer is (ci)."""
