@@ -172,6 +172,27 @@ def test_a_step_number_going_back_is_a_restart_even_unannounced():
     assert result.verdict == "fail"
 
 
+def test_lost_steps_name_the_save_the_restart_did_not_load():
+    """Ray Train 2.60 commits a reported checkpoint only at its controller's next poll of every
+    worker (2 s apart): a rank killed between its report and that poll takes the checkpoint with
+    it, and the restart starts over. The job said it saved step 20; the verdict says so."""
+    rows = prelude()
+    rows.insert(-1, (BASE + 5 + 19 * 0.25 + 0.01, "ckpt.save", {"step": "20", "path": "ray-checkpoint-20"}))
+    rows += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed"), (T_FAULT + 1, "restart", {"attempt": 1})]
+    rows += steps(1, 8, T_FAULT + 4)
+    result = check(spec(max_lost_steps=10), History.build(rows))
+    m = result.measurements
+    assert (m.newest_save_step, m.restored_step, m.lost_steps) == (20, 0, 25)
+    assert m.newest_save_s == pytest.approx(T_FAULT - (BASE + 5 + 19 * 0.25 + 0.01))
+    assert result.verdict == "fail"
+    assert any(r.startswith("25 steps were lost (restored step 0, fault at step 25)") and
+               "the job had said it saved step 20 1.3 s before the fault, and the restart did not load it" in r
+               for r in result.reasons), result.reasons
+    # a restart that loaded the newest save says nothing of the kind
+    result = check(spec(max_lost_steps=2), kill_pass_history())
+    assert not any("did not load" in r for r in result.reasons)
+
+
 def test_a_failed_restart_quotes_the_jobs_own_error_per_attempt():
     """Restarts that never stepped: the verdict quotes what the job printed for each failed
     attempt (the first error line per rank per attempt, merged across attempts that said the

@@ -55,6 +55,10 @@ class RecoveryFigures(BaseModel):
     time_to_first_step: float | None = None
     first_step: int | None = None
     lost_steps: int | None = None
+    # the job's last save line before the fault: its step, and how long before the fault it came
+    # (a restart that restores an older step lost a checkpoint the job believed it had)
+    newest_save_step: int | None = None
+    newest_save_s: float | None = None
     restarts: int = 0
     steps_after_recovery: int = 0
     last_step_s: float | None = None
@@ -202,6 +206,9 @@ def measure(history: History) -> Measurements:
     before = [e for e in steps if e.t < t0 + settle]
     after = [e for e in steps if e.t >= t0 and e not in before]
     m.step_at_fault = before[-1].data["n"] if before else None
+    saves = [e for e in events if e.kind == "ckpt.save" and e.t <= t0 and str(e.data.get("step", "")).isdigit()]
+    if saves:
+        m.newest_save_step, m.newest_save_s = int(saves[-1].data["step"]), t0 - saves[-1].t
 
     def first(kind: str) -> Event | None:
         return next((e for e in events if e.kind == kind and e.t >= t0), None)

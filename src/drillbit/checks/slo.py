@@ -283,8 +283,12 @@ def _judge_max_lost_steps(j: Judging) -> None:
         j.results.append(SLOResult(name="max_lost_steps", measurement="lost_steps", limit=slo.max_lost_steps,
                                    measured=lost, status=status))
         if status == "fail":
+            unloaded = ""
+            if m.newest_save_step is not None and m.restored_step is not None and m.newest_save_step > m.restored_step:
+                unloaded = (f"; the job had said it saved step {m.newest_save_step} {m.newest_save_s:.1f} s before "
+                            "the fault, and the restart did not load it")
             j.reasons.append(f"{lost} steps were lost (restored step {m.restored_step}, fault at step "
-                             f"{m.step_at_fault}); the SLO allows {slo.max_lost_steps}")
+                             f"{m.step_at_fault}); the SLO allows {slo.max_lost_steps}{unloaded}")
 
 
 def _judge_goodput_min(j: Judging) -> None:
