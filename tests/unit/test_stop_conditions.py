@@ -66,3 +66,27 @@ def test_a_condition_that_cannot_be_read_before_the_drill_is_a_config_error(monk
 def test_a_condition_needs_exactly_one_threshold(cond):
     with pytest.raises(ValidationError, match="above: X or below: X"):
         Abort.model_validate({"when": [cond]})
+
+
+def test_a_condition_that_holds_before_it_ever_read_healthy_is_the_job_starting(monkeypatch):
+    """Prometheus' up of an endpoint not yet listening is 0: a brake on min(up) < 1 read before
+    the job is up must not stop the drill (seen under load: aborted before the fault). Once it
+    has read healthy, it is live and holds as before."""
+    w = watch(monkeypatch, [[0.0], [0.0], [1.0], [0.0]], below=1)
+    assert w.not_live() == ["up below 1"]
+    assert w.check_once(now=1) is None and w.check_once(now=2) is None and w.fired is None
+    assert w.check_once(now=3) is None and w.not_live() == []
+    assert w.check_once(now=4) == "stop condition 'up below 1' held: up{instance=\"h:1\",job=\"train\"} was 0"
+    assert [e.kind for e in w.history].count("stop.live") == 1
+
+
+def test_no_fault_is_injected_while_a_brake_has_never_read_healthy(monkeypatch):
+    from drillbit.loop.runner import Aborted, DrillRunner as Runner
+
+    w = watch(monkeypatch, [], below=1)  # never polled: never live
+    runner = Runner.__new__(Runner)
+    runner.stopwatch = w
+    runner.tick = lambda delay=0.1: None
+    with pytest.raises(Aborted, match="'up below 1' held from the launch on and never read healthy in the 0.2 s "
+                                      "before the fault, so it could not brake the drill: nothing was injected"):
+        runner._await_live_brakes(limit_s=0.2)

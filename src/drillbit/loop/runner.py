@@ -43,7 +43,7 @@ from drillbit.loop.agentlogs import AgentLogProbe
 from drillbit.loop.bind import job_checkpoint, job_params
 from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
 from drillbit.loop.schedule import JobExited, choose_targets, describe_trigger, wait_trigger
-from drillbit.loop.stop import StopWatch
+from drillbit.loop.stop import UNREADABLE_S, StopWatch
 from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
 from drillbit.probes.preset import signals_of
 from drillbit.probes.prometheus import PrometheusProbe
@@ -395,6 +395,7 @@ class DrillRunner:
             saved = {name: t.lost_with for name, t in self.job.tiers.items() if isinstance(t, SavedTier)}
             self.record("ckpt.tiers", tiers=tier_steps(self.job.tiers, {"run_dir": str(self.run_dir)}),
                         **({"saved": saved} if saved else {}))
+        self._await_live_brakes()
         try:
             self.nemesis.inject(self.targets)
         finally:
@@ -404,6 +405,20 @@ class DrillRunner:
             step.watch(self)
         step.settle(self, confirmed)
         return True
+
+    def _await_live_brakes(self, limit_s: float = UNREADABLE_S) -> None:
+        """No fault before every stop condition can brake: each must have read healthy since the
+        launch (StopWatch); up to ``limit_s`` for a scrape to catch up, else the drill is aborted
+        with nothing injected."""
+        if self.stopwatch is None or not self.stopwatch.not_live():
+            return
+        deadline = time.monotonic() + limit_s
+        while self.stopwatch.not_live() and time.monotonic() < deadline:
+            self.tick()
+        if self.stopwatch.not_live():
+            names = ", ".join(repr(n) for n in self.stopwatch.not_live())
+            raise Aborted(f"stop condition {names} held from the launch on and never read healthy in the "
+                          f"{limit_s:g} s before the fault, so it could not brake the drill: nothing was injected")
 
     def wait_for_trigger(self) -> None:
         """A drill's fault is due when its trigger fires (a step, a time, a save)."""

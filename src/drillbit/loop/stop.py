@@ -7,6 +7,11 @@ Every condition is evaluated once before anything is launched: a Prometheus that
 reached or a query it refuses is a config error (exit 2), nothing touched. A condition that
 cannot be read during the drill for 30 s (or its ``for``, if longer) stops it too: a drill
 does not go on without the brake it was given.
+
+A condition is live once it has read healthy (not holding) since the launch: before that the
+job is starting, and a metric of a job not yet up (Prometheus' ``up`` of an endpoint not yet
+listening is 0) says nothing about the drill. The fault waits up to 30 s for every condition to
+be live, and the drill is aborted with nothing injected when one never is (``not_live``).
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ class StopWatch(Poller):
         self.fired: str | None = None
         self._since: list[float | None] = [None] * len(conditions)
         self._unread_since: list[float | None] = [None] * len(conditions)
+        self._live: list[bool] = [False] * len(conditions)
 
     def check_ready(self) -> None:
         """Each condition once, before the drill touches anything; every problem at once."""
@@ -82,7 +88,12 @@ class StopWatch(Poller):
             hits = [(labels, v) for labels, v in samples if holds(cond, v)]
             if not hits:
                 self._since[i] = None
+                if not self._live[i]:
+                    self._live[i] = True
+                    self.history.record(HARNESS, "stop.live", condition=label(cond))
                 continue
+            if not self._live[i]:
+                continue  # never healthy yet: the job is still starting
             since = self._since[i] = self._since[i] or now
             if now - since >= (cond.for_ or 0.0):
                 labels, value = max(hits, key=lambda h: h[1]) if cond.above is not None else min(hits, key=lambda h: h[1])
@@ -91,6 +102,10 @@ class StopWatch(Poller):
                                         f"was {value:g}" + (f" for {now - since:.0f} s" if cond.for_ else ""),
                                   value=value, series=series)
         return None
+
+    def not_live(self) -> list[str]:
+        """The conditions that have not read healthy since the launch (they cannot brake yet)."""
+        return [label(c) for c, live in zip(self.conditions, self._live) if not live]
 
     def _fire(self, cond: StopCondition, reason: str, **data: object) -> str:
         self.fired = reason
