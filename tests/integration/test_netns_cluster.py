@@ -351,6 +351,24 @@ def test_a_heal_over_the_network_the_hostname_names_crawls_and_over_gloos_steps_
     assert all(h["verified"] for h in slow["fault"]["heals"] + fixed["fault"]["heals"])
 
 
+def test_checkpoint_restart_of_the_same_weight_is_measured_beside_torchfts_heal(tmp_path):
+    """slow-recovery-network's other way back: the reference job with the same 24 MiB of state
+    as the torchft jobs above, on the same cluster with its 8 Mbit/s frontend, its node-1 rank
+    killed. torchrun restarts every rank on both nodes and each reads the newest checkpoint back
+    from the disk they share; none of it crosses either network. Judged by the same 20 s SLO as
+    torchft's heal; the two first steps are the comparison (docs/measured.md)."""
+    result, run_dir = run("reference-heavy", tmp_path, "slow-recovery-network", cluster="local-netns-frontend")
+    assert result["verdict"] == "pass", result["reasons"]
+    m = result["measurements"]
+    assert m["restarts"] >= 1 and m["restored_step"] > 0 and m["restored_step"] == m["newest_save_step"], m
+    assert m["peer_copy_from"] is None  # no peer: the checkpoint
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    t_fault = next(e["t"] for e in history if e["kind"] == "fault.confirmed")
+    [restore] = [e for e in history if e["kind"] == "restore" and e["t"] >= t_fault][:1]
+    assert (Path(restore["data"]["path"]) / "shard_0.pt").stat().st_size >= 24 * 2 ** 20  # the weight it read back
+    assert all(h["verified"] for h in result["fault"]["heals"])
+
+
 @pytest.mark.skipif(not Path(SSHD).exists(), reason="needs OpenSSH's sshd (.ci/run installs openssh-server)")
 def test_ssh_hosts_that_are_namespace_nodes_are_reached_through_the_switch_and_rendezvous_over_their_addresses(
         tmp_path):

@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "final folder, no marker, and the newest folder restored unchecked")
     p.add_argument("--save-pause-ms", type=float, default=0.0,
                    help="pause after each checkpoint file (a slow filesystem: a save that takes time)")
+    p.add_argument("--state-mb", type=float, default=0.0,
+                   help="MiB of model state every save writes and every restore reads (a heavier model)")
     p.add_argument("--spares", type=int, default=3, help="spare nodes in the node pool")
     p.add_argument("--replace-policy", choices=["fallback", "naive"], default="fallback")
     p.add_argument("--straggler", choices=["fleet-median", "nvrx", "off"], default="fleet-median",
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         "--save-mode", args.save_mode, "--save-pause-ms", str(args.save_pause_ms),
         "--pool", str(run_dir / "pool.json"), "--replace-policy", args.replace_policy,
         "--alive-dir", str(run_dir / "alive"),
+        *(["--state-mb", str(args.state_mb)] if args.state_mb else []),
     ]
     # LOGLEVEL=INFO makes torchrun print "Worker group FAILED. k/M attempts left; will restart
     # worker group", which the torchrun signal preset reads.

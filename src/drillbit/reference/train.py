@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import io
+import math
 import os
 import socket
 import sys
@@ -41,6 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=1_000_000)
     p.add_argument("--step-ms", type=float, default=250.0)
     p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--state-mb", type=float, default=0.0,
+                   help="MiB of state on the model (1 MiB buffers, never all-reduced nor broadcast), which every "
+                        "save writes and every restore reads: checkpoint-restart with a model's weight to move")
     p.add_argument("--store-fix", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                    help="verify checkpoint sha256 before restoring")
@@ -212,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError(f"rank {rank} was started on {node}, a node known to be bad")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
-    ddp = DistributedDataParallel(model)
+    for i in range(math.ceil(args.state_mb)):
+        model.register_buffer(f"ballast{i}", torch.ones(2 ** 18))  # 1 MiB of float32 each
+    # the ballast is the same on every rank: DDP need not broadcast it at every step
+    ddp = DistributedDataParallel(model, broadcast_buffers=not args.state_mb)
     optim = torch.optim.SGD(ddp.parameters(), lr=0.01)
     ckpt_dir = Path(args.ckpt_dir)
 

@@ -630,6 +630,9 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
                                        "--no-store-fix"),
     "reference-norestarts": _reference("reference job under torchrun --max-restarts 0: a lost worker ends the job",
                                        "--max-restarts", "0"),
+    "reference-heavy": _reference("the reference job with 24 MiB of model state, which every save writes and a restart "
+                                  "reads back from the checkpoint: checkpoint-restart, beside torchft's heal of the "
+                                  "same weight (slow-recovery-network)", "--state-mb", "24"),
     "reference-liveness": _reference("reference job whose watchdog checks only liveness: each worker's heartbeat "
                                      "thread, not its steps (what NVRx's rank monitor and JAX's coordination "
                                      "service check)", "--watchdog-watch", "liveness"),
