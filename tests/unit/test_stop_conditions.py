@@ -71,9 +71,11 @@ def test_a_condition_needs_exactly_one_threshold(cond):
 def test_a_condition_that_holds_before_it_ever_read_healthy_is_the_job_starting(monkeypatch):
     """Prometheus' up of an endpoint not yet listening is 0: a brake on min(up) < 1 read before
     the job is up must not stop the drill (seen under load: aborted before the fault). Once it
-    has read healthy, it is live and holds as before."""
-    w = watch(monkeypatch, [[0.0], [0.0], [1.0], [0.0]], below=1)
+    has read a value that does not hold, it is live and holds as before; an empty answer (no
+    series scraped yet) is not healthy (seen: live at the launch, then fired at 4 s)."""
+    w = watch(monkeypatch, [[], [0.0], [0.0], [1.0], [0.0]], below=1)
     assert w.not_live() == ["up below 1"]
+    assert w.check_once(now=0) is None and w.not_live()  # no series yet (nothing scraped): no reading
     assert w.check_once(now=1) is None and w.check_once(now=2) is None and w.fired is None
     assert w.check_once(now=3) is None and w.not_live() == []
     assert w.check_once(now=4) == "stop condition 'up below 1' held: up{instance=\"h:1\",job=\"train\"} was 0"

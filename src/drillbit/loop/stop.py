@@ -8,7 +8,7 @@ reached or a query it refuses is a config error (exit 2), nothing touched. A con
 cannot be read during the drill for 30 s (or its ``for``, if longer) stops it too: a drill
 does not go on without the brake it was given.
 
-A condition is live once it has read healthy (not holding) since the launch: before that the
+A condition is live once it has read healthy (a series, not holding) since the launch: before that the
 job is starting, and a metric of a job not yet up (Prometheus' ``up`` of an endpoint not yet
 listening is 0) says nothing about the drill. The fault waits up to 30 s for every condition to
 be live, and the drill is aborted with nothing injected when one never is (``not_live``).
@@ -88,7 +88,8 @@ class StopWatch(Poller):
             hits = [(labels, v) for labels, v in samples if holds(cond, v)]
             if not hits:
                 self._since[i] = None
-                if not self._live[i]:
+                # healthy takes a series that does not hold: none yet (nothing scraped) is no reading
+                if not self._live[i] and samples:
                     self._live[i] = True
                     self.history.record(HARNESS, "stop.live", condition=label(cond))
                 continue
