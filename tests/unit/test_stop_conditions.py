@@ -68,18 +68,27 @@ def test_a_condition_needs_exactly_one_threshold(cond):
         Abort.model_validate({"when": [cond]})
 
 
-def test_a_condition_that_holds_before_it_ever_read_healthy_is_the_job_starting(monkeypatch):
-    """Prometheus' up of an endpoint not yet listening is 0: a brake on min(up) < 1 read before
-    the job is up must not stop the drill (seen under load: aborted before the fault). Once it
-    has read a value that does not hold, it is live and holds as before; an empty answer (no
-    series scraped yet) is not healthy (seen: live at the launch, then fired at 4 s)."""
+def test_a_condition_goes_live_only_once_it_read_healthy_after_the_steady_state(monkeypatch):
+    """Prometheus' up of an endpoint not yet listening is 0, and before the first scrape there is
+    no series at all: readings before the job's steady state are the job starting (seen under
+    load: a brake on min(up) < 1 aborted the drill before the fault). After it, a holding reading
+    (a stale failed scrape) waits; the first that does not hold makes the brake live."""
     w = watch(monkeypatch, [[], [0.0], [0.0], [1.0], [0.0]], below=1)
+    w.counting = False  # as the runner makes it until the steady state
     assert w.not_live() == ["up below 1"]
-    assert w.check_once(now=0) is None and w.not_live()  # no series yet (nothing scraped): no reading
-    assert w.check_once(now=1) is None and w.check_once(now=2) is None and w.fired is None
+    assert w.check_once(now=0) is None and w.check_once(now=1) is None and w.not_live()
+    w.counting = True
+    assert w.check_once(now=2) is None and w.fired is None and w.not_live()  # stale: still starting
     assert w.check_once(now=3) is None and w.not_live() == []
     assert w.check_once(now=4) == "stop condition 'up below 1' held: up{instance=\"h:1\",job=\"train\"} was 0"
     assert [e.kind for e in w.history].count("stop.live") == 1
+
+
+def test_a_brake_on_a_series_that_exists_only_when_something_goes_wrong_is_live_when_empty(monkeypatch):
+    """increase(nccl_timeouts_total[1m]) > 0 answers nothing while all is well: that is healthy."""
+    w = watch(monkeypatch, [[], [2.0]], above=0)
+    assert w.check_once(now=1) is None and w.not_live() == []
+    assert w.check_once(now=2).endswith("was 2")
 
 
 def test_no_fault_is_injected_while_a_brake_has_never_read_healthy(monkeypatch):
@@ -89,6 +98,6 @@ def test_no_fault_is_injected_while_a_brake_has_never_read_healthy(monkeypatch):
     runner = Runner.__new__(Runner)
     runner.stopwatch = w
     runner.tick = lambda delay=0.1: None
-    with pytest.raises(Aborted, match="'up below 1' held from the launch on and never read healthy in the 0.2 s "
+    with pytest.raises(Aborted, match="'up below 1' held since the steady state and never read healthy in the 0.2 s "
                                       "before the fault, so it could not brake the drill: nothing was injected"):
         runner._await_live_brakes(limit_s=0.2)

@@ -233,6 +233,8 @@ class DrillRunner:
                 if self.stopwatch is not None:
                     self.stopwatch.start()
                 self.steady()
+                if self.stopwatch is not None:
+                    self.stopwatch.counting = True  # the job is up: its brakes may go live
                 for step in (faults or (lambda _runner: [OneFault(self.spec)]))(self):
                     if not self.one_fault(step):
                         break
@@ -312,7 +314,7 @@ class DrillRunner:
                 raise ConfigError(f"abort.when needs the Prometheus that watches the job: prometheus: URL in cluster "
                                   f"{self.cluster_name!r} of drill.yaml")
             self.stopwatch = StopWatch(self.spec.abort.when, self.cluster.prometheus, self.spec.abort.check_every,
-                                       self.history)
+                                       self.history, counting=False)
             self.stopwatch.check_ready()
         prediction = predict(self.fault.seen_by(self.params), self.fault.verb, self.job.timeouts, self.spec.slo)
         if prediction is not None:  # from the job's declared timeouts, before anything runs
@@ -408,7 +410,7 @@ class DrillRunner:
 
     def _await_live_brakes(self, limit_s: float = UNREADABLE_S) -> None:
         """No fault before every stop condition can brake: each must have read healthy since the
-        launch (StopWatch); up to ``limit_s`` for a scrape to catch up, else the drill is aborted
+        steady state (StopWatch); up to ``limit_s`` for a scrape to catch up, else the drill is aborted
         with nothing injected."""
         if self.stopwatch is None or not self.stopwatch.not_live():
             return
@@ -417,7 +419,7 @@ class DrillRunner:
             self.tick()
         if self.stopwatch.not_live():
             names = ", ".join(repr(n) for n in self.stopwatch.not_live())
-            raise Aborted(f"stop condition {names} held from the launch on and never read healthy in the "
+            raise Aborted(f"stop condition {names} held since the steady state and never read healthy in the "
                           f"{limit_s:g} s before the fault, so it could not brake the drill: nothing was injected")
 
     def wait_for_trigger(self) -> None:

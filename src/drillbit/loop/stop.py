@@ -8,10 +8,12 @@ reached or a query it refuses is a config error (exit 2), nothing touched. A con
 cannot be read during the drill for 30 s (or its ``for``, if longer) stops it too: a drill
 does not go on without the brake it was given.
 
-A condition is live once it has read healthy (a series, not holding) since the launch: before that the
-job is starting, and a metric of a job not yet up (Prometheus' ``up`` of an endpoint not yet
-listening is 0) says nothing about the drill. The fault waits up to 30 s for every condition to
-be live, and the drill is aborted with nothing injected when one never is (``not_live``).
+A condition is live once it has read healthy (not holding; an empty answer counts, as a
+counter that only exists once something went wrong) after the job reached its steady state:
+before that the job is starting, and a metric of a job not yet up (Prometheus' ``up`` of an
+endpoint not yet listening is 0) says nothing about the drill. The fault waits up to 30 s for
+every condition to be live, and the drill is aborted with nothing injected when one never is
+(``not_live``).
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def holds(cond: StopCondition, value: float) -> bool:
 class StopWatch(Poller):
     name = "drillbit-stop-conditions"
 
-    def __init__(self, conditions: list[StopCondition], url: str, every: float, history: History) -> None:
+    def __init__(self, conditions: list[StopCondition], url: str, every: float, history: History,
+                 counting: bool = True) -> None:
         super().__init__(every, join_timeout=15.0)
         self.conditions = conditions
         self.url = url
@@ -52,6 +55,7 @@ class StopWatch(Poller):
         self._since: list[float | None] = [None] * len(conditions)
         self._unread_since: list[float | None] = [None] * len(conditions)
         self._live: list[bool] = [False] * len(conditions)
+        self.counting = counting  # False until the job's steady state: readings before it are the job starting
 
     def check_ready(self) -> None:
         """Each condition once, before the drill touches anything; every problem at once."""
@@ -88,13 +92,12 @@ class StopWatch(Poller):
             hits = [(labels, v) for labels, v in samples if holds(cond, v)]
             if not hits:
                 self._since[i] = None
-                # healthy takes a series that does not hold: none yet (nothing scraped) is no reading
-                if not self._live[i] and samples:
+                if not self._live[i] and self.counting:
                     self._live[i] = True
                     self.history.record(HARNESS, "stop.live", condition=label(cond))
                 continue
             if not self._live[i]:
-                continue  # never healthy yet: the job is still starting
+                continue  # not healthy since the steady state yet: the job is still starting
             since = self._since[i] = self._since[i] or now
             if now - since >= (cond.for_ or 0.0):
                 labels, value = max(hits, key=lambda h: h[1]) if cond.above is not None else min(hits, key=lambda h: h[1])
