@@ -108,7 +108,7 @@ class StopWatch(Poller):
         return None
 
     def not_live(self) -> list[str]:
-        """The conditions that have not read healthy since the launch (they cannot brake yet)."""
+        """The conditions that have not read healthy since the steady state (they cannot brake yet)."""
         return [label(c) for c, live in zip(self.conditions, self._live) if not live]
 
     def _fire(self, cond: StopCondition, reason: str, **data: object) -> str:
