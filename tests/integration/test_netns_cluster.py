@@ -8,9 +8,12 @@ lose-rendezvous-host: c10d's store dies with node 0 (FAIL); etcd-v2 on an etcd t
 node's survives it (PASS). partition-lighthouse: torchft's groups train on without the one cut
 off from the lighthouse (PASS), unless the quorum needs every group (FAIL). slow-recovery-network
 (torchft#329): a heal advertised by hostname crosses the slow frontend (FAIL), one advertised by
-gloo's interface the backend (PASS). The SSH engine: two hosts that are namespace nodes, each
-with its own sshd, reached through a ProxyCommand in the switch's namespace. After every ending — pass, fail, Ctrl-C, a SIGKILLed controller —
-no namespace, /etc/netns folder, nft table, service or process is left.
+gloo's interface the backend (PASS). After every ending — pass, fail, Ctrl-C, a SIGKILLed
+controller — no namespace, /etc/netns folder, nft table, service or process is left.
+
+The engines' own multi-node tests run on namespace nodes too, where this machine allows them:
+the embedded Ray cluster (test_ray.py), SSH hosts (test_ssh.py) and the local Slurm
+(test_slurm.py).
 """
 from __future__ import annotations
 
@@ -34,12 +37,11 @@ from drillbit.faults.partition import (Flap, FlapParams, Partition, PartitionPar
                                       root_qdisc, tables)
 from drillbit.proc import ProcRef
 from drillbit.session import execute, resolve
-from drillbit.slurm.local import LocalSlurm, missing_binaries
 from drillbit.transport import netcluster
 from drillbit.transport.netcluster import Topology
+from tests.integration import netleft
 from tests.integration.cli import drill_script
 from tests.integration.short import short_window
-from tests.integration.sshd import SSHD, start_sshd, stop_sshd
 
 # one worker takes them all, one at a time (xdist_group): they judge what namespaces, nft tables
 # and manifests the machine holds, and another test's topology would be counted as left behind
@@ -50,12 +52,9 @@ CATALOGUE = Path(__file__).parents[2] / "drills"
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    before = netcluster.leftovers()
+    before = netleft.leftovers()
     yield
-    deadline = time.time() + 90  # after a SIGKILL the reaper waits for the job to stop first
-    while netcluster.leftovers() != before and time.time() < deadline:
-        time.sleep(0.5)
-    assert netcluster.leftovers() == before, "namespaces left behind"
+    netleft.assert_nothing_left(before)
 
 
 SERVER = """
@@ -369,52 +368,6 @@ def test_checkpoint_restart_of_the_same_weight_is_measured_beside_torchfts_heal(
     assert all(h["verified"] for h in result["fault"]["heals"])
 
 
-@pytest.mark.skipif(not Path(SSHD).exists(), reason="needs OpenSSH's sshd (.ci/run installs openssh-server)")
-def test_ssh_hosts_that_are_namespace_nodes_are_reached_through_the_switch_and_rendezvous_over_their_addresses(
-        tmp_path):
-    """The SSH engine on two hosts that are namespace nodes, each with its own sshd on its own
-    address (10.77.0.1:22, 10.77.0.2:22), reached from outside the private network through a
-    ProxyCommand run in the switch's namespace. The agents run on their nodes, torchrun
-    rendezvouses at node 0's address, and a kill-rank recovers as on every engine."""
-    topology = Topology(2)
-    topology.up()
-    servers = []
-    relay = f"ip netns exec {topology.switch} {sys.executable} -m drillbit.transport.netcluster relay %h %p"
-
-    try:
-        hosts = []
-        for i, node in enumerate(topology.node_names()):
-            server = start_sshd(tmp_path / f"sshd-{i}", listen=topology.address(node), port=22,
-                                wrap=lambda argv, node=node: topology.wrap(node, argv), reachable=topology.accepts)
-            servers.append(server)
-            hosts.append({"name": node, "host": topology.address(node), "user": server.user,
-                          "key_filename": str(server.key), "python": sys.executable,
-                          "state_dir": str(tmp_path / f"agent-{i}"), "proxy_command": relay})
-        known = tmp_path / "known_hosts"
-        known.write_text("".join(s.known_hosts.read_text() for s in servers))
-        config = tmp_path / "drill.yaml"
-        config.write_text(json.dumps({"clusters": {"nodes": {"engine": "ssh", "known_hosts": str(known),
-                                                             "hosts": hosts}}}))
-        resolved = resolve(str(Path(__file__).parent / "drills" / "kill-rank-fast.yaml"), cluster="nodes",
-                           job="reference", config_path=str(config))
-        result, outcome = execute(resolved, reports_dir=str(tmp_path / "reports"))
-        assert result["verdict"] == "pass", result["reasons"]
-        events = [json.loads(line) for line in (outcome.run_dir / "history.jsonl").read_text().splitlines()]
-        # each agent ran on its node (its hostname is the node's, in the node's namespaces)
-        assert {e["node"]: e["data"]["host"] for e in events if e["kind"] == "agent.ready"} == {
-            "node-0": "node-0", "node-1": "node-1"}
-        [ranks] = [e["data"]["ranks"] for e in events if e["kind"] == "job.ranks"][:1]
-        assert {r["node"] for r in ranks} == {"node-0", "node-1"}
-        # both nodes' torchrun rendezvoused at node 0's address, over the bridge
-        endpoints = re.findall(r"rdzv_endpoint\s*: (\S+)", (outcome.run_dir / "job" / "launcher.log").read_text())
-        assert len(endpoints) == 2 and all(e.startswith("10.77.0.1:") for e in endpoints), endpoints
-        assert all(h["verified"] for h in result["fault"]["heals"])
-    finally:
-        for server in servers:
-            stop_sshd(server)
-        assert topology.down() == []
-
-
 def wait_confirmed(proc: subprocess.Popen, reports: Path, timeout: float) -> tuple[Path, list[str]]:
     """Until the drill run by ``proc`` into ``reports`` has confirmed its fault: its history,
     and the namespaces its topology was made of."""
@@ -451,97 +404,6 @@ def test_what_outlives_the_reapers_wait_in_a_node_is_killed_before_the_names_go(
         assert topology.down() == []
 
 
-def test_a_ray_cluster_whose_nodes_are_namespaces_drills_across_them_and_leaves_nothing(tmp_path):
-    """The embedded Ray cluster on namespace nodes (local-ray-netns): the head (GCS at
-    10.77.0.1:6379) in node 0's namespace, a raylet in node 1's, the controller's driver on a
-    raylet of its own in the switch's. The agents are Ray actors on their nodes, torchrun
-    rendezvouses at node 0's address, a kill-rank recovers; then every Ray process, temp
-    dir and namespace is gone."""
-    resolved = resolve(str(Path(__file__).parent / "drills" / "kill-rank-fast.yaml"), cluster="local-ray-netns",
-                       job="reference")
-    result, outcome = execute(resolved, reports_dir=str(tmp_path / "reports"))
-    assert result["verdict"] == "pass", result["reasons"]
-    events = [json.loads(line) for line in (outcome.run_dir / "history.jsonl").read_text().splitlines()]
-    [up] = [e for e in events if e["kind"] == "topology.up"]
-    assert {e["node"]: e["data"]["host"] for e in events if e["kind"] == "agent.ready"} == {
-        "node-0": "node-0", "node-1": "node-1"}
-    [ranks] = [e["data"]["ranks"] for e in events if e["kind"] == "job.ranks"][:1]
-    assert {r["node"] for r in ranks} == {"node-0", "node-1"}
-    endpoints = re.findall(r"rdzv_endpoint\s*: (\S+)", (outcome.run_dir / "job" / "launcher.log").read_text())
-    assert len(endpoints) == 2 and all(e.startswith("10.77.0.1:") for e in endpoints), endpoints
-    assert (outcome.run_dir / "ray-address").read_text() == "10.77.0.1:6379"
-    [down] = [e for e in events if e["kind"] == "topology.down"]
-    assert down["data"]["verified"] and not any(ns in netcluster.listed() for ns in up["data"]["namespaces"])
-    run_id = up["data"]["namespaces"][0].split("-")[1]
-    assert not list(Path("/tmp").glob(f"dbit-ray-{run_id}-*"))  # the nodes' temp dirs, with Ray's sockets
-    assert not [p.pid for p in psutil.process_iter(["cmdline"]) if f"dbit-ray-{run_id}" in " ".join(
-        p.info["cmdline"] or ())]
-
-
-def test_a_sigkilled_controller_of_a_ray_cluster_on_namespaces_leaves_nothing(tmp_path):
-    """stall-nccl (a rank SIGSTOPped) on local-ray-netns, the controller SIGKILLed once the
-    fault is confirmed: the agents' dead-man's switches heal (SIGCONT) and stop the job, the
-    keeper stops every node's Ray, and the reaper takes the namespaces down."""
-    env = dict(os.environ, DRILLBIT_CLUSTER="local-ray-netns")
-    proc = subprocess.Popen([drill_script(), "run", "stall-nccl", "--reports", str(tmp_path)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        history, namespaces = wait_confirmed(proc, tmp_path, 240)
-        run_id = namespaces[0].split("-")[1]
-        proc.kill()
-        proc.wait(timeout=30)
-        deadline = time.time() + 240  # the switches (deadman + job_grace), then the keeper, then the reaper
-        while time.time() < deadline and (any(ns in netcluster.listed() for ns in namespaces)
-                                          or list(Path("/tmp").glob(f"dbit-ray-{run_id}-*"))):
-            time.sleep(0.5)
-        assert not any(ns in netcluster.listed() for ns in namespaces)
-        assert not list(Path("/tmp").glob(f"dbit-ray-{run_id}-*"))
-        deadman = "".join(p.read_text() for p in history.parent.glob("agent-*.deadman.jsonl"))
-        assert "orphan.done" in deadman  # the switches healed and stopped the job before Ray went
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.mark.skipif(bool(missing_binaries()), reason=f"needs Slurm: {missing_binaries()}")
-def test_a_slurm_whose_nodes_are_namespaces_requeues_a_crashed_nodes_job_onto_the_other(tmp_path):
-    """The local Slurm on a namespace cluster: each slurmd in its node's namespace on the node's
-    address, slurmctld on the switch's; the controller reaches it through the switch
-    (slurm_via). The batch job and each node's agent (an srun step) run on their node.
-    node-crash freezes and kills n1's slurmd and the job there: Slurm notices after
-    SlurmdTimeout, requeues, the rerun lands on n2; the heal starts n1's slurmd again in n1's
-    namespace, and n1 is back."""
-    topology = Topology(2)
-    topology.up()
-    cluster = LocalSlurm(tmp_path / "slurm", nodes=2, topology=topology, requeue_hold=5, sched_interval=1)
-    try:
-        cluster.start()
-        assert {n: f["NodeAddr"] for n, f in cluster.slurm.nodes().items()} == {"n1": "10.77.0.1", "n2": "10.77.0.2"}
-        config = tmp_path / "drill.yaml"
-        config.write_text(json.dumps({"clusters": {"slurm": {
-            "engine": "slurm", "slurm_conf": str(cluster.conf), "state_dir": str(tmp_path / "agents"),
-            "slurm_via": cluster.via}}}))
-        resolved = resolve(str(Path(__file__).parent / "drills" / "node-crash-fast.yaml"), cluster="slurm",
-                           config_path=str(config))
-        result, outcome = execute(resolved, reports_dir=str(tmp_path / "reports"))
-        assert result["verdict"] == "pass", result["reasons"]
-        m = result["measurements"]
-        assert m["time_to_requeue"] >= 10 and "n1" not in m["rerun_nodes"], m
-        events = [json.loads(line) for line in (outcome.run_dir / "history.jsonl").read_text().splitlines()]
-        ready = {(e["node"], e["data"]["host"]) for e in events if e["kind"] == "agent.ready" and e["node"] != "slurmctld"}
-        # each node's agent ran in that node's namespace, under its hostname (n1 is node-0)
-        assert ready and all(host == {"n1": "node-0", "n2": "node-1"}[n] for n, host in ready), ready
-        assert re.search(r"master_addr=node-[01]\b", (outcome.run_dir / "job" / "launcher.log").read_text())
-        heal = next(e for e in events if e["kind"] == "fault.heal")
-        assert "slurmd started again" in heal["data"]["detail"] and heal["data"]["verified"], heal["data"]
-        [slurmd] = [p for p in cluster.own_daemons() if "n1" in p.cmdline()]
-        assert netcluster.named_inode(topology.namespace("node-0")) == os.stat(f"/proc/{slurmd.pid}/ns/net").st_ino
-    finally:
-        cluster.stop()
-        assert topology.down() == []
-
-
 @pytest.mark.parametrize("ending", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
 def test_no_namespace_table_or_process_outlives_an_interrupted_drill(tmp_path, ending):
     env = dict(os.environ, DRILLBIT_CLUSTER="local-netns")
@@ -559,7 +421,7 @@ def test_no_namespace_table_or_process_outlives_an_interrupted_drill(tmp_path, e
         while any(ns in netcluster.listed() for ns in namespaces) and time.time() < deadline:
             time.sleep(0.5)
         assert not any(ns in netcluster.listed() for ns in namespaces)
-        assert not list(Path("/run/drillbit-netns").glob("*.json"))
+        assert not (netcluster.STATE_DIR / f"{namespaces[0].split('-')[1]}.json").exists()  # its manifest
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,9 +1,17 @@
-"""Drills on a real local Ray cluster of 2 simulated nodes on 127.0.0.1: one agent actor
-per node, the reference job with one torchrun per node (c10d rendezvous), kill-node, the
-dead-man's switch with the controller SIGKILLed, and clock-offset correction."""
+"""Drills on a real local Ray cluster of 2 nodes: one agent actor per node, the reference job
+with one torchrun per node (c10d rendezvous), kill-node, the dead-man's switch with the
+controller SIGKILLed, and clock-offset correction.
+
+The nodes are network namespaces where this machine allows them (root, iproute2, nftables:
+``local-ray-netns``, the head's GCS at 10.77.0.1:6379 in node 0's, a raylet in node 1's, each
+node its own address and hostname), as a multi-node job runs; elsewhere two simulated nodes on
+127.0.0.1 (``local``). On namespaces the tests also check what only separate nodes show: each
+agent on its node, the rendezvous over node 0's address, and every namespace, Ray process and
+temp dir gone after the drill, whatever its ending."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -11,23 +19,37 @@ from pathlib import Path
 
 import pytest
 
+import psutil
+
 from drillbit.session import execute, resolve
+from drillbit.transport import netcluster
+from tests.integration import netleft
 from tests.integration.short import short_window
 from tests.integration.cli import drill_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray cluster at a time under -n
 HERE = Path(__file__).parent / "drills"
+NETNS = netleft.namespace_nodes()  # the nodes are network namespaces: the default where allowed
+LOCAL = "local-ray-netns" if NETNS else "local"
+
+
+@pytest.fixture(autouse=True)
+def no_namespace_left():
+    before = netleft.leftovers() if NETNS else set()
+    yield
+    if NETNS:
+        netleft.assert_nothing_left(before)
 
 
 def write_config(tmp_path: Path, **cluster: object) -> Path:
-    lines = ["clusters:", "  ray2:", "    engine: ray", "    nodes: 2"]
+    lines = ["clusters:", "  ray2:", "    engine: ray", "    nodes: 2"] + (["    topology: netns"] if NETNS else [])
     lines += [f"    {k}: {json.dumps(v)}" for k, v in cluster.items()]
     path = tmp_path / "drill.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def run(drill: str, tmp_path: Path, *, cluster: str = "local", job: str = "reference",
+def run(drill: str, tmp_path: Path, *, cluster: str = LOCAL, job: str = "reference",
         config: Path | None = None, window: float | None = None) -> dict:
     resolved = resolve(str(HERE / f"{drill}.yaml"), cluster=cluster, job=job,
                        config_path=str(config) if config else None)
@@ -37,6 +59,36 @@ def run(drill: str, tmp_path: Path, *, cluster: str = "local", job: str = "refer
 
 def history(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+
+
+def topology_of(events: list[dict]) -> tuple[list[str], str]:
+    """The namespaces the drill's topology was made of, and its run id."""
+    [up] = [e for e in events if e["kind"] == "topology.up"]
+    namespaces = up["data"]["namespaces"]
+    return namespaces, namespaces[0].split("-")[1]
+
+
+def ray_of(run_id: str) -> tuple[list[Path], list[int]]:
+    """The nodes' Ray temp dirs (their sockets) and the processes that name them."""
+    return (list(Path("/tmp").glob(f"dbit-ray-{run_id}-*")),
+            [p.pid for p in psutil.process_iter(["cmdline"]) if f"dbit-ray-{run_id}" in " ".join(p.info["cmdline"] or ())])
+
+
+def assert_across_namespaces(run_dir: Path, events: list[dict]) -> None:
+    """What only nodes that are namespaces show: each agent ran on its node under its hostname,
+    ranks on both, both torchruns rendezvoused at node 0's address and the Ray head is there;
+    then the topology went down, verified by listing, with no Ray temp dir or process left."""
+    namespaces, run_id = topology_of(events)
+    assert {e["node"]: e["data"]["host"] for e in events if e["kind"] == "agent.ready"} == {
+        "node-0": "node-0", "node-1": "node-1"}
+    [ranks] = [e["data"]["ranks"] for e in events if e["kind"] == "job.ranks"][:1]
+    assert {r["node"] for r in ranks} == {"node-0", "node-1"}
+    endpoints = re.findall(r"rdzv_endpoint\s*: (\S+)", (run_dir / "job" / "launcher.log").read_text())
+    assert len(endpoints) == 2 and all(e.startswith("10.77.0.1:") for e in endpoints), endpoints
+    assert (run_dir / "ray-address").read_text() == "10.77.0.1:6379"
+    [down] = [e for e in events if e["kind"] == "topology.down"]
+    assert down["data"]["verified"] and not any(ns in netcluster.listed() for ns in namespaces)
+    assert ray_of(run_id) == ([], [])
 
 
 def test_kill_rank_on_two_ray_nodes_with_skewed_agent_clocks(tmp_path):
@@ -60,6 +112,8 @@ def test_kill_rank_on_two_ray_nodes_with_skewed_agent_clocks(tmp_path):
     heal = next(e for e in events if e["kind"] == "fault.heal")
     end = next(e for e in events if e["kind"] == "drill.end")
     assert heal["node"] == inject["node"] and confirmed["t"] < heal["t"] <= end["t"]
+    if NETNS:
+        assert_across_namespaces(Path(result["run_dir"]), events)
 
 
 def test_stall_nccl_on_two_ray_nodes(tmp_path):
@@ -128,6 +182,10 @@ def test_deadman_heals_when_the_controller_is_sigkilled(tmp_path):
                   (run_dir / f"agent-{n}.deadman.jsonl").read_text(), 60, f"{node}'s agent to finish")
     keeper_log = run_dir / "ray-keeper.log"
     assert keeper_log.exists()
+    if NETNS:  # the keeper stops every node's Ray, then the reaper takes the namespaces down
+        namespaces, run_id = topology_of(history(run_dir))
+        _wait_for(lambda: not any(ns in netcluster.listed() for ns in namespaces) and ray_of(run_id) == ([], []),
+                  240, "the namespaces and every Ray process and temp dir of them to go")
     # the controller never collected them: `drill report` merges them into the one record
     subprocess.run([drill_script(), "report", str(run_dir)], capture_output=True, timeout=120)
     merged = [e for e in history(run_dir) if e["source"].startswith("agent:")]

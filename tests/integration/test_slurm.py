@@ -1,6 +1,9 @@
 """Engine slurm on a real Slurm (Debian's slurm-wlm 22.05 and munge): munged, slurmctld and
-three ``slurmd -N n1|n2|n3`` on 127.0.0.1 from a configuration in the test's folder
-(drillbit.slurm.local), started and stopped by each test. The reference job runs as a batch
+three ``slurmd -N n1|n2|n3`` from a configuration in the test's folder (drillbit.slurm.local),
+started and stopped by each test. Where this machine allows namespaces (root, iproute2,
+nftables) the nodes are namespace nodes, as a multi-node cluster runs: each slurmd in its
+node's namespace on the node's address (10.77.0.1-3) and hostname, slurmctld on the switch's,
+reached through it (``slurm_via``); elsewhere every daemon is on 127.0.0.1. The reference job runs as a batch
 job (``sbatch -N 1 --requeue``), the agents inside its allocation (``srun --overlap``).
 
 Two settings make the two sides: the requeue hold (the credential lifetime; Slurm's default
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +25,10 @@ from pathlib import Path
 import pytest
 
 from drillbit.slurm.local import LocalSlurm, missing_binaries
-from drillbit.slurm.scheduler import Slurm, job_processes
+from drillbit.slurm.scheduler import job_processes
+from drillbit.transport import netcluster
+from drillbit.transport.netcluster import Topology
+from tests.integration import netleft
 from tests.integration.cli import drill_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.xdist_group("slurm"),
@@ -30,23 +37,39 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.xdist_group("slur
 HERE = Path(__file__).parent / "drills"
 TUNED = {"requeue_hold": 5, "sched_interval": 1}
 DEFAULTS = {"requeue_hold": 120, "sched_interval": 60}
+NETNS = netleft.namespace_nodes()  # the nodes are namespace nodes: the default where allowed
 
 
-def start_cluster(tmp_path: Path, **settings) -> LocalSlurm:
-    cluster = LocalSlurm(tmp_path / "slurm", **settings).start()
+def start_cluster(tmp_path: Path, topology: Topology | None = None, **settings) -> LocalSlurm:
+    cluster = LocalSlurm(tmp_path / "slurm", topology=topology, **settings)
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.stop()
+        raise
     (tmp_path / "drill.yaml").write_text(
         f"clusters:\n  slurm:\n    engine: slurm\n    slurm_conf: {cluster.conf}\n"
-        f"    state_dir: {tmp_path / 'agents'}\n")  # the nodes' agents' registries: this test's, not the user's
+        f"    state_dir: {tmp_path / 'agents'}\n"  # the nodes' agents' registries: this test's, not the user's
+        f"    slurm_via: {json.dumps(cluster.via)}\n")  # a namespace cluster's switch: where slurmctld listens
     return cluster
 
 
 @pytest.fixture
 def slurm_cluster(tmp_path, request):
-    cluster = start_cluster(tmp_path, **getattr(request, "param", TUNED))
+    before = netleft.leftovers() if NETNS else set()
+    topology = Topology(3) if NETNS else None
+    if topology is not None:
+        topology.up()
     try:
-        yield cluster
+        cluster = start_cluster(tmp_path, topology, **getattr(request, "param", TUNED))
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
     finally:
-        cluster.stop()
+        if topology is not None:
+            assert topology.down() == []
+            netleft.assert_nothing_left(before)
 
 
 def run(tmp_path: Path, drill: str, *args: str, timeout: float = 300) -> tuple[int, dict]:
@@ -77,7 +100,7 @@ def all_up(cluster: LocalSlurm) -> dict[str, str]:
 
 def assert_nothing_left(cluster: LocalSlurm, events: list[dict]) -> None:
     jid = job_id(events)
-    info = Slurm(str(cluster.conf)).job(jid)
+    info = cluster.slurm.job(jid)
     assert info is None or info.finished, info
     deadline = time.time() + 20
     while job_processes(jid) and time.time() < deadline:
@@ -143,9 +166,21 @@ def test_node_crash_requeues_after_slurmd_timeout_and_heals_the_node(tmp_path, s
     assert "n1" not in m["rerun_nodes"]
     events = history(tmp_path)
     heal = next(e for e in events if e["kind"] == "fault.heal")
-    assert "slurmd started again" in heal["data"]["detail"]
+    assert "slurmd started again" in heal["data"]["detail"] and heal["data"]["verified"], heal["data"]
     assert_nothing_left(slurm_cluster, events)
     assert len([p for p in slurm_cluster.own_daemons() if p.name() == "slurmd"]) == 3
+    if NETNS:
+        topology = slurm_cluster.topology
+        assert {n: f["NodeAddr"] for n, f in slurm_cluster.slurm.nodes().items()} == {
+            "n1": "10.77.0.1", "n2": "10.77.0.2", "n3": "10.77.0.3"}
+        # each node's agent ran in its node's namespace, under its hostname (n1 is node-0), and
+        # the job's torchrun named its node's host
+        ready = {(e["node"], e["data"]["host"]) for e in events if e["kind"] == "agent.ready" and e["node"] != "slurmctld"}
+        assert ready and all(host == f"node-{int(n[1:]) - 1}" for n, host in ready), ready
+        assert re.search(r"master_addr=node-[0-2]\b", next((tmp_path / "reports").glob("*/job/launcher.log")).read_text())
+        # the heal started n1's slurmd again in n1's namespace
+        [slurmd] = [p for p in slurm_cluster.own_daemons() if "n1" in p.cmdline()]
+        assert netcluster.named_inode(topology.namespace("node-0")) == os.stat(f"/proc/{slurmd.pid}/ns/net").st_ino
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
@@ -193,7 +228,7 @@ def test_attached_to_a_running_job_the_drill_never_cancels_it(tmp_path, slurm_cl
     job = BUILTIN_JOBS["reference-slurm"]
     script = tmp_path / "mine.sh"
     script.write_text(batch_script(job, {"python": sys.executable, "run_dir": str(tmp_path)}))
-    slurm = Slurm(str(slurm_cluster.conf))
+    slurm = slurm_cluster.slurm
     jid = slurm.sbatch(["-N", "1", "-o", str(tmp_path / "mine.out"), str(script)])
     try:
         with (tmp_path / "drill.yaml").open("a") as f:

@@ -1,34 +1,89 @@
-"""The SSH executor against a real sshd on 127.0.0.1: the same agent over Fabric, the
-same verdict as on the process and Ray engines, host keys checked, passwords kept out."""
+"""The SSH executor against real sshds: the same agent over Fabric, the same verdict as on the
+process and Ray engines, host keys checked, passwords kept out.
+
+Where this machine allows namespaces (root, iproute2, nftables) the two hosts are namespace
+nodes, as a multi-node job runs: each its own sshd on its own address (10.77.0.1:22,
+10.77.0.2:22) and hostname, reached from outside the private network through a ProxyCommand in
+the switch's namespace; the agents run on their nodes and torchrun rendezvouses at node 0's
+address. Elsewhere both hosts are one sshd on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from drillbit.session import execute, resolve
-from tests.integration.sshd import SSHD, start_sshd, stop_sshd
+from drillbit.transport.netcluster import Topology
+from tests.integration import netleft
+from tests.integration.sshd import SSHD, Sshd, start_sshd, stop_sshd
 
 HERE = Path(__file__).parent / "drills"
 pytestmark = [pytest.mark.skipif(not Path(SSHD).exists(), reason="needs OpenSSH's sshd (.ci/run installs openssh-server)"),
               pytest.mark.xdist_group("ssh")]  # the hosts' agents share one state folder and lease
+NETNS = netleft.namespace_nodes()  # the hosts are namespace nodes: the default where allowed
+
+
+@dataclass
+class Hosts:
+    """What the tests connect to: per host its address, port, user and key (and the
+    ProxyCommand that reaches a namespace node), and the known_hosts of them all."""
+    entries: list[dict]
+    known_hosts: Path
+    topology: Topology | None = None
+
+    def on(self, i: int, argv: list[str]) -> list[str]:
+        """``argv`` run where host ``i`` is: its node's namespaces, under its hostname."""
+        return self.topology.wrap(self.topology.node_names()[i], argv) if self.topology else argv
+
+    def known_name(self, i: int) -> str:
+        host, port = self.entries[i]["host"], self.entries[i]["port"]
+        return host if port == 22 else f"[{host}]:{port}"
 
 
 @pytest.fixture()
 def sshd(tmp_path):
-    server = start_sshd(tmp_path / "sshd")
-    yield server
-    stop_sshd(server)
+    servers: list[Sshd] = []
+    if not NETNS:
+        server = start_sshd(tmp_path / "sshd")
+        servers.append(server)
+        entry = {"host": "127.0.0.1", "port": server.port, "user": server.user, "key_filename": str(server.key)}
+        try:
+            yield Hosts([entry, dict(entry)], server.known_hosts)
+        finally:
+            stop_sshd(server)
+        return
+    before = netleft.leftovers()
+    topology = Topology(2)
+    topology.up()
+    relay = f"ip netns exec {topology.switch} {sys.executable} -m drillbit.transport.netcluster relay %h %p"
+    try:
+        entries = []
+        for i, node in enumerate(topology.node_names()):
+            server = start_sshd(tmp_path / f"sshd-{i}", listen=topology.address(node), port=22,
+                                wrap=lambda argv, node=node: topology.wrap(node, argv), reachable=topology.accepts)
+            servers.append(server)
+            entries.append({"host": topology.address(node), "port": 22, "user": server.user,
+                            "key_filename": str(server.key), "proxy_command": relay})
+        known = tmp_path / "known_hosts"
+        known.write_text("".join(s.known_hosts.read_text() for s in servers))
+        yield Hosts(entries, known, topology)
+    finally:
+        for server in servers:
+            stop_sshd(server)
+        assert topology.down() == []
+        netleft.assert_nothing_left(before)
 
 
-def ssh_config(tmp_path: Path, sshd, *, known_hosts: Path | None = None, password: str | None = None,
+def ssh_config(tmp_path: Path, sshd: Hosts, *, known_hosts: Path | None = None, password: str | None = None,
                hosts: int = 2) -> Path:
     entries = []
     for i in range(hosts):
-        host = {"name": f"host-{i}", "host": "127.0.0.1", "port": sshd.port, "user": sshd.user,
-                "key_filename": str(sshd.key), "python": sys.executable, "state_dir": str(tmp_path / f"agent-{i}")}
+        host = {"name": f"host-{i}", **sshd.entries[i], "python": sys.executable,
+                "state_dir": str(tmp_path / f"agent-{i}")}
         if password:
             host["password"] = password
         entries.append(host)
@@ -52,6 +107,16 @@ def test_kill_rank_over_ssh_passes_like_the_other_engines(tmp_path, sshd):
     assert {e["node"] for e in events if e["kind"] == "agent.ready"} == {"host-0", "host-1"}
     inject = next(e for e in events if e["kind"] == "fault.inject")
     assert inject["rank"] == 2 and inject["node"] in ("host-0", "host-1")  # rendezvous order places ranks
+    assert all(h["verified"] for h in payload["fault"]["heals"])
+    if NETNS:
+        # each agent ran on its node (the hostname is the node's, in the node's namespaces), the
+        # ranks on both, and both torchruns rendezvoused at node 0's address, over the bridge
+        assert {e["node"]: e["data"]["host"] for e in events if e["kind"] == "agent.ready"} == {
+            "host-0": "node-0", "host-1": "node-1"}
+        [ranks] = [e["data"]["ranks"] for e in events if e["kind"] == "job.ranks"][:1]
+        assert {r["node"] for r in ranks} == {"host-0", "host-1"}
+        endpoints = re.findall(r"rdzv_endpoint\s*: (\S+)", (run_dir / "job" / "launcher.log").read_text())
+        assert len(endpoints) == 2 and all(e.startswith("10.77.0.1:") for e in endpoints), endpoints
     # no password in anything the drill wrote
     for path in run_dir.rglob("*"):
         if path.is_file():
@@ -63,7 +128,7 @@ def test_unknown_host_key_is_refused_and_nothing_runs(tmp_path, sshd):
     import subprocess
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
     pub = (tmp_path / "other.pub").read_text().split()
-    wrong.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
+    wrong.write_text(f"{sshd.known_name(0)} {pub[0]} {pub[1]}\n")
     payload, run_dir = run("kill-rank-fast", tmp_path, ssh_config(tmp_path, sshd, known_hosts=wrong, hosts=1))
     assert payload["verdict"] in ("aborted", "error")
     text = " ".join(payload["reasons"]) + (payload.get("error") or "")
@@ -84,8 +149,7 @@ def test_a_dropped_ssh_channel_heals_at_once(tmp_path, sshd, ranks):
     from drillbit.spec.config import RankDiscovery, SshHost
     from drillbit.transport.ssh import SshAgentClient
 
-    host = SshHost(name="h0", host="127.0.0.1", port=sshd.port, user=sshd.user, key_filename=str(sshd.key),
-                   python=sys.executable, state_dir=str(tmp_path / "agent"))
+    host = SshHost(name="h0", **sshd.entries[0], python=sys.executable, state_dir=str(tmp_path / "agent"))
     client = SshAgentClient(host, str(sshd.known_hosts))
     client.handshake()
     client.arm(deadman_s=60.0, job_grace_s=0.0)  # a long deadman: only the dropped channel can trip it
@@ -143,8 +207,6 @@ def test_drill_heal_on_an_ssh_cluster_heals_each_hosts_registry_on_that_host(tmp
 
     import psutil
 
-    from drillbit.agent import NodeAgent
-    from drillbit.proc import ProcRef
     from tests.integration.cli import drill_cli
 
     config = ssh_config(tmp_path, sshd)
@@ -153,8 +215,13 @@ def test_drill_heal_on_an_ssh_cluster_heals_each_hosts_registry_on_that_host(tmp
     try:
         state = tmp_path / "agent-0"
         state.mkdir(mode=0o700)
-        agent = NodeAgent("host-0", state / "agent-host-0.json")  # what host-0's agent left
-        agent.inject("hang-collective", ProcRef.of(psutil.Process(victim.pid), rank=1), {})
+        # what host-0's agent left: a rank it stopped, in a registry written on host-0
+        left = ("import sys, psutil\nfrom pathlib import Path\nfrom drillbit.agent import NodeAgent\n"
+                "from drillbit.proc import ProcRef\n"
+                "NodeAgent('host-0', Path(sys.argv[1])).inject('hang-collective', "
+                "ProcRef.of(psutil.Process(int(sys.argv[2])), rank=1), {})\n")
+        subprocess.run(sshd.on(0, [sys.executable, "-c", left, str(state / "agent-host-0.json"), str(victim.pid)]),
+                       check=True, timeout=60)
         assert psutil.Process(victim.pid).status() == psutil.STATUS_STOPPED
         proc = drill_cli("heal", "--cluster", "slurm", "--json", cwd=tmp_path, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr

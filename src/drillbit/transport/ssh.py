@@ -52,11 +52,27 @@ def connect(host: SshHost, known_hosts: str | None) -> Any:
     try:
         conn.open()
     except SSHException as exc:
+        _abandon(conn)
         reason = str(exc).replace(host.password.get_secret_value(), "***") if host.password else str(exc)
         raise DrillError(f"{host.name} ({where(host)}): {reason} (host keys are checked against {known})") from None
     except OSError as exc:
+        _abandon(conn)
         raise DrillError(f"{host.name} ({where(host)}): {exc}") from None
     return conn
+
+
+def _abandon(conn: Any) -> None:
+    """Close a connection that failed to open, its ProxyCommand with it: Fabric closes only a
+    connection that is up, and paramiko's transport stops its socket only while active, so a
+    refused host key left the ProxyCommand's process running (seen with the namespace nodes'
+    relay)."""
+    transport = conn.client.get_transport()
+    sock = getattr(transport, "sock", None)
+    try:
+        conn.client.close()
+    finally:
+        if sock is not None and not getattr(sock, "closed", True):
+            sock.close()
 
 
 def heal_host(host: SshHost, known_hosts: str | None, force: bool = False, abandon: str | None = None) -> list[dict]:
