@@ -156,22 +156,23 @@ def replace_node(pool: Path, node: str, policy: str, timeout: float, log: EventL
     raise SystemExit(3)
 
 
-def compute(seconds: float, slice_s: float = 0.005, slack_s: float = 0.0005) -> None:
+def compute(seconds: float, slice_s: float = 0.001) -> None:
     """Stand-in compute that only progresses while the process runs.
 
-    Sleeps in ~5 ms slices and credits each slice at most its length plus ``slack_s``, so time
-    the process spends descheduled or stopped (a throttled GPU, a SIGSTOP duty cycle) is not
+    Sleeps in ~1 ms slices and credits each slice at most 1.5x its length, so time the
+    process spends descheduled or stopped (a throttled GPU, a SIGSTOP duty cycle) is not
     counted as work: the step takes longer, like real compute would, without burning CPU. A
-    stop inside a slice is over-credited by at most the slack, whatever the slice's length
-    (1 ms slices credited 1.5x, as before, were the same 0.5 ms at five times the wake-ups:
-    2.7 % of a core per rank, measured).
+    stop is over-credited by at most 1.5 ms: the rest of the slice it cut into, and the
+    slack. The slice stays this short because that rest grows with it: 5 ms slices (a fifth
+    of the wake-ups, 2.7 % of a core per rank saved) would hide most of a 3 ms stop, the
+    slow-rank drill's 3 % of every 100 ms.
     """
     done = 0.0
     while done < seconds:
         want = min(slice_s, seconds - done)
         t = time.perf_counter()
         time.sleep(want)
-        done += min(time.perf_counter() - t, want + slack_s)
+        done += min(time.perf_counter() - t, 1.5 * want)
 
 
 def serialize(model: nn.Module, optim: torch.optim.Optimizer, step: int) -> bytes:
