@@ -26,6 +26,32 @@ def where(host: SshHost) -> str:
     return f"{host.user + '@' if host.user else ''}{host.host}:{host.port}{via}"
 
 
+def _proxy_command(command: str) -> Any:
+    """paramiko's ProxyCommand, but one whose end of output is the end of the connection.
+    paramiko's own loops on a command that has exited (its output is at EOF, so select says
+    readable and read returns nothing) until the connect timeout: a host the relay or bastion
+    cannot reach spun a core for 15 s before it was named (seen with the namespace nodes'
+    relay). Returning no bytes is a socket's EOF, which paramiko reports at once."""
+    import select
+    import socket
+    import time
+
+    from paramiko.proxy import ProxyCommand
+
+    class EofProxyCommand(ProxyCommand):
+        def recv(self, size: int) -> bytes:
+            start = time.time()
+            while True:
+                wait = None if self.timeout is None else self.timeout - (time.time() - start)
+                if wait is not None and wait <= 0:
+                    raise socket.timeout()
+                readable, _, _ = select.select([self.process.stdout], [], [], wait)
+                if readable:
+                    return os.read(self.process.stdout.fileno(), size)  # b"" at EOF
+
+    return EofProxyCommand(command)
+
+
 def connect(host: SshHost, known_hosts: str | None) -> Any:
     """An open Fabric connection to ``host``, its key checked against ``known_hosts``."""
     from fabric import Connection
@@ -42,6 +68,8 @@ def connect(host: SshHost, known_hosts: str | None) -> Any:
         gateway = host.proxy_command.replace("%h", host.host).replace("%p", str(host.port))
     conn = Connection(host.host, user=host.user, port=host.port, connect_timeout=15, connect_kwargs=kwargs,
                       gateway=gateway)
+    if gateway is not None:
+        conn.open_gateway = lambda: _proxy_command(gateway)
     client = conn.client
     client.set_missing_host_key_policy(RejectPolicy())
     known = os.path.expanduser(known_hosts or "~/.ssh/known_hosts")
