@@ -1,4 +1,4 @@
-"""What a test on the namespace cluster left behind, when other tests make namespaces of their
+"""Namespace nodes in the tests. What a test on the namespace cluster left behind, when other tests make namespaces of their
 own beside it (pytest-xdist workers): drillbit's namespaces and /etc/netns folders on this
 machine, less those of a topology whose manifest names a live owner that is neither this
 process nor one it started (another test's drill, still running). A topology writes its
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
+from pathlib import Path
 
 import psutil
 
@@ -55,3 +57,14 @@ def assert_nothing_left(before: set[str], wait_s: float = 90.0) -> None:
         time.sleep(0.5)
         left = leftovers() - before
     assert not left, f"namespaces left behind: {sorted(left)}"
+
+
+def assert_on_their_nodes(run_dir: Path, events: list[dict], hostnames: dict[str, str]) -> None:
+    """What only nodes that are namespaces show of a two-node reference job: each agent ran on
+    its node under the node's hostname (``hostnames``: drillbit's node name to the hostname),
+    the ranks on both, and both torchruns rendezvoused at node 0's address, over the bridge."""
+    assert {e["node"]: e["data"]["host"] for e in events if e["kind"] == "agent.ready"} == hostnames
+    [ranks] = [e["data"]["ranks"] for e in events if e["kind"] == "job.ranks"][:1]
+    assert {r["node"] for r in ranks} == set(hostnames)
+    endpoints = re.findall(r"rdzv_endpoint\s*: (\S+)", (run_dir / "job" / "launcher.log").read_text())
+    assert len(endpoints) == 2 and all(e.startswith(f"{netcluster.SUBNET}.1:") for e in endpoints), endpoints

@@ -11,7 +11,6 @@ temp dir gone after the drill, whatever its ending."""
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import time
@@ -79,12 +78,7 @@ def assert_across_namespaces(run_dir: Path, events: list[dict]) -> None:
     ranks on both, both torchruns rendezvoused at node 0's address and the Ray head is there;
     then the topology went down, verified by listing, with no Ray temp dir or process left."""
     namespaces, run_id = topology_of(events)
-    assert {e["node"]: e["data"]["host"] for e in events if e["kind"] == "agent.ready"} == {
-        "node-0": "node-0", "node-1": "node-1"}
-    [ranks] = [e["data"]["ranks"] for e in events if e["kind"] == "job.ranks"][:1]
-    assert {r["node"] for r in ranks} == {"node-0", "node-1"}
-    endpoints = re.findall(r"rdzv_endpoint\s*: (\S+)", (run_dir / "job" / "launcher.log").read_text())
-    assert len(endpoints) == 2 and all(e.startswith("10.77.0.1:") for e in endpoints), endpoints
+    netleft.assert_on_their_nodes(run_dir, events, {"node-0": "node-0", "node-1": "node-1"})
     assert (run_dir / "ray-address").read_text() == "10.77.0.1:6379"
     [down] = [e for e in events if e["kind"] == "topology.down"]
     assert down["data"]["verified"] and not any(ns in netcluster.listed() for ns in namespaces)
