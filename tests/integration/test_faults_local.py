@@ -59,8 +59,16 @@ def test_pid_files_are_checked_against_start_time_and_command_line(tmp_path, ran
     found = agent.find_ranks(RankDiscovery(pidfiles=str(files / "*.json")))
     assert [r.rank for r in found] == [0, 1]  # rank 2's file names another process (a reused pid)
     assert agent.find_ranks(RankDiscovery(pidfiles=str(files / "*.json"), cmdline="no-such-cmd")) == []
-    later = max(psutil.Process(p.pid).create_time() for p in ranks) + 5
-    assert agent.find_ranks(RankDiscovery(pidfiles=str(files / "*.json")), not_before=later) == []
+    time.sleep(0.05)  # past the clock tick the ranks started in
+    later = subprocess.Popen([sys.executable, "-c", "pass"])  # a launcher started after these ranks
+    try:
+        not_before = ProcRef.of(psutil.Process(later.pid))
+    finally:
+        later.wait()
+    assert agent.find_ranks(RankDiscovery(pidfiles=str(files / "*.json")), not_before=not_before) == []
+    wall_only = max(psutil.Process(p.pid).create_time() for p in ranks) + 5  # a root a profile names by its start time
+    assert agent.find_ranks(RankDiscovery(pidfiles=str(files / "*.json")),
+                            not_before=ProcRef(pid=1, start_time=wall_only)) == []
 
 
 def test_hang_collective_stops_and_heals(tmp_path, ranks):

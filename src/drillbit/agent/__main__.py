@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--registry", required=True)
     g.add_argument("--watch-pid", type=int, required=True)
     g.add_argument("--watch-start", type=float, required=True)
+    g.add_argument("--watch-boot-start", type=float, help="its start in seconds after boot (what names it)")
     h = sub.add_parser("heal", help="heal what the drills left in this state folder (their agents died)")
     h.add_argument("--state-dir", help="default: this user's, as for serve")
     h.add_argument("--force", action="store_true", help="even where the drill still seems to run")
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                                   slurm_job=args.slurm_job))
     from drillbit.agent.deadman import guard
 
-    return guard(Path(args.registry), ProcRef(pid=args.watch_pid, start_time=args.watch_start))
+    return guard(Path(args.registry), ProcRef(pid=args.watch_pid, start_time=args.watch_start,
+                                                boot_start=args.watch_boot_start))
 
 
 if __name__ == "__main__":

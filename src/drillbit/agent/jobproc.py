@@ -106,16 +106,16 @@ def stop_job(root: ProcRef | None, mark: str | None, timeout: float) -> list[Pro
             m.send(sig)
         return members
 
-    told = {(m.pid, m.start_time) for m in signal_all(signal.SIGTERM)}
+    told = {m.key for m in signal_all(signal.SIGTERM)}
     deadline = time.time() + timeout
     while time.time() < deadline:
         left = job_processes(root, mark)
         if not left:
             return []
         for m in left:
-            if (m.pid, m.start_time) not in told:  # started since: told too
+            if m.key not in told:  # started since: told too
                 m.send(signal.SIGTERM)
-                told.add((m.pid, m.start_time))
+                told.add(m.key)
         time.sleep(0.25)
     killed = signal_all(signal.SIGKILL)
     end = time.time() + 5.0

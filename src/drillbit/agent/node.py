@@ -28,7 +28,7 @@ from drillbit.atomic import write_private
 from drillbit.errors import FaultError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, PlanStep
-from drillbit.proc import ProcRef
+from drillbit.proc import ProcRef, same_start, started_before
 from drillbit.spec.config import RankDiscovery
 
 
@@ -74,13 +74,13 @@ class NodeAgent:
 
     # --- discovery ---------------------------------------------------------------------
     def find_ranks(self, discovery: RankDiscovery, root: ProcRef | None = None,
-                   not_before: float | None = None) -> list[ProcRef]:
+                   not_before: ProcRef | None = None) -> list[ProcRef]:
         """Rank processes on this node: the command line matches and the rank is in the
         environment, among the descendants of ``root`` only (the job's launcher, or the
         attached job's root, named by pid *and* start time) — never a scan of every process
         on the node, so another job's ranks are never touched. With pid files, a file's
         process must be alive, on this node, started no earlier than ``not_before`` (the
-        job's launch) and at the start time its file names, and match ``cmdline`` if given.
+        job's launcher, or the attached root) and at the start time its file names, and match ``cmdline`` if given.
         """
         if discovery.pidfiles is not None:
             return self._ranks_from_pidfiles(discovery, not_before)
@@ -119,7 +119,7 @@ class NodeAgent:
         ranks = [ref for ppid, ref in found if ppid not in pids]
         return sorted(ranks, key=lambda r: r.rank if r.rank is not None else -1)
 
-    def _ranks_from_pidfiles(self, discovery: RankDiscovery, not_before: float | None) -> list[ProcRef]:
+    def _ranks_from_pidfiles(self, discovery: RankDiscovery, not_before: ProcRef | None) -> list[ProcRef]:
         assert discovery.pidfiles is not None
         pattern = re.compile(discovery.cmdline) if discovery.cmdline else None
         found: dict[int, ProcRef] = {}
@@ -131,14 +131,14 @@ class NodeAgent:
                 proc = psutil.Process(int(info["pid"]))
                 if proc.status() == psutil.STATUS_ZOMBIE:
                     continue
-                started = proc.create_time()
-                if "start_time" in info and abs(float(info["start_time"]) - started) > 0.01:
+                boot = info.get("boot_start")
+                if not same_start(proc, info.get("start_time"), None if boot is None else float(boot)):
                     continue  # the pid was reused by another process
-                if not_before is not None and started < not_before - 0.01:
+                ref = ProcRef.of(proc, rank=int(info["rank"]), node=self.node)
+                if not_before is not None and started_before(ref, not_before):
                     continue  # older than the job: not one of its ranks
                 if pattern is not None and not pattern.search(" ".join(proc.cmdline())):
                     continue
-                ref = ProcRef(pid=proc.pid, start_time=started, rank=int(info["rank"]), node=self.node)
             except (OSError, ValueError, KeyError, TypeError, psutil.NoSuchProcess, psutil.AccessDenied):
                 continue  # a rank of an earlier attempt, or a file half written
             found[ref.rank] = ref  # type: ignore[index]
@@ -319,7 +319,8 @@ class NodeAgent:
             return
         self._guardian = subprocess.Popen(
             [sys.executable, "-m", "drillbit.agent", "guard", "--registry", str(self.registry_path),
-             "--watch-pid", str(watch.pid), "--watch-start", repr(watch.start_time)],
+             "--watch-pid", str(watch.pid), "--watch-start", repr(watch.start_time),
+             *(["--watch-boot-start", repr(watch.boot_start)] if watch.boot_start is not None else [])],
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
 

@@ -222,15 +222,15 @@ class AgentService:
 
             mine = os.environ.get("SLURM_STEP_ID")
             ranks = self.agent.pick_ranks(req.discovery, job_processes(self.slurm_job, self.node, exclude_step=mine))
-            self._found |= {(r.pid, r.start_time) for r in ranks}
+            self._found |= {r.key for r in ranks}
             return api.Ranks(ranks=ranks)
         if self._job is not None:
             root: ProcRef | None = self._job.ref
         else:
             root = req.attach if req.attach is not None and req.attach.alive() else None
-        not_before = self._job.ref.start_time if self._job is not None else (root.start_time if root else None)
+        not_before = self._job.ref if self._job is not None else root
         ranks = self.agent.find_ranks(req.discovery, root=root, not_before=not_before)
-        self._found |= {(r.pid, r.start_time) for r in ranks}
+        self._found |= {r.key for r in ranks}
         return api.Ranks(ranks=ranks)
 
     def _plan(self, req: api.PlanRequest) -> api.Planned:
@@ -244,7 +244,7 @@ class AgentService:
                           f"this agent is {'the scheduler agent' if self.scheduler else 'a node agent'}")
         if self.scheduler and not (req.params or {}).get("job_id"):
             raise Refused(f"{req.fault}: the scheduler agent acts only on the node of a job the drill runs (no job_id)")
-        if not self.scheduler and (req.target.pid, req.target.start_time) not in self._found:
+        if not self.scheduler and req.target.key not in self._found:
             raise Refused(f"pid {req.target.pid} is not a rank this agent found for this drill; faults go only to "
                           "processes its own rank discovery returned")
         handle = self.agent.inject(req.fault, req.target, req.params)

@@ -29,7 +29,7 @@ from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, Plan
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.faults.hang_collective import resume, wait_stopped
 from drillbit.faults.kill_node import TORCHRUN, job_tree
-from drillbit.proc import ProcRef
+from drillbit.proc import ProcRef, same_start
 from drillbit.spec.config import ControlPlaneProcess
 from drillbit.spec.models import launcher_regex
 
@@ -66,8 +66,8 @@ class ControlPlaneState(State):
 
 
 def _pidfile(path: str) -> psutil.Process | None:
-    """The process a pid file names: a number, or JSON {pid, start_time} (the start time
-    must match, so a reused pid is never taken)."""
+    """The process a pid file names: a number, or JSON {pid, start_time[, boot_start]} (the
+    start must match, so a reused pid is never taken)."""
     try:
         text = Path(path).read_text().strip()
     except OSError:
@@ -76,12 +76,12 @@ def _pidfile(path: str) -> psutil.Process | None:
         info = json.loads(text)
     except ValueError:
         return None
-    pid, start = info, None
+    pid, start, boot = info, None, None
     if isinstance(info, dict):
-        pid, start = info.get("pid"), info.get("start_time")
+        pid, start, boot = info.get("pid"), info.get("start_time"), info.get("boot_start")
     try:
         proc = psutil.Process(int(pid))
-        if start is not None and abs(proc.create_time() - float(start)) > 0.01:
+        if not same_start(proc, None if start is None else float(start), None if boot is None else float(boot)):
             return None
         return proc
     except (psutil.Error, TypeError, ValueError):

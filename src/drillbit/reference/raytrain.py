@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psutil
 
+from drillbit.proc import since_boot
+
 
 def train_loop(config: dict) -> None:
     import ray
@@ -39,6 +41,7 @@ def train_loop(config: dict) -> None:
     pids.mkdir(parents=True, exist_ok=True)
     tmp = pids / f".rank{rank}.{os.getpid()}"
     tmp.write_text(json.dumps({"pid": os.getpid(), "rank": rank, "start_time": psutil.Process().create_time(),
+                               "boot_start": since_boot(os.getpid()),
                                "node_id": ray.get_runtime_context().get_node_id()}))
     os.replace(tmp, pids / f"rank{rank}.json")
     log = EventLog(str(run_dir / "events.log"), source=f"rank{rank}")

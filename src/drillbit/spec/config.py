@@ -212,9 +212,12 @@ class RankDiscovery(Strict):
     rank_env: str = "RANK"
     """the environment variable holding a rank's global rank"""
     exclude_cmdline: str | None = Field(None, description="regex of processes to skip (e.g. the launcher)")
-    pidfiles: str | None = Field(None, description="glob of JSON pid files {pid, rank, node_id[, start_time]}; a "
-                                                    "process that started before the job, or whose start time "
-                                                    "differs from its file's, is not a rank")
+    pidfiles: str | None = Field(None, description="glob of JSON pid files {pid, rank, node_id[, start_time][, "
+                                                    "boot_start]}; a process that started before the job, or whose "
+                                                    "start differs from its file's, is not a rank (boot_start: seconds "
+                                                    "after boot, /proc/PID/stat's starttime over SC_CLK_TCK, which "
+                                                    "no step of the wall clock moves; start_time: psutil's "
+                                                    "create_time, which one does)")
 
     @model_validator(mode="after")
     def _one_way(self) -> "RankDiscovery":
@@ -270,7 +273,8 @@ class ControlPlaneProcess(Strict):
     cmdline: str | None = Field(None, description="regex its command line matches")
     port: int | str | None = Field(None, description="a TCP port it listens on (placeholders: {port}, the "
                                                      "rendezvous port drillbit chose for the launch)")
-    pidfile: str | None = Field(None, description="a file holding its pid (a number, or JSON {pid, start_time}); "
+    pidfile: str | None = Field(None, description="a file holding its pid (a number, or JSON {pid, start_time[, "
+                                                  "boot_start]}, as for rank pid files); "
                                                   "placeholders {run_dir} and the node's")
     node: str | int | None = Field(None, description="the node it runs on: its name, or its index in the launch "
                                                      "order (0 is the first node, the rendezvous host; the default)")

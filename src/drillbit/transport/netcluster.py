@@ -46,6 +46,7 @@ import psutil
 from drillbit.atomic import write_private
 from drillbit.errors import ConfigError, DrillError
 from drillbit.netns import inode_of
+from drillbit.proc import same_start, since_boot
 from drillbit.spec.config import ServiceSpec
 from drillbit.spec.placeholders import expand
 
@@ -197,7 +198,7 @@ class Topology:
             raise TopologyError(f"{STATE_DIR} must belong to uid {os.geteuid()} and be writable by it alone")
         owner = psutil.Process(self.owner_pid)
         data = {"run_id": self.run_id, "nodes": self.nodes, "owner_pid": self.owner_pid,
-                "owner_start": owner.create_time(), "namespaces": self.namespaces(), "created": time.time(),
+                "owner_start": owner.create_time(), "owner_boot_start": since_boot(self.owner_pid), "namespaces": self.namespaces(), "created": time.time(),
                 "services": [_ref(p.pid) for p in self.services.values() if _ref(p.pid)]}
         tmp = self.manifest.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
@@ -301,7 +302,8 @@ def bring_up(topology: Topology, cluster_name: str, services: Sequence[ServiceSp
             note("service.up", {"name": svc.name, "pid": proc.pid, "address": f"{SERVICE_HOST}:{svc.port}"})
             (run_dir / "services").mkdir(mode=0o700, exist_ok=True)
             write_private(run_dir / "services" / f"{svc.name}.pid",
-                          json.dumps({"pid": proc.pid, "start_time": proc.create_time()}))
+                          json.dumps({"pid": proc.pid, "start_time": proc.create_time(),
+                                      "boot_start": since_boot(proc.pid)}))
     except TopologyError as exc:
         topology.down()
         raise DrillError(str(exc)) from exc
@@ -314,20 +316,20 @@ def take_down(topology: Topology, note: Callable[[str, dict], None]) -> None:
 
 
 def _ref(pid: int) -> list | None:
-    """(pid, start time) of a live process, as the manifest names a service."""
+    """(pid, start time, start after boot) of a live process, as the manifest names a service."""
     try:
-        return [pid, psutil.Process(pid).create_time()]
+        return [pid, psutil.Process(pid).create_time(), since_boot(pid)]
     except psutil.NoSuchProcess:
         return None
 
 
 def kill_services(refs: list) -> None:
-    """SIGKILL each service still alive under the same pid and start time (the reaper, after
-    the owner died), and its process group: an etcd forks nothing, but another service may."""
-    for pid, start in refs:
+    """SIGKILL each service still alive under the same pid and start (the reaper, after the
+    owner died), and its process group: an etcd forks nothing, but another service may."""
+    for pid, start, *boot in refs:
         try:
             proc = psutil.Process(pid)
-            if abs(proc.create_time() - start) < 0.01:
+            if same_start(proc, start, boot[0] if boot else None):
                 os.killpg(pid, 9)
                 proc.wait(timeout=10)
         except (psutil.NoSuchProcess, ProcessLookupError, PermissionError, psutil.TimeoutExpired):
@@ -355,7 +357,7 @@ def teardown(namespaces: list[str], manifest: Path | None) -> list[str]:
 
 def _owner_alive(data: dict) -> bool:
     try:
-        return abs(psutil.Process(data["owner_pid"]).create_time() - data["owner_start"]) < 0.01
+        return same_start(psutil.Process(data["owner_pid"]), data["owner_start"], data.get("owner_boot_start"))
     except psutil.NoSuchProcess:
         return False
 

@@ -177,6 +177,7 @@ class EmbeddedCluster:
                 [sys.executable, "-m", "drillbit.transport.raycluster", "keep", "--nodes", str(self.nodes),
                  "--cpus", str(self.cpus_per_node), "--state-dir", str(self.state_dir),
                  "--controller-pid", str(controller.pid), "--controller-start", repr(controller.start_time),
+                 *(["--controller-boot-start", repr(controller.boot_start)] if controller.boot_start is not None else []),
                  *(["--topology", self.topology] if self.topology else [])],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + timeout
@@ -367,12 +368,14 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--state-dir", required=True)
     k.add_argument("--controller-pid", type=int, required=True)
     k.add_argument("--controller-start", type=float, required=True)
+    k.add_argument("--controller-boot-start", type=float, help="its start in seconds after boot (what names it)")
     k.add_argument("--topology", help="a namespace cluster's run id: each node a ray start in its namespace")
     k.add_argument("--linger", type=float, default=120.0,
                    help="after the controller died, the longest the cluster waits for its agents")
     args = p.parse_args(argv)
     return keep(args.nodes, args.cpus, Path(args.state_dir),
-                ProcRef(pid=args.controller_pid, start_time=args.controller_start), args.linger, args.topology)
+                ProcRef(pid=args.controller_pid, start_time=args.controller_start,
+                        boot_start=args.controller_boot_start), args.linger, args.topology)
 
 
 if __name__ == "__main__":
