@@ -93,6 +93,7 @@ class FileDamage(_Strict):
     file: str                              # the file of it that was touched
     root: str | None = None                # the job's checkpoint folder
     checkpoints: dict[str, int | None] = {}  # every checkpoint there was to read, and its step
+    saved_since: dict[str, int | None] = {}  # those the job saved after the fault chose, before the kill
     reads: str = "none"                    # how reads were seen: fanotify | inotify | none
     reads_local: bool | None = None        # False: a network filesystem (other hosts' reads unseen)
     reads_why: str = ""

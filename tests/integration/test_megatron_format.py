@@ -26,7 +26,8 @@ fault:
   type: corrupt-checkpoint
   targets: {ranks: [1]}
   params: {mode: flip-bytes}
-  trigger: {at_step: 23}   # saves every 5 iterations: iter_0000020 is the newest, iter_0000015 the one before
+  trigger: {at_step: 21}   # saves every 5 iterations: iter_0000020 is the newest, iter_0000015 the one before;
+                           # four steps (1.2 s) before iter_0000025 (a CI run triggered at 23 saw 25 saved before the kill)
 steady: {warmup_steps: 3}
 observe: {until_steps_after_recovery: 4, window: 60s}
 slo: {detect_within: 30s, first_step_within: 45s}

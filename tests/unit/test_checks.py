@@ -396,3 +396,32 @@ def test_observation_waits_for_a_restarted_process_to_restore_when_survivors_ste
              (T_FAULT + 0.6, "detect", {"by": "ray-train"}), (T_FAULT + 6.6, "restart", {"attempt": 0})]
     over += steps(1, 10, T_FAULT + 9.0)
     assert recovered(History.build(over), 5)
+
+
+def coarse_restart_history(first_new: int = 21) -> History:
+    """A restart whose restore line has no stamp (the time it was read) while its steps have
+    Megatron's whole-second stamps, read after their second: the new attempt's first step is
+    recorded after the restore line but stamped before it."""
+    rows = prelude()
+    rows += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed"),
+             (T_FAULT + 0.2, "detect", {"by": "torchrun"}), (T_FAULT + 3, "restart", {"attempt": 1}),
+             (T_FAULT + 5.8, "restore", {"step": first_new - 1, "path": "/c/iter_0000020"}),
+             (T_FAULT + 5.0, "step", {"n": first_new})]  # written at +5.9, stamped +5, read at +6.2
+    rows += steps(first_new + 1, 40, T_FAULT + 6.0)
+    end = T_FAULT + 6.0 + 19 * 0.25 + 0.1
+    rows += [(end, "observe.end"), (end + 0.1, "fault.heal", {"healed": True}), (end + 0.5, "drill.end")]
+    return History.build(rows)
+
+
+def test_the_new_attempts_first_step_is_where_its_numbering_went_back_whatever_its_stamp():
+    m = measure(coarse_restart_history())
+    assert (m.first_step, m.restored_step, m.lost_steps) == (21, 20, 5)
+    assert m.time_to_first_step == pytest.approx(5.0)
+    # no going-back (the job killed before its newest save resumed past it): the times decide, as before
+    rows = prelude(until_step=25)
+    rows += [(T_FAULT, "fault.confirmed"), (T_FAULT + 3, "restart", {"attempt": 1}),
+             (T_FAULT + 5.8, "restore", {"step": 25, "path": "/c/step_25"})]
+    rows += steps(26, 40, T_FAULT + 6.0)
+    rows += [(T_FAULT + 11, "observe.end")]
+    later = measure(History.build(rows))
+    assert (later.first_step, later.restored_step, later.time_to_first_step) == (26, 25, pytest.approx(6.0))

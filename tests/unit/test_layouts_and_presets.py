@@ -224,3 +224,26 @@ def test_readiness_is_what_the_drills_own_preflight_would_say():
     assert "tiers" in missing("lose-local-tier") and "tiers" in missing("restore-tier-kill")
     assert "engine slurm" in missing("node-down") and "engine slurm" in missing("node-crash")
     assert missing("kill-rank") == "" and missing("corrupt-checkpoint") == ""
+
+
+def test_the_step_a_restarted_job_steps_again_after_its_restore_line_is_a_step(tmp_path):
+    """A job killed at step 21 that restored step 20 prints step 21 again: the same number twice in
+    a row, with its restore line between. Taken for a progress bar redrawn, the new attempt's first
+    step was lost (first step 22, "resumed from step 21"). The controller's progress probe reads
+    only step lines, so it is told the restore lines apart."""
+    from drillbit.history import History
+    from drillbit.probes.logs import LineReader, ProgressProbe
+
+    step = " [2026-12-03 09:42:30] iteration {:8d}/{:8d} |"
+    lines = [step.format(20, 100), "saving checkpoint at iteration      20 to /c in torch format",
+             step.format(21, 100), "  successfully loaded checkpoint from /c [ t 0/1, p 0/1 ] at iteration 20",
+             step.format(21, 100), step.format(21, 100), step.format(22, 100)]
+    signals = load("megatron").signals
+    reader = LineReader(matcher(signals))  # a node's log tail: every signal, in the order written
+    assert [d["n"] for line in lines for k, _, _, d in reader.hits(line) if k == "step"] == [20, 21, 21, 22]
+    log = tmp_path / "job.out"
+    log.write_text("\n".join(lines) + "\n")
+    history = History()
+    probe = ProgressProbe(history, [log], signals)
+    probe.poll_once()
+    assert [e.data["n"] for e in history if e.kind == "step"] == [20, 21, 21, 22]

@@ -124,3 +124,28 @@ def test_a_restart_that_never_reached_its_restore_proves_nothing_about_the_damag
              (T + 2, "restart", {"attempt": 1}), (T + 30, "observe.end"), (T + 30.1, "drill.end")]
     s = slo_of(check(spec(), History.build(rows)))
     assert s.status == "unknown" and "never reached its restore" in s.detail, s
+
+
+def test_a_save_between_the_choice_and_the_kill_makes_a_skip_unknown_not_a_pass():
+    """A CI run: the fault chose iter_0000020, the job saved iter_0000025 before the kill landed,
+    and the restart loaded 25. No witness saw the damaged one loaded, but the restart never had to
+    choose between it and an older one: unknown, and the drill inconclusive — not PASS."""
+    newer = f"{ROOT}/iter_0000025"
+
+    def with_save(since: dict) -> History:
+        h = history(25, [read(T + 3, f"{newer}/mp_rank_00/model_optim_rng.pt")], {"path": ROOT, "step": 25})
+        rows = [(e.t, e.kind, {**e.data, **({"rank": e.rank} if e.rank is not None else {})}) for e in h]
+        for i, (t, kind, data) in enumerate(rows):
+            if kind == "fault.confirmed":
+                damage = data["evidence"][0]["data"]
+                damage["checkpoints"] = {**damage["checkpoints"], newer: 25}
+                damage["saved_since"] = since
+        return History.build(rows)
+
+    result = check(spec(), with_save({newer: 25}))
+    slo = slo_of(result)
+    assert slo.status == "unknown" and result.verdict == "inconclusive", (slo, result.reasons)
+    assert "saved iter_0000025 (step 25) after the fault chose iter_0000020 and before the kill" in slo.detail, slo
+    assert "resumed from step 25" in slo.detail
+    # the same restart where iter_0000025 was there before the fault chose (nth_newest: 1): judged as before
+    assert slo_of(check(spec(), with_save({}))).status == "pass"

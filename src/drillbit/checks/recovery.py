@@ -181,6 +181,29 @@ def _window(history: History) -> tuple[list[Event], float | None]:
     return events, t_end
 
 
+def _from_going_back(before: list[Event], after: list[Event], recovered: list[Event], floor: int) -> list[Event]:
+    """The new attempt's steps, where the job's own numbering shows where it began: a step at or
+    below the one before it from the same rank, above the restored step, at or before the first
+    step the times put after the restore. The times alone can miss it: a stamp of whole seconds
+    (Megatron's training_log) read after its second is the start of that second, earlier than a
+    restore line that has no stamp and gets the time it was read (a CI run: "resumed from step
+    21" with step 20 restored, the line for step 21 put before the restore). Steps come from
+    each log in the order written, so the going-back is the restart whatever the stamps say."""
+    end = recovered[0].seq if recovered else None
+    last: dict[int | None, int] = {e.rank: int(e.data["n"]) for e in before}
+    back: int | None = None
+    for i, e in enumerate(after):
+        if end is not None and e.seq > end:
+            break
+        n, prev = int(e.data["n"]), last.get(e.rank)
+        if prev is not None and n <= prev and n > floor:
+            back = i
+        last[e.rank] = n
+    if back is None:
+        return recovered
+    return [e for e in after[back:] if e.data["n"] > floor]
+
+
 def measure(history: History) -> Measurements:
     events, t_end = _window(history)
     steady = next((e for e in events if e.kind == "steady"), None)
@@ -312,6 +335,8 @@ def measure(history: History) -> Measurements:
     # a step read from a metric happened somewhere after its ``since``: across a restart it
     # counts only when that whole span is after the restart (the old workers' last steps are not)
     recovered = [e for e in after if e.data.get("since", e.t) >= marker and e.data["n"] > floor]
+    if restart or restore:
+        recovered = _from_going_back(before, after, recovered, floor)
     if recovered:
         m.time_to_first_step = recovered[0].t - t0
         m.first_step = recovered[0].data["n"]

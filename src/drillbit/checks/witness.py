@@ -15,7 +15,10 @@ the restart does not load it. Each witness answers yes, no or cannot tell:
 
 All that speak agree: that is the answer. None speaks: unknown, with what each lacked.
 They disagree: unknown, saying so — unless the job never opened the damaged checkpoint on a
-local filesystem, which settles it (no process can load bytes it never read). Pure.
+local filesystem, which settles it (no process can load bytes it never read). A "no" is
+unknown too when the job saved a newer checkpoint between the fault's choice and the kill and
+resumed past the damaged one: that restart never had to choose between the damaged checkpoint
+and an older one, so it shows nothing of whether the job would skip it. Pure.
 """
 from __future__ import annotations
 
@@ -146,6 +149,15 @@ def _readers(events: list[Event]) -> str:
     return ", ".join(_who(e) for e in events)
 
 
+def _resumed_past(step: int | None, restore: Event | None, first_step: Event | None) -> int | None:
+    """The step the restart resumed from, where it is newer than the damaged checkpoint's."""
+    if step is None:
+        return None
+    said = restore.data.get("step") if restore is not None else None
+    resumed = int(said) if said is not None else (int(first_step.data["n"]) - 1 if first_step is not None else None)
+    return resumed if resumed is not None and resumed > step else None
+
+
 def judge_damaged_restore(events: list[Event], t_damage: float, evidence: FileDamage, restore: Event | None,
                           first_step: Event | None, restarted: bool) -> DamagedRestore:
     """restore_skipped_corrupted's three witnesses and their answer (module docstring);
@@ -188,6 +200,15 @@ def judge_damaged_restore(events: list[Event], t_damage: float, evidence: FileDa
     no = [w for w in witnesses if w.loaded is False]
     resumed_ok = first_step is not None
     reads = witnesses[0]
+    past = _resumed_past(step, restore, first_step)
+    if no and not yes and evidence.saved_since and past is not None:
+        saved = ", ".join(f"{_short(p, root)}" + (f" (step {s})" if s is not None else "")
+                          for p, s in sorted(evidence.saved_since.items()))
+        return DamagedRestore(checkpoint=checkpoint, step=step, loaded=None, resumed=resumed_ok, witnesses=witnesses,
+                              why=f"the job saved {saved} after the fault chose {name} and before the kill, and "
+                                  f"resumed from step {past}, newer than the damaged one: this restart never had to "
+                                  f"choose between the damaged checkpoint and an older one, so it shows nothing of "
+                                  f"whether the job skips it (trigger the fault sooner after a save)")
     if yes and not no:
         answer: bool | None = True
         why = "; ".join(w.says for w in yes)

@@ -27,7 +27,7 @@ from typing import Literal
 from pydantic import Field
 
 from drillbit.evidence import FileDamage
-from drillbit.checkpoints import Checkpoint, CheckpointSpec
+from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
 from drillbit.faults.ckptfile import (Backup, ReadWitness, data_of, discard, marker_of, metadata_of, pick, put_back,
                                       sha256, take_aside, wait_gone)
@@ -48,6 +48,7 @@ class CorruptParams(Params):
 
 class CorruptState(Backup):
     mode: Mode
+    listed: list[str] = []  # the checkpoints there were when the fault chose which to damage
     corrupted_sha256: str | None = None  # what the damage left (None: the file was removed)
     acted: bool = False  # the damage was done (and corrupted_sha256 says what it left)
     killed: bool = False
@@ -110,7 +111,8 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
         ckpt, victim = victim_of(params, self.name)
         assert params.checkpoint is not None
         backup = take_aside(victim, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name)
-        return CorruptState(**{**backup.model_dump(), "step": ckpt.step}, mode=params.mode)
+        return CorruptState(**{**backup.model_dump(), "step": ckpt.step}, mode=params.mode,
+                            listed=[str(c.path) for c in scan(params.checkpoint)])
 
     def unprepare(self, target: ProcRef, params: CorruptParams, intent: CorruptState) -> None:
         discard(intent)
@@ -149,10 +151,14 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
             return None
         with self.own_reads():
             reads = self.read_evidence(params.checkpoint)
+        # a save that landed between the choice and the kill: the restart then had a newer checkpoint than
+        # the damaged one to load, and never had to choose between the damaged one and an older one
+        since = {path: step for path, step in reads["checkpoints"].items() if path not in state.listed
+                 and (step is None or state.step is None or step > state.step)} if state.listed else {}
         return Evidence(what=f"{state.mode}: {Path(state.file).name} changed",
                         data={"checkpoint": state.checkpoint, "step": state.step, "file": state.file,
                               "original_sha256": state.original_sha256, "now_sha256": now,
-                              "killed_pid": target.pid if state.killed else None, **reads})
+                              "killed_pid": target.pid if state.killed else None, "saved_since": since, **reads})
 
     def heal(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> HealReport:
         with self.own_reads():

@@ -17,14 +17,22 @@ from drillbit.spec.signals import Signal
 from drillbit.probes.tail import FileFollower
 
 
+# a line of these kinds begins a new attempt: the same step number after it is a step again
+NEW_ATTEMPT = ("restart", "restore.begin", "restore")
+
+
 class LineReader:
     """What reading a job's log does to each line, on the controller (LogProbe) or on a node
     (agent/logtail.py): count it, keep the first lines no signal matched, take a step
-    number seen twice in a row (a progress bar redrawn) as one step, and the same membership
-    printed again as no change."""
+    number seen twice in a row (a progress bar redrawn) as one step — unless a restart or
+    restore line came between (a job killed at step 21 that restored step 20 steps 21 again:
+    that step is the new attempt's first) — and the same membership printed again as no change.
+    ``resets``: where ``match`` reads no restart or restore lines (the controller's progress
+    probe), a matcher that does."""
 
-    def __init__(self, match: Matcher) -> None:
+    def __init__(self, match: Matcher, resets: Matcher | None = None) -> None:
         self._match = match
+        self._resets = resets
         self.lines = 0  # lines read, for "no steady state" to say what the logs held
         self.unmatched: list[str] = []  # the first few lines no signal matched
         self._last_step: int | None = None
@@ -34,11 +42,15 @@ class LineReader:
         """(kind, time from the line or None, rank, data) for each signal the line fires."""
         self.lines += 1
         hits = self._match.match(line)
+        if self._resets is not None and self._resets.match(line):
+            self._last_step = None
         if not hits and len(self.unmatched) < 5 and line.strip():
             self.unmatched.append(line[:200])
         out = []
         for kind, t, data in hits:
-            if kind == "step":
+            if kind in NEW_ATTEMPT:
+                self._last_step = None
+            elif kind == "step":
                 if data.get("n") == self._last_step:
                     continue  # the same step again: one step, one event
                 self._last_step = data.get("n")
@@ -55,12 +67,13 @@ class LogProbe(Poller):
     source = "probe:logs"
     final_poll = True  # the lines written just before the stop
 
-    def __init__(self, history: History, paths: list[Path], match: Matcher, poll: float = 0.1) -> None:
+    def __init__(self, history: History, paths: list[Path], match: Matcher, poll: float = 0.1,
+                 resets: Matcher | None = None) -> None:
         super().__init__(poll)
         self.name = self.source
         self._history = history
         self._followers = [FileFollower(p) for p in paths]
-        self.reader = LineReader(match)
+        self.reader = LineReader(match, resets)
 
     def poll_once(self) -> None:
         for follower in self._followers:
@@ -73,7 +86,8 @@ class ProgressProbe(LogProbe):
     source = "probe:progress"
 
     def __init__(self, history: History, paths: list[Path], signals: list[Signal], poll: float = 0.1) -> None:
-        super().__init__(history, paths, matcher(signals, kinds={"step"}), poll)
+        super().__init__(history, paths, matcher(signals, kinds={"step"}), poll,
+                         resets=matcher(signals, kinds=set(NEW_ATTEMPT)))
         self.paths = paths
         self.step_patterns = [s.pattern for s in signals if s.kind == "step"]
 
