@@ -18,6 +18,7 @@ SPEC = Path(__file__).parent / "drills" / "slow-rank-fast.yaml"
 def catalogue_step_time(monkeypatch):
     """A 3% slowdown of a 250 ms step, as the catalogue drills it (conftest shortens steps)."""
     monkeypatch.setenv("DRILLBIT_REFERENCE_STEP_MS", "250")
+    monkeypatch.setenv("DRILLBIT_REFERENCE_NPROC", "4")
 
 
 def run(job: str, tmp_path: Path, window: float | None = None) -> dict:

@@ -20,7 +20,9 @@ from pathlib import Path
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--nproc", type=int, default=None, help="ranks per node (default: 4 ranks over all nodes)")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="ranks per node (default: 4 ranks over all nodes; on one node DRILLBIT_REFERENCE_NPROC "
+                        "where it is set)")
     p.add_argument("--nnodes", type=int, default=1,
                    help="nodes; above 1 each node runs one launcher and torchrun rendezvouses over c10d")
     p.add_argument("--min-nodes", default=None,
@@ -65,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     from drillbit.reference import nodepool
 
     primary = args.node_rank == 0
-    args.nproc = args.nproc or max(1, 4 // args.nnodes)
+    one_node = os.environ.get("DRILLBIT_REFERENCE_NPROC") if args.nnodes == 1 else None
+    args.nproc = args.nproc or (int(one_node) if one_node else max(1, 4 // args.nnodes))
     if primary:
         nodepool.init(run_dir / "pool.json", args.spares)
     if args.nnodes > 1:
