@@ -233,7 +233,8 @@ def test_a_file_the_job_saved_again_is_the_jobs(tmp_path, mode, name):
 LAUNCHER = textwrap.dedent("""
     import os, signal, subprocess, sys, time
     worker = subprocess.Popen([sys.executable, "-c",
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(30)", "stubborn-worker"],
+        "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open(sys.argv[1], 'w').close(); "
+        "time.sleep(30)", sys.argv[1] + ".ignoring", "stubborn-worker"],
         start_new_session=True)  # as torch 2.13 starts its workers: a session of their own, no parent-death signal
     open(sys.argv[1], "w").write(str(worker.pid))
     if sys.argv[2] == "stay":
@@ -249,13 +250,17 @@ def test_a_worker_in_its_own_session_that_ignores_sigterm_is_stopped(tmp_path, l
     job = start_job([sys.executable, "-c", LAUNCHER, str(pidfile), launcher], {}, None, tmp_path / "job.out",
                     stop_timeout=2.0)
     wait_for(lambda: pidfile.exists() and pidfile.read_text(), what="the worker's pid")
+    # a SIGTERM before the worker ignores it ends it at once (ci46): wait until it is stubborn
+    wait_for(lambda: Path(f"{pidfile}.ignoring").exists(), what="the worker ignoring SIGTERM")
     worker = psutil.Process(int(pidfile.read_text()))
     if launcher == "gone":
         job.popen.wait(timeout=10)  # the launcher exited: the worker is nobody's child now
     assert any(p.pid == worker.pid for p in job_processes(job.ref, job.mark))
     job.stop()
-    # before: only the launcher's process group was signalled, and the worker lived on for 30 s
-    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+    # before: only the launcher's process group was signalled, and the worker lived on for 30 s. A
+    # SIGKILLed process reads as running while it exits; it is gone (or a zombie) moments later
+    wait_for(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE, timeout=5.0,
+             what="the worker gone")
     assert job_processes(job.ref, job.mark) == []
 
 
