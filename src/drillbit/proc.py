@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import sys
+from typing import Any
 
 import psutil
 from pydantic import BaseModel, ConfigDict
@@ -51,6 +52,19 @@ def same_start(proc: psutil.Process, start_time: float | None, boot_start: float
         if now is not None:
             return abs(now - boot_start) < 0.5 / CLOCK_TICKS
     return start_time is None or abs(proc.create_time() - start_time) <= 0.01
+
+
+def pidfile_identity(pid: int) -> dict[str, Any]:
+    """What a pid file says of process ``pid`` so that its reader can tell it from a later process
+    given the same pid: ``{pid, start_time, boot_start}`` (:func:`named_by` reads it back)."""
+    return {"pid": pid, "start_time": psutil.Process(pid).create_time(), "boot_start": since_boot(pid)}
+
+
+def named_by(proc: psutil.Process, info: dict[str, Any]) -> bool:
+    """Whether ``proc`` is the process a pid file's ``{pid, start_time[, boot_start]}`` named (a
+    file without either start names whichever process has the pid)."""
+    start, boot = info.get("start_time"), info.get("boot_start")
+    return same_start(proc, None if start is None else float(start), None if boot is None else float(boot))
 
 
 def started_before(ref: "ProcRef", other: "ProcRef") -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -46,10 +47,15 @@ def test_every_mode_is_rejected_and_healed_byte_for_byte(tmp_path, ckpts, rank, 
     before = tree_hashes(ckpts)
     agent = NodeAgent("n0", tmp_path / "reg.json")
     target = ProcRef.of(psutil.Process(rank.pid), rank=2)
+    t_inject = time.time()
     handle = agent.inject("corrupt-checkpoint", target, CorruptParams(mode=mode, checkpoint={"dir": str(ckpts)}).model_dump())
+    t_killed_by = time.time()
     rank.wait(timeout=10)  # then_kill
     evidence = agent.confirm(handle)
     assert evidence is not None and evidence.data["checkpoint"].endswith("step_00000020")
+    # the fault's moment is the damage and the kill, not the confirm that looked later (ci: a
+    # launcher that saw the dead rank first had its detection dropped as before the fault)
+    assert t_inject <= evidence.t <= t_killed_by
     assert tree_hashes(ckpts) != before
     found, rejected = checkpoint.newest_valid(ckpts)
     assert found is not None and found.step == 10, "the verifier must fall back to the older checkpoint"

@@ -88,9 +88,13 @@ def test_hang_collective_stops_and_heals(tmp_path, ranks):
 def test_kill_rank_confirms_process_gone(tmp_path, ranks):
     agent = NodeAgent("n0", tmp_path / "reg.json")
     target = ProcRef.of(psutil.Process(ranks[2].pid), rank=2)
+    before = time.time()
     handle = agent.inject("kill-rank", target, {"signal": "SIGKILL"})
+    sent_by = time.time()
     ranks[2].wait(timeout=5)
-    assert agent.confirm(handle) is not None
+    time.sleep(0.3)  # a confirm that comes late (a loaded agent) still dates the fault to the kill
+    evidence = agent.confirm(handle)
+    assert evidence is not None and before <= evidence.t <= sent_by
     assert ranks[2].returncode == -signal.SIGKILL
 
 

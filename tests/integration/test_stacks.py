@@ -125,12 +125,16 @@ def test_dlrover_flash_checkpoints_restore_from_memory_and_old_resume_code_falls
     m = r["measurements"]
     assert code == 0 and r["verdict"] == "pass", r["reasons"]
     assert m["restored_from"] == "memory" and m["best_available_tier"] == "memory"
-    assert m["restored_step"] == m["best_available_step"] == 16 and m["steps_behind_best"] == 0
+    # the trigger is step 17; a kill that lands a step or two later (a loaded machine) finds a newer
+    # memory save, and the restore must follow it there
+    assert m["restored_step"] == m["best_available_step"] >= 16 and m["steps_behind_best"] == 0
     code, r = drill(tmp_path / "disk", "run", spec, "--job", "dlrover-flash-diskonly", "--cluster", "local-process")
     m = r["measurements"]
     assert code == 1 and r["verdict"] == "fail", r["reasons"]
-    assert (m["restored_from"], m["restored_step"], m["best_available_step"]) == ("disk", 10, 16)
-    assert any("restored step 10 from disk while step 16 survived in the memory tier" in reason
+    best = m["best_available_step"]
+    assert (m["restored_from"], m["restored_step"], m["best_available_tier"]) == ("disk", 10, "memory") and best >= 16
+    assert m["steps_behind_best"] == best - 10
+    assert any(f"restored step 10 from disk while step {best} survived in the memory tier" in reason
                for reason in r["reasons"]), r["reasons"]
     # the job's launcher took back what DLRover wrote there, its shared memory included
     assert {d: sorted(os.listdir(d)) if os.path.isdir(d) else None for d in fixed} == before

@@ -28,7 +28,7 @@ from drillbit.atomic import write_private
 from drillbit.errors import FaultError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, PlanStep
-from drillbit.proc import ProcRef, same_start, started_before
+from drillbit.proc import ProcRef, named_by, started_before
 from drillbit.spec.config import RankDiscovery
 
 
@@ -131,8 +131,7 @@ class NodeAgent:
                 proc = psutil.Process(int(info["pid"]))
                 if proc.status() == psutil.STATUS_ZOMBIE:
                     continue
-                boot = info.get("boot_start")
-                if not same_start(proc, info.get("start_time"), None if boot is None else float(boot)):
+                if not named_by(proc, info):
                     continue  # the pid was reused by another process
                 ref = ProcRef.of(proc, rank=int(info["rank"]), node=self.node)
                 if not_before is not None and started_before(ref, not_before):

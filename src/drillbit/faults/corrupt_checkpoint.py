@@ -20,6 +20,7 @@ import io
 import random
 import signal
 import struct
+import time
 import zipfile
 from pathlib import Path
 from typing import Literal
@@ -52,6 +53,7 @@ class CorruptState(Backup):
     corrupted_sha256: str | None = None  # what the damage left (None: the file was removed)
     acted: bool = False  # the damage was done (and corrupted_sha256 says what it left)
     killed: bool = False
+    t_effect: float | None = None  # the damage, or the kill after it: the fault's moment
 
 
 def victim_of(params: CorruptParams, fault: str) -> tuple[Checkpoint, Path]:
@@ -140,6 +142,7 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
         self.watch_reads(params.checkpoint)  # from the damage on: who reads what
         if params.then_kill:
             state.killed = target.send(signal.SIGKILL)
+        state.t_effect = time.time()
         return state
 
     def confirm(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> Evidence | None:
@@ -155,7 +158,9 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
         # the damaged one to load, and never had to choose between the damaged one and an older one
         since = {path: step for path, step in reads["checkpoints"].items() if path not in state.listed
                  and (step is None or state.step is None or step > state.step)} if state.listed else {}
-        return Evidence(what=f"{state.mode}: {Path(state.file).name} changed",
+        # the moment of the damage (and kill), not of this look: a launcher that sees the killed rank
+        # before the agent gets to confirm it has detected the fault, and its line must count
+        return Evidence(t=state.t_effect or time.time(), what=f"{state.mode}: {Path(state.file).name} changed",
                         data={"checkpoint": state.checkpoint, "step": state.step, "file": state.file,
                               "original_sha256": state.original_sha256, "now_sha256": now,
                               "killed_pid": target.pid if state.killed else None, "saved_since": since, **reads})

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -29,7 +30,7 @@ from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, Plan
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.faults.hang_collective import resume, wait_stopped
 from drillbit.faults.kill_node import TORCHRUN, job_tree
-from drillbit.proc import ProcRef, same_start
+from drillbit.proc import ProcRef, named_by
 from drillbit.spec.config import ControlPlaneProcess
 from drillbit.spec.models import launcher_regex
 
@@ -63,6 +64,7 @@ class ControlPlaneState(State):
     cmdline: str
     signal: str
     sent: bool
+    t_sent: float | None = None
 
 
 def _pidfile(path: str) -> psutil.Process | None:
@@ -76,12 +78,10 @@ def _pidfile(path: str) -> psutil.Process | None:
         info = json.loads(text)
     except ValueError:
         return None
-    pid, start, boot = info, None, None
-    if isinstance(info, dict):
-        pid, start, boot = info.get("pid"), info.get("start_time"), info.get("boot_start")
+    pid, named = (info.get("pid"), info) if isinstance(info, dict) else (info, {})
     try:
         proc = psutil.Process(int(pid))
-        if not same_start(proc, None if start is None else float(start), None if boot is None else float(boot)):
+        if not named_by(proc, named):
             return None
         return proc
     except (psutil.Error, TypeError, ValueError):
@@ -205,7 +205,8 @@ class KillControlPlane(Fault[ControlPlaneParams, ControlPlaneState]):
                                  cmdline=cmdline[:300], signal=params.signal, sent=False)
 
     def act(self, target: ProcRef, params: ControlPlaneParams, intent: ControlPlaneState) -> ControlPlaneState:
-        return intent.model_copy(update={"sent": intent.process.send(signal.Signals[params.signal])})
+        sent = intent.process.send(signal.Signals[params.signal])
+        return intent.model_copy(update={"sent": sent, "t_sent": time.time()})
 
     def confirm(self, target: ProcRef, params: ControlPlaneParams, state: ControlPlaneState) -> Evidence | None:
         if not state.sent:
@@ -219,7 +220,7 @@ class KillControlPlane(Fault[ControlPlaneParams, ControlPlaneState]):
             status, what = "gone", "gone"
         else:
             return None
-        return Evidence(what=f"control plane {state.name} {what}",
+        return Evidence(t=state.t_sent or time.time(), what=f"control plane {state.name} {what}",
                         data={"name": state.name, "pid": state.process.pid, "cmdline": state.cmdline[:200],
                               "signal": state.signal, "status": status})
 

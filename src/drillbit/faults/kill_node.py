@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 
 import psutil
 from pydantic import Field, field_validator
@@ -50,6 +51,7 @@ class KillNodeParams(Params):
 
 class KillNodeState(State):
     killed: list[ProcRef]
+    t_sent: float | None = None  # when the last SIGKILL went
 
 
 def job_tree(target: ProcRef, launcher: str, bound: ProcRef | None = None) -> list[ProcRef]:
@@ -112,13 +114,13 @@ class KillNode(Fault[KillNodeParams, KillNodeState]):
     def act(self, target: ProcRef, params: KillNodeParams, intent: KillNodeState) -> KillNodeState:
         for member in intent.killed:
             member.send(signal.SIGKILL)
-        return intent
+        return intent.model_copy(update={"t_sent": time.time()})
 
     def confirm(self, target: ProcRef, params: KillNodeParams, state: KillNodeState) -> Evidence | None:
         if not state.killed:
             return None
         if all(wait_gone(m, params.confirm_timeout_s) for m in state.killed):
-            return Evidence(what="every process of the job on the node is gone",
+            return Evidence(t=state.t_sent or time.time(), what="every process of the job on the node is gone",
                             data={"node": target.node, "processes": len(state.killed)})
         return None
 

@@ -7,6 +7,7 @@ bringing the rank back is the job's recovery path, which the drill judges.
 from __future__ import annotations
 
 import signal
+import time
 from typing import Literal
 
 from pydantic import Field
@@ -24,6 +25,7 @@ class KillParams(Params):
 
 class KillState(State):
     sent: bool
+    t_sent: float | None = None  # when the signal went: the fault's moment, not when confirm saw it gone
 
 
 class KillRank(Fault[KillParams, KillState]):
@@ -43,11 +45,12 @@ class KillRank(Fault[KillParams, KillState]):
         return KillState(sent=False)
 
     def act(self, target: ProcRef, params: KillParams, intent: KillState) -> KillState:
-        return KillState(sent=target.send(signal.Signals[params.signal]))
+        sent = target.send(signal.Signals[params.signal])
+        return KillState(sent=sent, t_sent=time.time())
 
     def confirm(self, target: ProcRef, params: KillParams, state: KillState) -> Evidence | None:
         if state.sent and wait_gone(target, params.confirm_timeout_s):
-            return Evidence(what="process gone", data={"pid": target.pid})
+            return Evidence(t=state.t_sent or time.time(), what="process gone", data={"pid": target.pid})
         return None
 
     def heal(self, target: ProcRef, params: KillParams, state: KillState) -> HealReport:

@@ -39,6 +39,7 @@ class LoseLocalTierState(State):
     folder: str
     aside: str
     entries: list[str] = []
+    t_killed: float | None = None
 
 
 class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
@@ -78,15 +79,16 @@ class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
 
     def act(self, target: ProcRef, params: LoseLocalTierParams, intent: LoseLocalTierState) -> LoseLocalTierState:
         target.send(signal.SIGKILL)
+        t_killed = time.time()
         wait_gone(target, params.confirm_timeout_s)
         os.rename(intent.folder, intent.aside)  # the host's disk is gone with it
         os.makedirs(intent.folder, exist_ok=True)  # a replacement host's empty local disk
-        return intent.model_copy(update={"entries": sorted(os.listdir(intent.aside))})
+        return intent.model_copy(update={"entries": sorted(os.listdir(intent.aside)), "t_killed": t_killed})
 
     def confirm(self, target: ProcRef, params: LoseLocalTierParams, state: LoseLocalTierState) -> Evidence | None:
         if not wait_gone(target, params.confirm_timeout_s) or not os.path.isdir(state.aside):
             return None
-        return Evidence(what=f"rank {target.rank} is gone and its {params.tier} tier ({len(state.entries)} "
+        return Evidence(t=state.t_killed or time.time(), what=f"rank {target.rank} is gone and its {params.tier} tier ({len(state.entries)} "
                              f"entries) with it", data={"lost": state.folder, "tier": params.tier,
                                                         "entries": state.entries})
 

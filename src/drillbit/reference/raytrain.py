@@ -20,9 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 
-from drillbit.proc import since_boot
+from drillbit.proc import pidfile_identity
 
 
 def train_loop(config: dict) -> None:
@@ -40,8 +39,7 @@ def train_loop(config: dict) -> None:
     pids = run_dir / "pids"
     pids.mkdir(parents=True, exist_ok=True)
     tmp = pids / f".rank{rank}.{os.getpid()}"
-    tmp.write_text(json.dumps({"pid": os.getpid(), "rank": rank, "start_time": psutil.Process().create_time(),
-                               "boot_start": since_boot(os.getpid()),
+    tmp.write_text(json.dumps({**pidfile_identity(os.getpid()), "rank": rank,
                                "node_id": ray.get_runtime_context().get_node_id()}))
     os.replace(tmp, pids / f"rank{rank}.json")
     log = EventLog(str(run_dir / "events.log"), source=f"rank{rank}")

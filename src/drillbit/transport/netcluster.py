@@ -46,7 +46,7 @@ import psutil
 from drillbit.atomic import write_private
 from drillbit.errors import ConfigError, DrillError
 from drillbit.netns import inode_of
-from drillbit.proc import same_start, since_boot
+from drillbit.proc import pidfile_identity, same_start, since_boot
 from drillbit.spec.config import ServiceSpec
 from drillbit.spec.placeholders import expand
 
@@ -302,8 +302,7 @@ def bring_up(topology: Topology, cluster_name: str, services: Sequence[ServiceSp
             note("service.up", {"name": svc.name, "pid": proc.pid, "address": f"{SERVICE_HOST}:{svc.port}"})
             (run_dir / "services").mkdir(mode=0o700, exist_ok=True)
             write_private(run_dir / "services" / f"{svc.name}.pid",
-                          json.dumps({"pid": proc.pid, "start_time": proc.create_time(),
-                                      "boot_start": since_boot(proc.pid)}))
+                          json.dumps(pidfile_identity(proc.pid)))
     except TopologyError as exc:
         topology.down()
         raise DrillError(str(exc)) from exc
