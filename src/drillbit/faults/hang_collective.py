@@ -28,6 +28,7 @@ class HangParams(Params):
 class HangState(State):
     stopped: ProcRef  # the process actually frozen: the rank, or a helper of it
     sent: bool
+    t_sent: float | None = None  # when SIGSTOP went: the stall's moment, not when confirm saw it
 
 
 class HangCollective(Fault[HangParams, HangState]):
@@ -52,7 +53,8 @@ class HangCollective(Fault[HangParams, HangState]):
         return HangState(stopped=self.frozen(target), sent=False)
 
     def act(self, target: ProcRef, params: HangParams, intent: HangState) -> HangState:
-        return HangState(stopped=intent.stopped, sent=intent.stopped.send(signal.SIGSTOP))
+        sent = intent.stopped.send(signal.SIGSTOP)
+        return HangState(stopped=intent.stopped, sent=sent, t_sent=time.time())
 
     def confirm(self, target: ProcRef, params: HangParams, state: HangState) -> Evidence | None:
         if not state.sent:
@@ -60,7 +62,7 @@ class HangCollective(Fault[HangParams, HangState]):
         status = wait_stopped(state.stopped, params.confirm_timeout_s)
         if status is None:
             return None
-        return Evidence(what="process stopped", data={"pid": state.stopped.pid, "status": status})
+        return Evidence(t=state.t_sent or time.time(), what="process stopped", data={"pid": state.stopped.pid, "status": status})
 
     def heal(self, target: ProcRef, params: HangParams, state: HangState) -> HealReport:
         return resume(state.stopped)
