@@ -45,6 +45,20 @@ def pytest_collection_finish(session):
                                 "one after another on one worker, handing on their hold (alone_or_together)")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Longest first, each xdist group as one, the alone tests last (tests/durations.py); with
+    ``--no-loadscope-reorder`` pytest-xdist sends the work in this order."""
+    from tests.durations import order
+
+    def group(item: pytest.Item) -> str | None:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None:
+            return None
+        return "@" + str(mark.args[0] if mark.args else mark.kwargs.get("name", ""))
+
+    items[:] = order(items, group, _is_alone)
+
+
 def _lock_folder(run: str | None) -> Path:
     return Path(tempfile.gettempdir()) / f"drillbit-tests-{run or 'run'}"
 
