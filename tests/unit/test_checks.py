@@ -413,6 +413,29 @@ def coarse_restart_history(first_new: int = 21) -> History:
     return History.build(rows)
 
 
+def test_a_new_attempts_first_step_stamped_before_the_fault_is_still_after_it():
+    """ci49: killed 0.07 s after step 21's line, restored step 20 and stepped 21 again within the
+    same second; Megatron's whole-second stamp put the new step 21 before the fault. The
+    progress probe saw the restore line before it (new_attempt) and read it after the fault:
+    that is the new attempt's first step, no earlier than the restore line — not step 22, which
+    said "resumed from step 21" and made a job that loaded the damaged step 20 look like one
+    that skipped it."""
+    t_fault = BASE + 5 + 20 * 0.25 + 0.07  # just after step 21
+    rows = prelude(until_step=21)
+    rows += [(t_fault - 0.04, "fault.inject"), (t_fault, "fault.confirmed"),
+             (t_fault + 0.12, "detect", {"by": "torchrun"}), (t_fault + 0.43, "restart", {"attempt": 1}),
+             (t_fault + 0.63, "restore", {"step": 20, "path": "/c/iter_0000020"}),
+             (t_fault - 0.08, "step", {"n": 21, "new_attempt": True})]
+    rows += steps(22, 40, t_fault + 1.24)
+    rows += [(t_fault + 7, "observe.end")]
+    m = measure(History.build(rows))
+    assert (m.step_at_fault, m.first_step, m.restored_step, m.lost_steps) == (21, 21, 20, 1)
+    assert m.time_to_first_step == pytest.approx(0.63)  # the restore line's time: its stamp is coarser
+    # the same line without the probe's word (read before the fault, or an old reader): as before
+    rows = [(t, "step", {"n": 21}) if len(r) == 3 and r[2].get("new_attempt") else r for r in rows for t in (r[0],)]
+    assert measure(History.build(rows)).first_step == 22
+
+
 def test_the_new_attempts_first_step_is_where_its_numbering_went_back_whatever_its_stamp():
     m = measure(coarse_restart_history())
     assert (m.first_step, m.restored_step, m.lost_steps) == (21, 20, 5)

@@ -247,3 +247,5 @@ def test_the_step_a_restarted_job_steps_again_after_its_restore_line_is_a_step(t
     probe = ProgressProbe(history, [log], signals)
     probe.poll_once()
     assert [e.data["n"] for e in history if e.kind == "step"] == [20, 21, 21, 22]
+    # and says which is the new attempt's first: a whole-second stamp may put it before the fault
+    assert [bool(e.data.get("new_attempt")) for e in history if e.kind == "step"] == [False, False, True, False]

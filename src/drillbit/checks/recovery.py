@@ -226,8 +226,11 @@ def measure(history: History) -> Measurements:
     # A stall is confirmed only after a quiet spell; a step that was already in flight
     # when the rank froze may land inside it and still belongs before the fault.
     settle = float(confirmed.data.get("progress_quiet_s", 0.0))
-    before = [e for e in steps if e.t < t0 + settle]
-    after = [e for e in steps if e.t >= t0 and e not in before]
+    # the first step after a restart or restore line, read after the fault was confirmed, is after
+    # it whatever its stamp says: a stamp of whole seconds (Megatron's) can put it up to 1 s earlier
+    late = {e.seq for e in steps if e.data.get("new_attempt") and e.seq > confirmed.seq and e.t >= t0 - 1.0}
+    before = [e for e in steps if e.t < t0 + settle and e.seq not in late]
+    after = [e for e in steps if (e.t >= t0 or e.seq in late) and e not in before]
     m.step_at_fault = before[-1].data["n"] if before else None
     saves = [e for e in events if e.kind == "ckpt.save" and e.t <= t0 and str(e.data.get("step", "")).isdigit()]
     if saves:
@@ -338,7 +341,8 @@ def measure(history: History) -> Measurements:
     if restart or restore:
         recovered = _from_going_back(before, after, recovered, floor)
     if recovered:
-        m.time_to_first_step = recovered[0].t - t0
+        # no earlier than the line that began its attempt, where its own stamp is coarser
+        m.time_to_first_step = (max(recovered[0].t, marker) if recovered[0].seq in late else recovered[0].t) - t0
         m.first_step = recovered[0].data["n"]
         m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
         if m.restored_step is None and (restart or restore):

@@ -26,7 +26,8 @@ class LineReader:
     (agent/logtail.py): count it, keep the first lines no signal matched, take a step
     number seen twice in a row (a progress bar redrawn) as one step — unless a restart or
     restore line came between (a job killed at step 21 that restored step 20 steps 21 again:
-    that step is the new attempt's first) — and the same membership printed again as no change.
+    that step is the new attempt's first, and says so: ``new_attempt``) — and the same membership
+    printed again as no change.
     ``resets``: where ``match`` reads no restart or restore lines (the controller's progress
     probe), a matcher that does."""
 
@@ -36,6 +37,7 @@ class LineReader:
         self.lines = 0  # lines read, for "no steady state" to say what the logs held
         self.unmatched: list[str] = []  # the first few lines no signal matched
         self._last_step: int | None = None
+        self._reset = False  # a restart or restore line since the last step
         self._last_members: dict[str | None, str] = {}
 
     def hits(self, line: str) -> list[tuple[str, float | None, int | None, dict]]:
@@ -43,17 +45,20 @@ class LineReader:
         self.lines += 1
         hits = self._match.match(line)
         if self._resets is not None and self._resets.match(line):
-            self._last_step = None
+            self._last_step, self._reset = None, True
         if not hits and len(self.unmatched) < 5 and line.strip():
             self.unmatched.append(line[:200])
         out = []
         for kind, t, data in hits:
             if kind in NEW_ATTEMPT:
-                self._last_step = None
+                self._last_step, self._reset = None, True
             elif kind == "step":
                 if data.get("n") == self._last_step:
                     continue  # the same step again: one step, one event
                 self._last_step = data.get("n")
+                if self._reset:
+                    data["new_attempt"] = True
+                    self._reset = False
             elif kind == "members":
                 key = repr(sorted((k, v) for k, v in data.items() if k != "t_source"))
                 if key == self._last_members.get(data.get("by")):
