@@ -5,9 +5,9 @@ sum to the window exactly (#13: the ledger must partition the window).
 The reference job steps every 150 ms here instead of 250 ms (``DRILLBIT_REFERENCE_STEP_MS``,
 its default for ``--step-ms``): every drill waits on steps — warm-up, the trigger step, the
 steps after recovery — and the suite must fit CI's time. On one node it runs 3 ranks instead
-of 4 (``DRILLBIT_REFERENCE_NPROC``): a rank's start is mostly ``import torch`` (1.3 CPU-s),
-and the reference job's ranks were 42 % of the suite's CPU. The fail-slow tests keep 250 ms
-and 4 ranks."""
+of 4 (``DRILLBIT_REFERENCE_NPROC``, which the Ray Train job's workers follow too): a rank's
+start is mostly ``import torch`` (1.3 CPU-s), and the reference job's ranks were 42 % of the
+suite's CPU. The fail-slow tests keep 250 ms and 4 ranks."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
 """Jobs built with the frameworks people train with, drilled through a drill.yaml alone: a
-Hugging Face Trainer job and a Lightning job (tests/integration/jobs/), each 4 ranks of DDP
+Hugging Face Trainer job and a Lightning job (tests/integration/jobs/), each 3 ranks of DDP
 on CPU under torchrun, read by the built-in hf-trainer / lightning and torchrun presets,
 with their checkpoints in their own layouts. Nothing in drillbit knows these scripts.
 
@@ -11,6 +11,7 @@ heal puts every byte back, or keeps the job's newer file where the job has saved
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -22,9 +23,12 @@ from drillbit.probes.preset import load, matcher
 from drillbit.probes.tail import FileFollower
 from drillbit.session import execute, resolve
 from tests.integration.short import short_window
+from tests.integration.ranks import NPROC
 
-pytest.importorskip("transformers")
-pytest.importorskip("lightning")
+# whether the frameworks are installed, without importing them: an import here would cost every
+# xdist worker Lightning's 3.7 CPU-s at collection (the jobs import them, in their own processes)
+pytestmark = pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("transformers", "lightning")),
+                                reason="needs transformers and lightning (the stacks extra)")
 
 HERE = Path(__file__).parent
 JOBS = {
@@ -39,7 +43,7 @@ def config(tmp_path: Path, *extra: str) -> Path:
     """The drill.yaml a team would write for these two jobs (here as JSON, which is YAML)."""
     jobs = {}
     for name, job in JOBS.items():
-        command = ["{python}", "-m", "torch.distributed.run", "--nproc-per-node", "4", "--max-restarts", "3",
+        command = ["{python}", "-m", "torch.distributed.run", "--nproc-per-node", NPROC, "--max-restarts", "3",
                    "--monitor-interval", "0.5", str(HERE / "jobs" / job["script"]), "--out", job["out"], *extra]
         jobs[name] = {"presets": job["presets"], "launch": {"command": command, "env": {"LOGLEVEL": "INFO"}},
                       "ranks": {"cmdline": job["script"].replace(".", "\\."), "exclude_cmdline": "torch\\.distributed\\.run"},

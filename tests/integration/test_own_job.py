@@ -14,13 +14,14 @@ import pytest
 from drillbit.session import execute, resolve
 from tests.integration.cli import drill_cli
 from tests.integration.short import short_window
+from tests.integration.ranks import NPROC
 
 HERE = Path(__file__).parent
 LOOP = HERE / "jobs" / "own_loop.py"
 
 
 def config(tmp_path: Path, *extra: str, step_signal: bool = True) -> Path:
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--max-restarts", "3",
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", NPROC, "--max-restarts", "3",
                "--monitor-interval", "0.5", str(LOOP), "--ckpt", "{run_dir}/ckpt", *extra]
     job = {"presets": ["drillbit", "torchrun"] if step_signal else ["torchrun"],
            "launch": {"command": command, "env": {"DRILLBIT_EVENTS": "{run_dir}/events.log", "LOGLEVEL": "INFO"}},

@@ -15,6 +15,7 @@ import pytest
 
 from tests.integration.cli import drill_cli
 from tests.integration.promstack import BINARIES, PromStack, free_ports, missing
+from tests.integration.ranks import NPROC
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -131,11 +132,11 @@ LOOP = HERE / "jobs" / "own_loop.py"
 
 
 def own_loop_config(tmp_path: Path, metrics_port: int, prometheus: str) -> None:
-    """The user's own loop (own_loop.py: torchrun, 4 ranks, drillbit.job), its counters on
+    """The user's own loop (own_loop.py: torchrun, 3 ranks, drillbit.job), its counters on
     /metrics at metrics_port + rank, and a cluster that names the Prometheus scraping them."""
     import sys
 
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--max-restarts", "3",
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", NPROC, "--max-restarts", "3",
                "--monitor-interval", "0.5", str(LOOP), "--ckpt", "{run_dir}/ckpt"]
     job = {"presets": ["drillbit", "torchrun"],
            "launch": {"command": command, "env": {"DRILLBIT_EVENTS": "{run_dir}/events.log",
@@ -224,7 +225,7 @@ def metrics_loop_config(tmp_path: Path, metrics_port: int, prometheus: str) -> N
     jobs = {}
     for name, extra in (("resumes", []), ("starts-over", ["--no-resume"])):
         jobs[name] = {**job, "launch": {"command": [
-            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--max-restarts", "3",
+            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", NPROC, "--max-restarts", "3",
             "--monitor-interval", "0.5", str(METRICS_LOOP), "--ckpt", "{run_dir}/ckpt", "--metrics-port",
             str(metrics_port), *extra], "env": {"LOGLEVEL": "INFO"}}}
     cluster = {"engine": "process", "prometheus": prometheus}

@@ -19,6 +19,7 @@ from drillbit.session import execute, resolve
 from drillbit.transport.netcluster import Topology
 from tests.integration import netleft
 from tests.integration.sshd import SSHD, Sshd, start_sshd, stop_sshd
+from tests.integration.ranks import NPROC
 
 HERE = Path(__file__).parent / "drills"
 pytestmark = [pytest.mark.skipif(not Path(SSHD).exists(), reason="needs OpenSSH's sshd (.ci/run installs openssh-server)"),
@@ -173,7 +174,7 @@ def test_logs_read_on_their_node_with_no_folder_the_controller_can_read(tmp_path
     loop = Path(__file__).parent / "jobs" / "own_loop.py"
     data["jobs"] = {"mine": {
         "presets": ["drillbit", "torchrun"],
-        "launch": {"command": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
+        "launch": {"command": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", NPROC,
                                "--max-restarts", "3", "--monitor-interval", "0.5", str(loop),
                                "--ckpt", str(hosts / "{node}" / "ckpt")],
                    "env": {"DRILLBIT_EVENTS": log, "LOGLEVEL": "INFO"}},

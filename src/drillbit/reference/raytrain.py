@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-dir", required=True)
     p.add_argument("--address", required=True, help="the Ray cluster")
-    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--workers", type=int, default=int(os.environ.get("DRILLBIT_REFERENCE_NPROC", "4")),
+                   help="Ray Train workers (default 4, or DRILLBIT_REFERENCE_NPROC where it is set)")
     p.add_argument("--max-failures", type=int, default=3, help="FailureConfig(max_failures); 0: no recovery")
     p.add_argument("--collective-timeout", type=float, default=10.0,
                    help="the process group's timeout (s): how a hung all-reduce is caught")
