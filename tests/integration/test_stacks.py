@@ -72,23 +72,36 @@ def test_compare_torchft_heals_and_blames_one_rank_its_ddp_wrapper_does_not(tmp_
     assert "<table>" in (folder / "compare.html").read_text()
 
 
-def test_nvrx_detects_a_stopped_rank_by_heartbeat_but_blames_the_blocked_one_too(tmp_path):
+def test_nvrx_detects_a_stopped_rank_by_heartbeat_and_the_verdict_follows_whether_it_blamed_the_blocked_one(
+        tmp_path):
+    """Whether NVRx also blames the rank blocked behind the stopped one is a race inside NVRx
+    0.4.1, not in the drill: each rank's monitor checks its own rank's heartbeat on its own 1 s
+    loop, and both heartbeats stopped at the same step. When the stopped rank's monitor fires
+    first it SIGKILLs that rank; the blocked rank's all-reduce then raises, and it closes its
+    monitor connection (its monitor no longer judges it) and exits with an error, which
+    ft_launcher names only if its next poll of the workers comes after that exit. Most runs name
+    both ranks (a FAIL: a false blame); 1 run in about 8 here named only the stopped one (a true
+    PASS). The test holds each outcome to its evidence."""
     pytest.importorskip("nvidia_resiliency_ext")
     code, r = drill(tmp_path, "run", str(HERE / "blame-stall-nvrx-fast.yaml"), "--job", "nvrx", "--cluster",
                     "local-process")
     m = r["measurements"]
-    assert code == 1 and r["verdict"] == "fail", r["reasons"]
     assert 9 <= m["time_to_detect"] <= 15  # the 10 s heartbeat timeout
     assert m["restarts"] == 1 and m["time_to_first_step"] is not None
-    assert m["attribution"]["blamed"] == [0, 1] and m["attribution"]["false_blames"] == [0]
     assert "nvrx-rank-monitor" in m["attribution"]["blamed_by"]["1"]
+    assert r["fault"]["healed"]
+    if m["attribution"]["blamed"] == [1]:  # only the stopped rank named: exact, and nothing else breached
+        assert m["attribution"]["correct"] and m["attribution"]["false_blames"] == []
+        assert code == 0 and r["verdict"] == "pass", r["reasons"]
+        return
+    assert code == 1 and r["verdict"] == "fail", r["reasons"]
+    assert m["attribution"]["blamed"] == [0, 1] and m["attribution"]["false_blames"] == [0]
     # rank 0 is blamed by its own monitor (its heartbeat, sent from the loop, stops while it
     # waits in the all-reduce), by ft_launcher naming it the failed worker, or both
     assert set(m["attribution"]["blamed_by"]["0"]) <= {"nvrx-rank-monitor", "torchrun"}
     [reason] = r["reasons"]
     assert reason.startswith("the stack blamed ranks 0 and 1 (0: ") and reason.endswith(
         "only rank 1 was stopped — it must blame exactly the hurt rank(s)"), reason
-    assert r["fault"]["healed"]
 
 
 def test_dlrover_never_notices_a_stopped_rank(tmp_path):

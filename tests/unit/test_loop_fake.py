@@ -13,6 +13,7 @@ import pytest
 from drillbit.exitcodes import exit_code
 from drillbit.loop import DrillRunner
 from drillbit.report.result import build
+from drillbit.spec.signals import Signal
 from tests.fakes.fake_cluster import CLUSTER, JOB, FakeAgent, FakeJob, FakeNodes, fake_probes, spec
 
 
@@ -108,6 +109,57 @@ def test_job_exiting_before_steady_state(tmp_path):
     assert any(r.startswith("inconclusive: the job exited (code 3)") for r in outcome.result.reasons)
     assert exit_code(outcome.result.verdict, outcome.error_kind) == 3
     assert_left_clean(agent, nodes)
+
+
+class LateQuorumJob(FakeJob):
+    """A stack that trains with whoever joined: one member until step ``whole_at``, then two."""
+
+    def __init__(self, whole_at: int | None) -> None:
+        super().__init__()
+        self.whole_at = whole_at
+        self._emit("members", members=[{"id": "train_1", "rank": 1}], by="fake-lighthouse")
+
+    def _emit(self, kind, **data):
+        super()._emit(kind, **data)
+        if kind == "step" and data["n"] == self.whole_at:
+            super()._emit("members", members=[{"id": "train_0", "rank": 0}, {"id": "train_1", "rank": 1}],
+                          by="fake-lighthouse")
+
+
+QUORUM_JOB = JOB.model_copy(update={"signals": [
+    Signal(kind="members", pattern="quorum (?P<members>.*)", lists={"members": r"id=(?P<id>\w+)"})]})
+
+
+def quorum_drill(tmp_path, job: FakeJob, profile=QUORUM_JOB):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    agent = FakeAgent("n0", job)
+    nodes = FakeNodes(tmp_path, agent)
+    runner = DrillRunner(spec(steady={"warmup_steps": 3, "members": 2, "timeout": "1s"}), "fake", CLUSTER,
+                         "fake-job", profile, tmp_path, nodes=nodes, probes=fake_probes(job), heal_timeout=0.3)
+    outcome = runner.run()
+    agent.release.set()
+    return outcome, agent, nodes
+
+
+def test_steady_state_waits_for_every_member_the_spec_asks_for(tmp_path):
+    outcome, agent, nodes = quorum_drill(tmp_path, LateQuorumJob(whole_at=6))
+    assert outcome.result.verdict == "pass", outcome.result.reasons
+    steady = outcome.history.first("steady")
+    whole = [e for e in outcome.history if e.kind == "members" and len(e.data["members"]) == 2]
+    assert whole and steady.t >= whole[0].t and steady.data["step"] >= 6  # not at the 3 steps alone
+    assert_left_clean(agent, nodes)
+
+
+def test_a_quorum_that_never_fills_is_inconclusive_and_a_job_without_membership_is_refused(tmp_path):
+    outcome, agent, nodes = quorum_drill(tmp_path / "a", LateQuorumJob(whole_at=None))
+    assert outcome.error_kind == "inconclusive" and outcome.result.verdict == "inconclusive"
+    assert "the newest membership (fake-lighthouse) held 1 of the 2 members steady.members asks for" \
+        in outcome.error, outcome.error
+    assert "inject" not in agent.calls
+    assert_left_clean(agent, nodes)
+    outcome, agent, nodes = quorum_drill(tmp_path / "b", FakeJob(), profile=JOB)
+    assert outcome.error_kind == "config" and "steady.members needs a membership signal" in outcome.error
+    assert "launch" not in agent.calls and "inject" not in agent.calls
 
 
 def test_job_exiting_before_the_trigger_is_inconclusive(tmp_path):

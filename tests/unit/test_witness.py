@@ -149,3 +149,29 @@ def test_a_save_between_the_choice_and_the_kill_makes_a_skip_unknown_not_a_pass(
     assert "resumed from step 25" in slo.detail
     # the same restart where iter_0000025 was there before the fault chose (nth_newest: 1): judged as before
     assert slo_of(check(spec(), with_save({}))).status == "pass"
+
+
+def test_reads_before_a_coarsely_stamped_first_step_still_count():
+    """ci51: Megatron stepped 21 again within the second it was killed in, so the new attempt's
+    first step carried a whole-second stamp from before the fault, and the reads of the
+    damaged iter_0000020 made by the restart (0.2 s after the damage) fell after that stamp:
+    cut off there, the reads witness said no process opened it and PASSed a job that had loaded
+    it. The reads that count end where the first step was made: no earlier than the restore
+    line that began its attempt."""
+    rows = prelude(until_step=21)
+    t = BASE + 5 + 20 * 0.25 + 0.07  # just after step 21's line
+    rows += [(t - 0.02, "fault.inject"), (t, "fault.confirmed", evidence()),
+             (t + 0.05, "detect", {"by": "torchrun"}), (t + 0.16, "restart", {"attempt": 1}),
+             (t + 0.26, "restore", MEGATRON_LINE),
+             (t - 0.46, "step", {"n": 21, "new_attempt": True})]  # stamped in the second before
+    rows += steps(22, 30, t + 0.9)
+    rows += [(t + 3.5, "observe.end"),
+             read(t + 0.21, f"{ROOT}/latest_checkpointed_iteration.txt"),
+             read(t + 0.21, f"{DAMAGED}/mp_rank_00/model_optim_rng.pt"),  # reported with the heal
+             read(t + 0.22, f"{DAMAGED}/mp_rank_00/model_optim_rng.pt", rank=1),
+             (t + 3.6, "fault.heal", {"healed": True}), (t + 4, "drill.end")]
+    result = check(spec(), History.build(rows))
+    s = slo_of(result)
+    assert s.status == "fail" and result.verdict == "fail", (s, result.reasons)
+    assert any("read iter_0000020/mp_rank_00/model_optim_rng.pt after it was damaged" in r for r in result.reasons), \
+        result.reasons

@@ -340,16 +340,18 @@ def measure(history: History) -> Measurements:
     recovered = [e for e in after if e.data.get("since", e.t) >= marker and e.data["n"] > floor]
     if restart or restore:
         recovered = _from_going_back(before, after, recovered, floor)
+    first_at = None  # when the first step after recovery was made
     if recovered:
         # no earlier than the line that began its attempt, where its own stamp is coarser
-        m.time_to_first_step = (max(recovered[0].t, marker) if recovered[0].seq in late else recovered[0].t) - t0
+        first_at = max(recovered[0].t, marker) if recovered[0].seq in late else recovered[0].t
+        m.time_to_first_step = first_at - t0
         m.first_step = recovered[0].data["n"]
         m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
         if m.restored_step is None and (restart or restore):
             m.restored_step = m.first_step - 1
     if damaged is not None:
         m.damaged_restore = judge_damaged_restore(events, injected, damaged, restore, recovered[0] if recovered else None,
-                                                  restart is not None)
+                                                  restart is not None, first_at)
     if m.crash_point is not None:
         _judge_crash_restore(m, restore is not None or restart is not None, crash_dir, crash_names)
     _measure_tiers(m, events, confirmed, t0, restore)

@@ -316,6 +316,9 @@ class DrillRunner:
             self.stopwatch = StopWatch(self.spec.abort.when, self.cluster.prometheus, self.spec.abort.check_every,
                                        self.history, counting=False)
             self.stopwatch.check_ready()
+        if self.spec.steady.members is not None and "members" not in self._reads():
+            raise ConfigError(f"steady.members needs a membership signal (kind members, as the torchft preset "
+                              f"reads the lighthouse's quorum); job {self.job_name!r} reads none")
         prediction = predict(self.fault.seen_by(self.params), self.fault.verb, self.job.timeouts, self.spec.slo)
         if prediction is not None:  # from the job's declared timeouts, before anything runs
             self.record("predicted", **prediction.model_dump())
@@ -358,15 +361,18 @@ class DrillRunner:
         return any(s.kind == "step" for s in signals_of(self.job.presets, self.job.signals))
 
     def steady(self) -> None:
-        want = self.spec.steady.warmup_steps
-        self.ui.phase("steady", f"waiting for {want} steps")
+        want, members = self.spec.steady.warmup_steps, self.spec.steady.members
+        self.ui.phase("steady", f"waiting for {want} steps" + (f" and {members} members" if members else ""))
         limit = time.time() + self.spec.steady.timeout
-        while self.progress.advances() < want:
+        while self.progress.advances() < want or self._members_short(members):
             code = self.job_exit_code()
             if code is not None:
                 self.record("job.exit", code=code)
                 raise Inconclusive(f"the job exited (code {code}) before steady state ({len(self.progress.steps)} steps)")
             if time.time() > limit:
+                if self.progress.advances() >= want:
+                    raise Inconclusive(f"no steady state: {len(self.progress.steps)} steps in "
+                                       f"{self.spec.steady.timeout:g} s, but {self._members_short(members)}")
                 why = "; ".join(p.explain() for p in self.probes if hasattr(p, "explain"))
                 raise Inconclusive(f"no steady state: {len(self.progress.steps)} steps in {self.spec.steady.timeout:g} s "
                                  f"(presets {self.job.presets}, {len(self.job.signals)} signal(s) of the profile's own"
@@ -375,6 +381,18 @@ class DrillRunner:
         baseline, step = self.progress.baseline(want)
         self.record("steady", baseline_step_s=round(baseline, 6), step=step)
         self.ui.status(f"baseline {baseline * 1000:.0f} ms/step")
+
+    def _members_short(self, want: int | None) -> str:
+        """What the newest membership lacks of ``want`` members ('' when it holds them, or none is asked)."""
+        if want is None:
+            return ""
+        newest = self.history.last("members")
+        have = len(newest.data.get("members") or []) if newest is not None else 0
+        if have >= want:
+            return ""
+        by = f" ({newest.data.get('by')})" if newest is not None and newest.data.get("by") else ""
+        return (f"the newest membership{by} held {have} of the {want} members steady.members asks for"
+                if newest is not None else f"no membership was printed (steady.members asks for {want})")
 
     def one_fault(self, step: Step) -> bool:
         """One fault of the stream: due, targets, inject, confirm, watch, settle. False: the
