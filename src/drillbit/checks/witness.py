@@ -159,19 +159,17 @@ def _resumed_past(step: int | None, restore: Event | None, first_step: Event | N
 
 
 def judge_damaged_restore(events: list[Event], t_damage: float, evidence: FileDamage, restore: Event | None,
-                          first_step: Event | None, restarted: bool, first_at: float | None = None) -> DamagedRestore:
+                          first_step: Event | None, restarted: bool, first_at: float | None) -> DamagedRestore:
     """restore_skipped_corrupted's three witnesses and their answer (module docstring);
-    ``t_damage``: when the fault was injected; ``first_at``: when the first step after the
-    restart was made, where its line's own stamp is coarser (recovery.py: no earlier than the
-    line that began its attempt). The reads that count are those before it: a whole-second
-    stamp would cut off the restart's own reads of the checkpoint it loaded."""
+    ``t_damage``: when the fault was injected; ``first_at``: when ``first_step`` was made (None
+    without one), no earlier than the line that began its attempt where its own stamp is
+    coarser (recovery.py). The reads that count are those before it: a whole-second stamp
+    would cut off the restart's own reads of the checkpoint it loaded."""
     checkpoint = evidence.checkpoint
     step = evidence.step
     root = evidence.root
     name = _short(checkpoint, root)
     reads = [e for e in events if e.kind == "ckpt.read" and e.t >= t_damage - 1.0]
-    if first_at is None and first_step is not None:
-        first_at = first_step.t
     witnesses = [_reads_witness(evidence, reads, checkpoint, first_at)]
     if first_step is not None and (restarted or restore is not None):
         resumed = int(first_step.data["n"]) - 1

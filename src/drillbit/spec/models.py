@@ -144,8 +144,8 @@ class Steady(Strict):
     warmup_steps: int = Field(5, ge=1)
     """steps the job must make before the fault (its baseline step time comes from them)"""
     members: int | None = Field(None, ge=1)
-    """and the newest membership the stack printed (a ``members`` signal: torchft's quorum) must
-    hold at least this many members: a stack that trains on with whoever joined (torchft's
+    """the newest membership the stack printed (a ``members`` signal: torchft's quorum) must hold
+    at least this many members before the fault, too: a stack that trains on with whoever joined (torchft's
     ``min_replicas``) can step for a while before every replica group is in, and a fault then
     drills a job that was never whole. A job whose signals read no membership is refused"""
     timeout: Duration = 300.0
