@@ -35,6 +35,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
+from drillbit.paths import entered_path
 from drillbit.spec.models import Strict, compile_regex
 from drillbit.spec.placeholders import expand
 
@@ -201,8 +202,10 @@ def _data_files(folder: Path, rules: Rules) -> list[Path]:
 
 def scan(spec: CheckpointSpec) -> list[Checkpoint]:
     """The checkpoints under ``spec.dir``, newest first (by step; by modification time where
-    the layout's names carry none). A missing folder has none."""
-    root = Path(spec.dir)
+    the layout's names carry none). A missing folder has none. The paths are absolute and
+    resolved (:func:`drillbit.paths.entered`): a checkpoint is named as the kernel names the
+    files a process reads."""
+    root = entered_path(spec.dir)
     if not root.is_dir():
         return []
     rules = spec.rules()

@@ -11,6 +11,7 @@ from pathlib import Path
 from drillbit.errors import Problem, SpecError
 from drillbit.faults import registry
 from drillbit.fleet.simulate import load_scenario
+from drillbit.paths import entered
 from drillbit.probes.preset import load as load_preset
 from drillbit.spec.config import DrillConfig, JobProfile, with_builtins
 from drillbit.spec.load import Loc, _line, _loc_text, _suggest, read_yaml, validate
@@ -69,6 +70,16 @@ def load_config(path: Path | None) -> DrillConfig:
             for loc, message in job_problems(job):
                 loc = ("jobs", name) + loc
                 problems.append(Problem(str(path), _line(lines, loc), _loc_text(loc), message))
+        # folders the file names relative to itself: the same wherever drill runs from
+        here = Path(path).resolve().parent
+        folders: dict[str, str | None] = {}
+        for key in ("reports_dir", "results_db"):
+            value = getattr(config, key)
+            try:
+                folders[key] = entered(value, here) if value else value
+            except (ValueError, OSError) as exc:
+                problems.append(Problem(str(path), _line(lines, (key,)), key, f"not a usable path: {exc}"))
+        config = config.model_copy(update=folders)
     if problems:
         raise SpecError(problems)
     return with_builtins(config)

@@ -120,7 +120,7 @@ class ReadWatch:
     since the last call, each (process, file) once."""
 
     def __init__(self, root: str | Path, *, ignore: set[int] | None = None, rescan_s: float = 0.25) -> None:
-        self.root = Path(root)
+        self.root = Path(os.path.realpath(root))  # as fanotify names what it sees
         self.ignore = set(ignore or ()) | {os.getpid()}
         self.rescan_s = rescan_s
         self.mode: Mode = "none"

@@ -11,11 +11,15 @@ import time
 from pathlib import Path
 
 from drillbit.atomic import write_atomic
+from drillbit.paths import entered_path
 
 
 def new_folder(reports: str | Path, name: str, kind: str | None = None) -> Path:
+    """The new folder, absolute and resolved (a relative or symlinked ``reports`` is taken
+    against this process's working folder once, here: every path filled from it is then
+    comparable with what the kernel reports)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(reports) / (f"{kind}-{stamp}-{name}" if kind else f"{stamp}-{name}")
+    base = entered_path(reports) / (f"{kind}-{stamp}-{name}" if kind else f"{stamp}-{name}")
     base.parent.mkdir(parents=True, exist_ok=True)
     path, i = base, 1
     while True:

@@ -61,7 +61,10 @@ NASTY = [".nan", ".inf", "-.inf", "0", "0s", "-1", "", "~", "[", "]", "{", "}", 
          "!!omap [a]", "'a{4294967296}'", "'" + "(" * 1000 + "a" + ")" * 1000 + "'", "'x' ", "'(?P<n>'",
          "Europe", "'" + "A" * 300 + "'", "'~nosuchuser/p.yaml'", "['~nosuchuser/p.yaml']", "\"a\\0b\"",
          "\"\\x00\"", "9.3e9", "9.3e9s", "1e10", ".inf", "-.inf", "'A=B'", "{'A=B': x}", "{'': x}",
-         "'../../victim.txt'", "/etc/passwd", "'.'", "'.*'", "''", "[]", "{}", "-1s", "1e-300", "0.0001ms"]
+         "'../../victim.txt'", "/etc/passwd", "'.'", "'.*'", "''", "[]", "{}", "-1s", "1e-300", "0.0001ms",
+         # empty and odd tagged scalars (IndexError, AttributeError inside PyYAML's constructors)
+         "!!float ''", "!!int ''", "!!float", "!!int", "!!int '_'", "!!timestamp x", "!!timestamp ''", "!!bool ''",
+         "!!binary ''", "!!float '.'", "!!int '0x'", "!!int '-'"]
 
 
 def mutate(text: str, rnd) -> str:

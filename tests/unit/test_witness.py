@@ -175,3 +175,52 @@ def test_reads_before_a_coarsely_stamped_first_step_still_count():
     assert s.status == "fail" and result.verdict == "fail", (s, result.reasons)
     assert any("read iter_0000020/mp_rank_00/model_optim_rng.pt after it was damaged" in r for r in result.reasons), \
         result.reasons
+
+
+def _with_damage(h: History, **update) -> History:
+    rows = [(e.t, e.kind, {**e.data, **({"rank": e.rank} if e.rank is not None else {})}) for e in h]
+    for _, kind, data in rows:
+        if kind == "fault.confirmed":
+            data["evidence"][0]["data"].update(update)
+    return History.build(rows)
+
+
+def test_a_checkpoint_recorded_relative_never_vetoes_the_reads_of_it():
+    """The false PASS of a relative reports_dir: the fault recorded reports/<run>/ckpt/…, the
+    reads came absolute, and a string comparison said no process opened the damaged checkpoint,
+    overruling the two witnesses that saw it loaded. A relative path cannot be placed: the
+    reads witness is unknown, and the other two decide."""
+    rel = "reports/r1/ckpt"
+    h = _with_damage(history(20, [read(T + 3, f"{DAMAGED}/mp_rank_00/model_optim_rng.pt")], MEGATRON_LINE),
+                     checkpoint=f"{rel}/iter_0000020", root=rel, file=f"{rel}/iter_0000020/model.pt",
+                     checkpoints={f"{rel}/iter_0000020": 20, f"{rel}/iter_0000010": 10})
+    result = check(spec(), h)
+    s = slo_of(result)
+    assert s.status == "fail" and result.verdict == "fail", (s, result.reasons)
+    assert "cannot have loaded" not in s.detail
+
+
+def test_reads_placed_outside_the_watched_folder_are_a_harness_inconsistency_not_a_veto():
+    """A symlinked reports folder: the checkpoint named through the link, the kernel's reads by
+    the real path. The watch watched the folder only, so a read it places outside it means the
+    names disagree: the reads witness says so and is unknown."""
+    real = "/data/real/r1/ckpt/iter_0000020/mp_rank_00/model_optim_rng.pt"
+    h = history(20, [read(T + 3, real), read(T + 3.1, real, rank=1)], MEGATRON_LINE)
+    result = check(spec(), h)
+    s = slo_of(result)
+    assert s.status == "fail", (s, result.reasons)
+    assert "harness inconsistency" in s.detail and "outside it" in s.detail, s.detail
+
+
+def test_silence_from_a_watch_that_placed_no_read_at_all_is_no_veto():
+    """No read seen at all, while training resumed from the damaged step and the line named it:
+    a watch that placed nothing has not shown it was listening, so its silence vetoes nothing."""
+    result = check(spec(), history(20, [], MEGATRON_LINE))
+    s = slo_of(result)
+    assert s.status == "fail", (s, result.reasons)
+    assert "placed no read at all" in s.detail, s.detail
+
+
+def test_a_relative_path_is_within_nothing():
+    assert not within("ckpt/iter_0000020/x.pt", "ckpt/iter_0000020")
+    assert not within(f"{DAMAGED}/x.pt", "ckpt")

@@ -15,7 +15,11 @@ the restart does not load it. Each witness answers yes, no or cannot tell:
 
 All that speak agree: that is the answer. None speaks: unknown, with what each lacked.
 They disagree: unknown, saying so — unless the job never opened the damaged checkpoint on a
-local filesystem, which settles it (no process can load bytes it never read). A "no" is
+local filesystem while the same watch placed other reads (it was listening), which settles it
+(no process can load bytes it never read). Silence alone proves nothing: a watch that placed
+no read at all, or reported reads outside the folder it watched (its paths and the
+checkpoint's named differently), cannot veto anything. Every path compared here is absolute
+and resolved where it entered (:mod:`drillbit.paths`). A "no" is
 unknown too when the job saved a newer checkpoint between the fault's choice and the kill and
 resumed past the damaged one: that restart never had to choose between the damaged checkpoint
 and an older one, so it shows nothing of whether the job would skip it. Pure.
@@ -29,6 +33,7 @@ from pydantic import BaseModel
 
 from drillbit.evidence import FileDamage
 from drillbit.history import Event
+from drillbit.paths import is_within
 
 
 class Witness(BaseModel):
@@ -52,10 +57,15 @@ def _norm(path: str) -> str:
     return os.path.normpath(path).rstrip("/") or "/"
 
 
-def within(path: str, folder: str) -> bool:
-    """``path`` is ``folder`` or inside it (both absolute; no basename guessing)."""
+def _under(path: str, folder: str) -> bool:
     p, f = _norm(path), _norm(folder)
     return p == f or p.startswith(f if f.endswith("/") else f + "/")
+
+
+def within(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or inside it. Both must be absolute: a relative path is within
+    nothing (it cannot be placed; :mod:`drillbit.paths`), never matched by its tail."""
+    return is_within(path, folder)
 
 
 def relation(path: str, checkpoint: str) -> Literal["same", "parent", "other"]:
@@ -67,7 +77,7 @@ def relation(path: str, checkpoint: str) -> Literal["same", "parent", "other"]:
         return "same" if p == ck or p.endswith("/" + ck) else "parent"
     if not os.path.isabs(path):
         tail, ck = _norm(path), _norm(checkpoint)
-        if ck == tail or ck.endswith("/" + tail) or within(tail, os.path.basename(ck)):
+        if ck == tail or ck.endswith("/" + tail) or _under(tail, os.path.basename(ck)):
             return "same"
         return "parent" if os.path.dirname(ck).endswith("/" + tail) else "other"
     if within(path, checkpoint):
@@ -96,6 +106,10 @@ def _reads_witness(evidence: FileDamage, reads: list[Event], checkpoint: str, un
     name = _short(checkpoint, root)
     if how == "none":
         return Witness(name="reads", loaded=None, says=f"not watched ({evidence.reads_why or 'no read watch'})")
+    unplaced = [p for p in (checkpoint, root) if p is not None and not os.path.isabs(p)]
+    if unplaced:  # an older record, or a harness bug: a relative path cannot be compared with the kernel's
+        return Witness(name="reads", loaded=None, says=f"the fault recorded {unplaced[0]!r} as a relative path, so "
+                                                       "no read can be placed against it")
     others = {p: s for p, s in evidence.checkpoints.items() if not within(p, checkpoint)
               and not within(checkpoint, p)}
 
@@ -106,13 +120,30 @@ def _reads_witness(evidence: FileDamage, reads: list[Event], checkpoint: str, un
 
     # each read with the checkpoint it belongs to (None: a file of no checkpoint, the tracker)
     seen = [(e, ckpt_of(str(e.data.get("file", "")))) for e in reads if until is None or e.t <= until]
+    # the watch watched the checkpoint folder and nothing else: a read it places outside that folder means
+    # the two were named differently (relative against absolute, a link against its target) — a harness
+    # inconsistency, never evidence either way
+    astray = [str(e.data.get("file", "")) for e, _ in seen
+              if root is not None and not within(str(e.data.get("file", "")), root)]
+    if astray:
+        return Witness(name="reads", loaded=None, says=f"the read watch on {root} reported {len(astray)} read(s) "
+                                                       f"outside it ({astray[0]}): its paths and the checkpoint's do "
+                                                       "not agree, so its reads are not judged (a harness "
+                                                       "inconsistency)")
     if not any(where == checkpoint for _, where in seen):
         if evidence.reads_local is False:
             return Witness(name="reads", loaded=None, says=f"no read of {name} seen here ({evidence.reads_why})")
         if until is None and not any(where for _, where in seen):
             return Witness(name="reads", loaded=None, says="the restart read no checkpoint at all and never trained "
                                                            "again: it never reached its restore")
-        return Witness(name="reads", loaded=False, says=f"no process opened {name} after it was damaged ({how})")
+        if not seen:  # silence proves nothing unless the watch shows it was listening
+            return Witness(name="reads", loaded=None, says=f"the read watch ({how}) placed no read at all after the "
+                                                           f"damage, of {name} or of anything else in the folder: its "
+                                                           "silence shows nothing")
+        placed = seen[0][1] or seen[0][0].data.get("file")
+        return Witness(name="reads", loaded=False, says=f"no process opened {name} after it was damaged ({how}), "
+                                                        f"while the same watch placed {len(seen)} other read(s), "
+                                                        f"e.g. of {_short(str(placed), root)}")
     by_reader: dict[object, list[tuple[Event, str]]] = {}
     for e, where in seen:
         if where is not None:
@@ -212,11 +243,12 @@ def judge_damaged_restore(events: list[Event], t_damage: float, evidence: FileDa
                                   f"resumed from step {past}, newer than the damaged one: this restart never had to "
                                   f"choose between the damaged checkpoint and an older one, so it shows nothing of "
                                   f"whether the job skips it (trigger the fault sooner after a save)")
+    silent = "".join(f"; {w.name} could not tell: {w.says}" for w in witnesses if w.loaded is None)
     if yes and not no:
         answer: bool | None = True
-        why = "; ".join(w.says for w in yes)
+        why = "; ".join(w.says for w in yes) + silent
     elif no and not yes:
-        answer, why = False, "; ".join(w.says for w in no)
+        answer, why = False, "; ".join(w.says for w in no) + silent
     elif yes and no and reads.loaded is False and reads.says.startswith("no process opened"):
         answer = False
         why = f"{reads.says}, so it cannot have loaded it (although " + "; ".join(f"{w.name}: {w.says}" for w in yes) + ")"

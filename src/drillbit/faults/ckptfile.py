@@ -17,6 +17,7 @@ from contextlib import nullcontext
 from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan, unmatched, where
 from drillbit.errors import ConfigError, FaultError
 from drillbit.faults.base import HealReport, Observation, State
+from drillbit.paths import entered
 from drillbit.proc import ProcRef
 from drillbit.readwatch import ReadWatch
 
@@ -178,7 +179,7 @@ class ReadWitness:
     def read_evidence(self, spec: CheckpointSpec | None) -> dict:
         w = self._watch
         found = scan(spec) if spec is not None else []
-        return {"root": spec.dir if spec is not None else None,
+        return {"root": entered(spec.dir) if spec is not None else None,
                 "checkpoints": {str(c.path): c.step for c in found},
                 "reads": w.mode if w is not None else "none",
                 "reads_local": w.local if w is not None else None,

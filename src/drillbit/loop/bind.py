@@ -7,6 +7,7 @@ guessed from a param's name.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import sys
 from pathlib import Path
@@ -26,13 +27,28 @@ from drillbit.spec.placeholders import expand
 Launched = dict[str, dict[str, str]] | None
 
 
-def _filled(checkpoint: CheckpointSpec, run_dir: Path) -> CheckpointSpec:
-    return checkpoint.model_copy(update={"dir": expand(checkpoint.dir, {"run_dir": str(run_dir)})})
+def job_folder(job: JobProfile, run_dir: Path) -> str:
+    """The job's working folder, against which the paths its profile gives relative are taken:
+    its launch ``cwd`` (itself relative to where drill runs), else where drill runs."""
+    cwd = job.launch.cwd if job.launch is not None else None
+    return os.path.abspath(expand(cwd, {"run_dir": str(run_dir)})) if cwd else os.getcwd()
+
+
+def job_path(path: str, job: JobProfile, run_dir: Path) -> str:
+    """A path of the job profile, its placeholders filled and made absolute against the job's
+    working folder. Links are resolved on the node that holds the path (scan, the read watch),
+    not here: the controller may not see that node's filesystem."""
+    filled = expand(path, {"run_dir": str(run_dir)})
+    return os.path.normpath(filled if os.path.isabs(filled) else os.path.join(job_folder(job, run_dir), filled))
+
+
+def _filled(checkpoint: CheckpointSpec, run_dir: Path, job: JobProfile) -> CheckpointSpec:
+    return checkpoint.model_copy(update={"dir": job_path(checkpoint.dir, job, run_dir)})
 
 
 def job_checkpoint(job: JobProfile, run_dir: Path) -> CheckpointSpec | None:
     """The job profile's checkpoints, its folder's placeholders filled for this run."""
-    return None if job.checkpoint is None else _filled(job.checkpoint, run_dir)
+    return None if job.checkpoint is None else _filled(job.checkpoint, run_dir, job)
 
 
 def _checkpoint(params: Any, job: JobProfile, run_dir: Path, fault: str, launched: Launched) -> Any:
@@ -40,16 +56,15 @@ def _checkpoint(params: Any, job: JobProfile, run_dir: Path, fault: str, launche
     checkpoint = job.checkpoint if params.checkpoint is None else params.checkpoint
     if not isinstance(checkpoint, CheckpointSpec):  # none at all, or a plugin's own kind of value
         return params
-    return params.model_copy(update={"checkpoint": _filled(checkpoint, run_dir)})
+    return params.model_copy(update={"checkpoint": _filled(checkpoint, run_dir, job)})
 
 
 def _tier(params: Any, job: JobProfile, run_dir: Path, fault: str, launched: Launched) -> Any:
-    values = {"run_dir": str(run_dir)}
     tier = job.tiers.get(params.tier or "")
     if params.folder is None and tier is not None and hasattr(tier, "dir"):
-        params = params.model_copy(update={"folder": expand(tier.dir, values)})
+        params = params.model_copy(update={"folder": job_path(tier.dir, job, run_dir)})
     elif isinstance(params.folder, str):
-        params = params.model_copy(update={"folder": expand(params.folder, values)})
+        params = params.model_copy(update={"folder": job_path(params.folder, job, run_dir)})
     if params.folder is None and params.tier is not None:
         raise ConfigError(f"{fault} takes a tier's folder away: the job profile has no folder for "
                           f"tiers.{params.tier} ({', '.join(job.tiers) or 'no tiers'}); name one in the profile "

@@ -1,6 +1,7 @@
 """Signal presets: log signatures per recovery stack, loaded from presets/*.yaml."""
 from __future__ import annotations
 
+import os
 import re
 import time
 from functools import lru_cache
@@ -9,6 +10,7 @@ from pathlib import Path
 from pydantic import field_validator
 
 from drillbit.errors import Problem, SpecError
+from drillbit.paths import entered
 from drillbit.spec.load import _suggest, read_yaml, validate
 from drillbit.spec.models import Strict, compile_regex
 from drillbit.spec.signals import Signal
@@ -94,6 +96,10 @@ class Matcher:
                     data[name] = [_item(m) for m in item.finditer(data[name])]
             for k, v in sig.fields.items():
                 data.setdefault(k, v)
+            if isinstance(data.get("path"), str) and os.path.isabs(data["path"]):
+                # resolved where the line is read (the node that wrote it): a job that names its checkpoint
+                # through a link names the same file as the kernel's reads and the fault's record
+                data["path"] = entered(data["path"])
             if sig.by and "by" not in data:
                 data["by"] = sig.by
             if sig.kind == "error":

@@ -12,6 +12,7 @@ from typing import Any
 
 from drillbit.checks.baseline import RUNS, Baseline
 from drillbit.checks.recovery import Measurements
+from drillbit.paths import entered_path
 from drillbit.spec.config import DrillConfig
 
 SCHEMA = """
@@ -38,10 +39,10 @@ def store_path(config: DrillConfig, reports_dir: str | None = None, db: str | No
     """Where the store is: --db, else the config's results_db (unless --reports moved the
     run folders), else <reports>/drills.db."""
     if db:
-        return Path(db)
+        return entered_path(db)
     if config.results_db and not reports_dir:
-        return Path(config.results_db)
-    return Path(reports_dir or config.reports_dir) / "drills.db"
+        return entered_path(config.results_db)
+    return entered_path(reports_dir or config.reports_dir) / "drills.db"
 
 
 class Store:

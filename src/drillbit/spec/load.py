@@ -74,7 +74,8 @@ class _Builder:
         except yaml.YAMLError as exc:
             self.problem(node, loc, f"not plain data ({getattr(exc, 'problem', None) or exc})")
             return None
-        except (ValueError, KeyError, TypeError, OverflowError) as exc:  # !!int x, !!bool maybe, !!timestamp 2026-13-45
+        except (ValueError, KeyError, TypeError, OverflowError, AttributeError, IndexError) as exc:
+            # !!int x, !!bool maybe, !!timestamp 2026-13-45, !!float '' (IndexError), !!timestamp x (AttributeError)
             self.problem(node, loc, f"{node.value!r} is not a valid {node.tag.rsplit(':', 1)[-1]} "
                          f"({exc.__class__.__name__}: {exc}); drop the tag or fix the value")
             return None
