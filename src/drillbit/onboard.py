@@ -20,7 +20,7 @@ from drillbit.dirwatch import DirWatch
 from drillbit.errors import ConfigError, SpecError
 from drillbit.faults import get as get_fault
 from drillbit.loading import load_drill
-from drillbit.loop.runner import job_params
+from drillbit.loop.preflight import refusals
 from drillbit.probes.preset import load as load_preset
 from drillbit.probes.tail import FileFollower
 from drillbit.proc import ProcRef
@@ -159,22 +159,14 @@ class SaveWatch:
 
 
 def readiness(spec: DrillSpec, job: JobProfile, kinds: set[str], ranks: list[ProcRef],
-              checkpoints: list | None, *, engine: str | None = None, saves_seen: int | None = None,
-              run_dir: Path | None = None) -> list[str]:
+              checkpoints: list | None, *, refused: list[str], saves_seen: int | None = None) -> list[str]:
     """What this job lacks for this drill on this cluster (empty: it can run it): what the
-    drill's own preflight would refuse (the fault's engine, its binding to the profile — a
-    checkpoint, a tier's folder, a replacement hook), and what the probe saw missing (signals,
-    ranks, checkpoints on disk, saves seen as saves)."""
+    drill's own preflight refuses (``refused``: :func:`drillbit.loop.preflight.refusals`, the
+    one function the drill runs too), and what the probe saw missing (signals, ranks,
+    checkpoints on disk, saves seen as saves)."""
 
-    missing = []
+    missing = list(refused)
     fault_cls = get_fault(spec.fault.type)
-    if engine is not None and fault_cls.needs_engine is not None and engine != fault_cls.needs_engine:
-        missing.append(f"a cluster of engine {fault_cls.needs_engine} ({spec.fault.type} works only there; this "
-                       f"one is {engine})")
-    try:
-        job_params(spec, job, run_dir or Path("."))
-    except ConfigError as exc:
-        missing.append(str(exc))
     if spec.slo.restore_tier is not None and not job.tiers:
         missing.append("tiers: in the profile (where each copy of a checkpoint lives)")
     if fault_cls.arms_on_save:
@@ -270,8 +262,8 @@ def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfil
         per_node.setdefault(r.node or "?", []).append(r.rank)
     catalogue = {}
     for name, spec in sorted(drills.items()):
-        missing = readiness(spec, job, kinds, ranks, checkpoints, engine=cluster.engine, saves_seen=saves_seen,
-                            run_dir=run_dir)
+        refused = refusals(spec, job, job_name, cluster, cluster_name, nodes, run_dir)
+        missing = readiness(spec, job, kinds, ranks, checkpoints, refused=refused, saves_seen=saves_seen)
         catalogue[name] = {"fault": spec.fault.type, "ready": not missing, "missing": missing}
     step_fired = any(t.kind == "step" for t in fired)
     return {

@@ -197,7 +197,7 @@ def test_a_file_rewritten_in_place_is_a_layout_and_a_layout_that_fits_nothing_is
     assert not isinstance(raised.value, ConfigError)
 
 
-def test_readiness_is_what_the_drills_own_preflight_would_say():
+def test_readiness_is_what_the_drills_own_preflight_would_say(tmp_path):
     """drill probe's "ready": the fault's engine, its binding to the profile (a tier's folder),
     and saves seen as saves — not just a step signal (it once said yes to kill-during-save on a
     job whose saves it never saw, to lose-local-tier without tiers, to node-down off Slurm)."""
@@ -216,8 +216,15 @@ def test_readiness_is_what_the_drills_own_preflight_would_say():
     ranks = [ProcRef(pid=1, start_time=0.0, rank=r) for r in range(4)]
     kinds = {"step", "detect", "restart", "restore"}
 
+    from drillbit.loop.preflight import refusals
+    from drillbit.transport import connect
+
+    cluster = config.clusters["local-process"]
+    nodes = connect("local-process", cluster, tmp_path)
+
     def missing(name: str, **kw) -> str:
-        return "; ".join(readiness(drills[name], job, kinds, ranks, [object()], engine="process", **kw))
+        refused = refusals(drills[name], job, "j", cluster, "local-process", nodes, tmp_path)
+        return "; ".join(readiness(drills[name], job, kinds, ranks, [object()], refused=refused, **kw))
 
     assert "a save seen in /tmp/x" in missing("kill-during-save", saves_seen=0)
     assert missing("kill-during-save", saves_seen=2) == ""

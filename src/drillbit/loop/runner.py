@@ -41,6 +41,7 @@ from drillbit.fleet.simulate import Scenario
 from drillbit.history import Event, History
 from drillbit.loop.agentlogs import AgentLogProbe
 from drillbit.loop.bind import job_checkpoint, job_params
+from drillbit.loop.preflight import refusals
 from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
 from drillbit.loop.schedule import JobExited, choose_targets, describe_trigger, wait_trigger
 from drillbit.loop.stop import UNREADABLE_S, StopWatch
@@ -300,25 +301,19 @@ class DrillRunner:
 
     def preflight(self) -> None:
         self.ui.phase("preflight", f"cluster {self.cluster_name}, job {self.job_name}")
-        if self.cluster.protected:
-            raise ConfigError(f"cluster {self.cluster_name!r} is protected; drills are refused there")
+        # the same refusals drill probe shows as "ready" (loop/preflight.py)
+        refused = refusals(self.spec, self.job, self.job_name, self.cluster, self.cluster_name, self.nodes,
+                           self.run_dir)
+        if refused:
+            raise ConfigError("; ".join(refused))
         self.nodes.allowed_hosts = self.cluster.allowed_hosts  # checked at each agent's handshake
-        self.nodes.check(self.job, self.spec.fault.type, self.spec.abort.max_duration, self.job_name)
         if self.nodes.launches(self.job) is None and self.job.attach_pid is not None:
             self.attached = self.nodes.attach_root(self.job.attach_pid, self.job.attach_start_time)
-        if any(sig.url is None for sig in self.job.prometheus) and not self.cluster.prometheus:
-            raise ConfigError(f"job {self.job_name!r} reads signals from Prometheus: give their url, or prometheus: "
-                              f"URL in cluster {self.cluster_name!r} of drill.yaml")
         if self.spec.abort.when:  # read once before anything is touched: a brake that does not work is refused
-            if not self.cluster.prometheus:
-                raise ConfigError(f"abort.when needs the Prometheus that watches the job: prometheus: URL in cluster "
-                                  f"{self.cluster_name!r} of drill.yaml")
+            assert self.cluster.prometheus is not None
             self.stopwatch = StopWatch(self.spec.abort.when, self.cluster.prometheus, self.spec.abort.check_every,
                                        self.history, counting=False)
             self.stopwatch.check_ready()
-        if self.spec.steady.members is not None and "members" not in self._reads():
-            raise ConfigError(f"steady.members needs a membership signal (kind members, as the torchft preset "
-                              f"reads the lighthouse's quorum); job {self.job_name!r} reads none")
         prediction = predict(self.fault.seen_by(self.params), self.fault.verb, self.job.timeouts, self.spec.slo)
         if prediction is not None:  # from the job's declared timeouts, before anything runs
             self.record("predicted", **prediction.model_dump())

@@ -1,0 +1,49 @@
+"""What a drill's preflight refuses on a cluster and job, before anything is touched: one
+function, asked by the drill (``DrillRunner.preflight`` raises what it returns) and by
+``drill probe`` (its "ready" column), so a "yes" from the probe means ``drill run`` starts.
+
+Only refusals that need no running job and no agent are here: a protected cluster, the
+engine's checks (``Nodes.check``: a fault of another engine, a network cut on nodes that
+share this machine's network, a placeholder only another engine fills, Slurm's rights), the
+fault's binding to the profile (a checkpoint, a tier's folder, a control plane), and what the
+spec asks of the profile's signals and the cluster's Prometheus.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from drillbit.errors import ConfigError
+from drillbit.loop.bind import job_params
+from drillbit.probes.preset import signals_of
+from drillbit.spec.config import ClusterSpec, JobProfile
+from drillbit.spec.models import DrillSpec
+
+
+def refusals(spec: DrillSpec, job: JobProfile, job_name: str, cluster: ClusterSpec, cluster_name: str,
+             nodes: Any, run_dir: Path) -> list[str]:
+    """Every refusal of the drill on this cluster and job, in words (empty: preflight passes
+    them all). ``nodes``: the cluster's :class:`~drillbit.transport.nodes.Nodes`, not started."""
+    out: list[str] = []
+
+    def attempt(fn) -> None:
+        try:
+            fn()
+        except ConfigError as exc:
+            out.append(str(exc))
+
+    if cluster.protected:
+        out.append(f"cluster {cluster_name!r} is protected; drills are refused there")
+    attempt(lambda: nodes.check(job, spec.fault.type, spec.abort.max_duration, job_name))
+    attempt(lambda: job_params(spec, job, run_dir))
+    if any(sig.url is None for sig in job.prometheus) and not cluster.prometheus:
+        out.append(f"job {job_name!r} reads signals from Prometheus: give their url, or prometheus: URL in cluster "
+                   f"{cluster_name!r} of drill.yaml")
+    if spec.abort.when and not cluster.prometheus:
+        out.append(f"abort.when needs the Prometheus that watches the job: prometheus: URL in cluster "
+                   f"{cluster_name!r} of drill.yaml")
+    kinds = {s.kind for s in signals_of(job.presets, job.signals)}
+    if spec.steady.members is not None and "members" not in kinds:
+        out.append(f"steady.members needs a membership signal (kind members, as the torchft preset reads the "
+                   f"lighthouse's quorum); job {job_name!r} reads none")
+    return list(dict.fromkeys(out))
