@@ -1,8 +1,10 @@
 """Checkpoint saves seen as file events, and the crash points inside one save.
 
 A save is a burst of file events under the checkpoint folder (:mod:`drillbit.dirwatch`): it
-begins with the first create or publish after the watch is armed, or after a quiet spell of
-``settle_s`` without events, and ends with the next quiet spell. Deletes (the job pruning an
+begins with the first create or publish after the watch is armed, after a quiet spell of
+``settle_s`` without events, or with a file written again that this save already closed (a
+file rewritten in place by every save, faster than any quiet spell), and ends with the next
+quiet spell or the next save. Deletes (the job pruning an
 old checkpoint) belong to whichever save is open, and never start one.
 
 A :class:`CrashPoint` names where in a save a crash lands: at the ``create`` of a file (it
@@ -105,8 +107,15 @@ class SaveTracker:
         return self.saves[-1] if self.saves else None
 
     def feed(self, event: FileEvent) -> Save | None:
-        """Add one event; returns the save it belongs to (None: a delete outside any save)."""
+        """Add one event; returns the save it belongs to (None: a delete outside any save).
+        A file written again after it closed in the open save begins the next save, quiet
+        spell or not: a job that rewrites ``ckpt.pt`` in place with ``torch.save`` every step
+        saves more often than any quiet spell, and each rewrite is one save."""
         quiet = self._last_t is None or event.t - self._last_t >= self.settle_s
+        current = self.current
+        if not quiet and current is not None and event.kind == "create" and not event.is_dir \
+                and any(e.kind == "close" and e.path == event.path for e in current.events):
+            quiet = True
         if event.kind != "delete":
             self._last_t = event.t
         if quiet and event.kind != "delete":

@@ -95,14 +95,54 @@ def test_corrupt_checkpoint_passes_the_script_that_verifies_and_falls_back(tmp_p
     assert slo["status"] == "pass" and "then ckpt.prev.bin" in slo["detail"], slo
 
 
-def test_a_sweep_of_the_in_place_save_finds_the_torn_points_that_hard_fail(tmp_path):
-    resolved = resolve("kill-during-save", cluster="local-process", job="inplace", config_path=str(config(tmp_path)))
+TORCHSAVE = HERE / "jobs" / "torchsave_loop.py"
+NANOGPT_SIGNALS = [  # nanoGPT's own lines (train.py's print formats)
+    {"kind": "step", "pattern": r"^iter (?P<n>\d+): loss", "ints": ["n"]},
+    {"kind": "ckpt.save.begin", "pattern": r"^saving checkpoint to (?P<path>\S+)"},
+    {"kind": "restore", "pattern": r"^Resuming training from (?P<path>\S+)"},
+]
+
+
+def torchsave_config(tmp_path: Path, *extra: str) -> Path:
+    """The nanoGPT-shaped job that saves with torch.save itself, every step, to one name."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "3",
+               "--monitor-interval", "0.5", str(TORCHSAVE), "--out-dir", "{run_dir}/out", *extra]
+    job = {"presets": ["torchrun"], "signals": NANOGPT_SIGNALS,
+           "launch": {"command": command, "env": {"LOGLEVEL": "INFO"}},
+           "ranks": {"cmdline": "torchsave_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
+           "logs": ["{run_dir}/job.out"],
+           "checkpoint": {"dir": "{run_dir}/out", "layout": "file", "files": ["ckpt.pt"]}}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "drill.yaml"
+    path.write_text(json.dumps({"jobs": {"torchsave": job}}))
+    return path
+
+
+def test_a_sweep_of_torch_save_in_place_records_one_save_and_finds_the_points_that_hard_fail(tmp_path):
+    """#42: on a script that rewrites ckpt.pt with torch.save every step, the record pass saw 'no save
+    reach close *' in 300 s: its saves came faster than any quiet spell, and were taken for one save
+    that never ended. A file written again after it closed begins the next save (saves.py)."""
+    resolved = resolve("kill-during-save", cluster="local-process", job="torchsave",
+                       config_path=str(torchsave_config(tmp_path)))
     report, folder = run_sweep(short_window(resolved, 25), reports_dir=str(tmp_path / "reports"))
-    assert [(e["kind"], e["path"]) for e in report["recorded"]["events"]] == [("create", "ckpt.bin"),
-                                                                               ("close", "ckpt.bin")]
+    assert [(e["kind"], e["path"]) for e in report["recorded"]["events"]] == [("create", "ckpt.pt"),
+                                                                               ("close", "ckpt.pt")]
     classes = {row["point"]: row["class"] for row in report["rows"]}
-    assert classes == {"create ckpt.bin": "hard-fail", "close ckpt.bin": "pass", "torn ckpt.bin": "hard-fail"}, \
-        report["rows"]
+    assert set(classes) == {"create ckpt.pt", "close ckpt.pt", "torn ckpt.pt"}, report["rows"]
+    # torn: torch.load refuses the half file on every restart; a kill after the close leaves it whole.
+    # At create the kill lands while torch's writer holds the file, or (a 1 MB save is quick) just after
+    assert classes["torn ckpt.pt"] == "hard-fail" and classes["close ckpt.pt"] == "pass", report["rows"]
+    assert classes["create ckpt.pt"] in ("hard-fail", "pass"), report["rows"]
     assert report["exit_code"] == 1
-    text = (folder / "sweep.md").read_text()
-    assert "| create ckpt.bin | HARD-FAIL |" in text, text
+    assert "| torn ckpt.pt | HARD-FAIL |" in (folder / "sweep.md").read_text()
+
+
+def test_a_sweep_of_torch_save_to_a_temporary_renamed_into_place_finds_no_point(tmp_path):
+    resolved = resolve("kill-during-save", cluster="local-process", job="torchsave",
+                       config_path=str(torchsave_config(tmp_path, "--atomic")))
+    report, _ = run_sweep(short_window(resolved, 25), reports_dir=str(tmp_path / "reports"))
+    kinds = [(e["kind"], e["path"]) for e in report["recorded"]["events"]]
+    assert ("publish", "ckpt.pt") in kinds and ("close", "ckpt.pt.tmp") in kinds, kinds
+    classes = {row["point"]: row["class"] for row in report["rows"]}
+    assert classes and set(classes.values()) == {"pass"}, report["rows"]
+    assert report["exit_code"] == 0

@@ -443,3 +443,24 @@ def test_a_restore_line_naming_the_load_folder_is_judged_by_containment_and_step
               best_complete_step=None, best_complete=None, time_to_first_step=5.0)
     _judge_crash_restore(m, restarted=True, crash_dir="/runs/r/snap", crash_names=["snapshot.pt"])
     assert m.restored_incomplete is True and crash_class(m, "fail") == "silent"
+
+
+def test_a_file_rewritten_in_place_faster_than_the_quiet_spell_is_one_save_per_rewrite():
+    """#42: torch.save to ckpt.pt every step (0.2 s apart, under the 0.5 s quiet spell) was one
+    save that never ended, and the sweep's record pass gave up. Each rewrite of a file the save
+    already closed begins the next save."""
+    from drillbit.dirwatch import FileEvent
+    from drillbit.saves import SaveTracker, crash_points
+
+    tracker = SaveTracker(settle_s=0.5)
+    for i in range(5):
+        tracker.feed(FileEvent(10 + 0.2 * i, "create", "ckpt.pt", False, 0))
+        tracker.feed(FileEvent(10 + 0.2 * i + 0.01, "close", "ckpt.pt", False, 264973))
+    assert len(tracker.saves) == 5 and all(len(s.events) == 2 for s in tracker.saves)
+    assert [p.label() for p in crash_points(tracker.saves[0])] == ["create ckpt.pt", "close ckpt.pt", "torn ckpt.pt"]
+    # a save of several files, each written once, stays one save
+    tracker = SaveTracker(settle_s=0.5)
+    for i, name in enumerate(["a.pt", "b.pt", ".metadata"]):
+        tracker.feed(FileEvent(20 + 0.05 * i, "create", name, False, 0))
+        tracker.feed(FileEvent(20 + 0.05 * i + 0.01, "close", name, False, 10))
+    assert len(tracker.saves) == 1

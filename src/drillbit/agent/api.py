@@ -16,12 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.proc import ProcRef
+from drillbit.pystacks import RankStack
 from drillbit.spec.config import RankDiscovery
 from drillbit.spec.signals import Signal
 
 # Bumped when a method, a request or a reply changes shape. The drillbit version is
 # compared too: controller and agent must run the same code (Ray pickles by reference).
-PROTOCOL = 3
+PROTOCOL = 4  # 4: stacks
 
 
 class Message(BaseModel):
@@ -74,6 +75,10 @@ class Arm(Message):
     offset_s: float = 0.0  # the agent's clock minus the controller's, as the controller measured it
 
 
+class StacksRequest(Message):
+    ranks: list[ProcRef]  # ranks this agent found (find_ranks); any other process is refused
+
+
 class LeaseAcquire(Message):
     cluster: str
     holder: str
@@ -96,6 +101,10 @@ class Ranks(Message):
 
 class Launched(Message):
     proc: ProcRef
+
+
+class Stacks(Message):
+    stacks: list[RankStack]
 
 
 class Injected(Message):
@@ -197,6 +206,7 @@ METHODS: dict[str, Method] = {
     "tail_start": Method(request=TailStart, reply=Empty, doc="follow the job's logs on this node, matching signals"),
     "tail_fetch": Method(request=TailFetch, reply=TailBatch, doc="the matched events waiting, oldest first"),
     "tail_stop": Method(request=Empty, reply=TailBatch, doc="stop following; the last events"),
+    "stacks": Method(request=StacksRequest, reply=Stacks, doc="the Python stacks of ranks it found (py-spy)"),
 }
 
 

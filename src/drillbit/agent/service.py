@@ -33,6 +33,7 @@ from drillbit.faults import get as get_fault
 from drillbit.faults import registry as fault_registry
 from drillbit.lease import Lease
 from drillbit.proc import ProcRef
+from drillbit import pystacks
 from drillbit.slurm.scheduler import job_processes
 from drillbit.statedir import private_dir
 
@@ -232,6 +233,14 @@ class AgentService:
         ranks = self.agent.find_ranks(req.discovery, root=root, not_before=not_before)
         self._found |= {r.key for r in ranks}
         return api.Ranks(ranks=ranks)
+
+    def _stacks(self, req: api.StacksRequest) -> api.Stacks:
+        """py-spy dumps of ranks this agent found for the job (by pid and start time); any
+        other process is refused, so the controller cannot read an arbitrary process."""
+        strangers = [r for r in req.ranks if r.key not in self._found]
+        if strangers:
+            raise Refused(f"pid {strangers[0].pid} is not a rank this agent found for the job")
+        return api.Stacks(stacks=[pystacks.dump(r) for r in req.ranks])
 
     def _plan(self, req: api.PlanRequest) -> api.Planned:
         return api.Planned(step=self.agent.describe(req.fault, req.target, req.params))

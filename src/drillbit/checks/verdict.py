@@ -99,4 +99,7 @@ def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reason
     if not history.of("step"):
         verdict = worst(verdict, "inconclusive")
         reasons.append("no step signal was ever read from the job")
+    stuck = history.last("stacks")
+    if stuck is not None and verdict in ("fail", "inconclusive") and stuck.data.get("where"):
+        reasons.append(f"where the job was stuck when the window closed: {stuck.data['where']} (stacks.json)")
     return verdict, reasons

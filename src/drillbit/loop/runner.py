@@ -19,6 +19,7 @@ each agent's dead-man's switch heals on its own if this process is killed outrig
 """
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
@@ -29,6 +30,7 @@ from typing import Callable, Iterable, Literal, Protocol
 
 import psutil
 
+from drillbit.atomic import write_atomic
 from drillbit.checkpoints import SavedTier, tier_steps
 from drillbit.checks import CheckResult, check
 from drillbit.checks.baseline import Baseline
@@ -49,6 +51,7 @@ from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
 from drillbit.probes.preset import signals_of
 from drillbit.probes.prometheus import PrometheusProbe
 from drillbit.proc import ProcRef
+from drillbit.pystacks import where_stuck
 from drillbit.spec.config import ClusterSpec, JobProfile
 from drillbit.spec.models import DrillSpec
 from drillbit.transport.nodes import Nodes
@@ -490,7 +493,28 @@ class DrillRunner:
                            f"{self.progress.rate():.1f} steps/s · awaiting "
                            f"{awaiting(self.history, obs.until_steps_after_recovery)}")
             self.tick(0.2)
+        if reason == "window elapsed" and not recovered(self.history, obs.until_steps_after_recovery):
+            self.dump_stacks(t0)  # the ranks stopped making progress, and that decides the drill: where?
         self.record("observe.end", reason=reason)
+
+    def dump_stacks(self, t_fault: float) -> None:
+        """The live ranks' Python stacks (py-spy, by the agent on each rank's node), before the
+        heal and the teardown change them: stacks.json in the run folder, and a ``stacks``
+        event with where the ranks of the attempt now running are stuck (pystacks.where_stuck)."""
+        self.ui.phase("observe", "no recovery: dumping the live ranks' stacks")
+        restarts = [e for e in self.history.of("restart") if e.t >= t_fault]
+        attempt = max((int(e.data["attempt"]) for e in restarts if isinstance(e.data.get("attempt"), int)),
+                      default=len(restarts))
+        try:
+            ranks = self.nodes.find_ranks(self.job.ranks, self.attached)
+            stacks = self.nodes.stacks(ranks)
+        except DrillError as exc:
+            self.record("stacks", attempt=attempt, where=f"the ranks' stacks could not be read: {exc}", ranks=[])
+            return
+        write_atomic(self.run_dir / "stacks.json", json.dumps([s.model_dump() for s in stacks], indent=1))
+        self.record("stacks", attempt=attempt, where=where_stuck(stacks, attempt),
+                    ranks=[{"rank": s.rank, "pid": s.pid, "node": s.node, "ok": s.ok, "error": s.error,
+                            "frames": [f.short() for f in s.main()[:12]]} for s in stacks])
 
     def teardown(self) -> None:
         for probe in self.probes:

@@ -18,6 +18,7 @@ from drillbit.errors import ConfigError, DrillError
 from drillbit.faults import registry as fault_registry
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.proc import ProcRef
+from drillbit.pystacks import RankStack
 from drillbit.spec.config import RankDiscovery
 
 
@@ -107,6 +108,9 @@ class AgentClient:
 
     def find_ranks(self, discovery: RankDiscovery, attach: ProcRef | None) -> list[ProcRef]:
         return self.request("find_ranks", api.FindRanks(discovery=discovery, attach=attach)).ranks
+
+    def stacks(self, ranks: list[ProcRef]) -> list[RankStack]:
+        return self.request("stacks", api.StacksRequest(ranks=ranks), timeout=90.0).stacks
 
     def launch(self, argv: list[str], env: dict[str, str], cwd: str | None, out_path: str,
                stop_timeout: float) -> ProcRef:

@@ -25,6 +25,7 @@ from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.lease import Lease
 from drillbit.proc import ProcRef
+from drillbit.pystacks import RankStack
 from drillbit.spec.config import HEARTBEAT_S, JobProfile, RankDiscovery
 from drillbit.spec.placeholders import expand
 from drillbit.transport.client import AgentClient
@@ -364,6 +365,21 @@ class Nodes:
     def find_ranks(self, discovery: RankDiscovery, attach: ProcRef | None = None) -> list[ProcRef]:
         found = [r for refs in self._on_all(lambda c: c.find_ranks(discovery, attach)).values() for r in refs]
         return sorted(found, key=lambda r: r.rank if r.rank is not None else -1)
+
+    def stacks(self, ranks: list[ProcRef]) -> list[RankStack]:
+        """Each live rank's Python stacks, dumped by the agent on its node (py-spy); a node
+        whose agent cannot answer gives its ranks' dumps as failed, with why."""
+        by_node: dict[str, list[ProcRef]] = {}
+        for r in ranks:
+            by_node.setdefault(r.node or "", []).append(r)
+        out: list[RankStack] = []
+        for node, refs in by_node.items():
+            try:
+                out += self.clients[node].stacks(refs)
+            except Exception as exc:  # noqa: BLE001 — one node's failure is that node's dumps' reason
+                out += [RankStack(node=node, pid=r.pid, rank=r.rank, ok=False, error=f"agent on {node}: {exc}")
+                        for r in refs]
+        return sorted(out, key=lambda s: (s.rank is None, s.rank or 0, s.pid))
 
     def _client(self, ref: ProcRef) -> AgentClient:
         if ref.node not in self.clients:
