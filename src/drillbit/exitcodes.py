@@ -21,7 +21,7 @@ BY_VERDICT = {"pass": PASS, "fail": FAIL, "inconclusive": INCONCLUSIVE, "aborted
 
 
 def exit_code(verdict: str, error_kind: str | None = None) -> int:
-    if error_kind == "config":
+    if error_kind in ("config", "busy"):  # busy: another drill holds the cluster; nothing was run
         return USAGE
     if error_kind == "inconclusive":  # the job never let the drill begin: nothing established
         return BY_VERDICT[worst(verdict, "inconclusive")]
@@ -35,7 +35,7 @@ def suite_exit_code(results: Iterable[tuple[str, str | None]]) -> int:
 
     results = list(results)
     kinds = {k for _, k in results}
-    if "config" in kinds:
+    if kinds & {"config", "busy"}:
         return USAGE
     if kinds - {None, "inconclusive"}:
         return HARNESS

@@ -136,7 +136,8 @@ def where_stuck(stacks: list[RankStack], attempt: int) -> str:
     names = ranks_text([s.rank for s in read], [s.pid for s in read])
     if shared:
         text = f"{names} {who} stuck in " + " → ".join(f.name for f in shared)
-        text += f" ({shared[-1].short()})"
+        last = shared[-1]
+        text += f" ({os.path.basename(last.file)}:{last.line})" if last.line else ""
     else:
         inner = "; ".join(f"{ranks_text([s.rank], [s.pid])} in {s.main()[0].short()}" for s in read)
         text = f"{names} {who} share no frame past the entry point: {inner}"

@@ -1,7 +1,8 @@
 """One place that makes run folders: a drill's, and those of runs of several drills (suite,
 gate, repeat, sweep, compare, campaign, game day, probe).
 
-A folder is ``<stamp>-<name>`` for one drill and ``<kind>-<stamp>-<name>`` for the others;
+A run folder is made 0700 (an agent keeps its registry in it, and obeys it). A folder is
+``<stamp>-<name>`` for one drill and ``<kind>-<stamp>-<name>`` for the others;
 a second one in the same second gets ``-2``, ``-3`` … A folder is never reused: ``mkdir``
 without ``exist_ok`` is the test, so two processes starting in the same second get two.
 """
@@ -24,7 +25,7 @@ def new_folder(reports: str | Path, name: str, kind: str | None = None) -> Path:
     path, i = base, 1
     while True:
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700)  # private whatever the umask (002 on Ubuntu): its agents keep state here
             return path
         except FileExistsError:
             i += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,6 +192,9 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
                              nodes=connect(r.cluster, cluster, run_dir), baseline=found,
                              scenarios=scenarios_for(r.spec))
         outcome = runner.run()
+        if outcome.error_kind == "busy":  # no drill ran: no run folder, no row of an aborted drill
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise ConfigError(f"{outcome.error}; nothing was started (run it once that drill is done)")
         payload = publish(run_dir, r.spec, r.cluster, r.job, runner.params.model_dump(), outcome.history,
                           outcome.result, outcome.error, found.runs[0] if found else None, outcome.error_kind)
         store.record(payload, str(run_dir))

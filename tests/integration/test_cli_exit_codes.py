@@ -75,3 +75,21 @@ def test_reporting_commands_speak_json(tmp_path, args):
     proc = drill_cli(*args, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)
+
+
+def test_a_busy_cluster_is_exit_2_naming_the_holder_with_no_run_folder(tmp_path):
+    """#43: a drill refused by another's lease was exit 5 ("harness error"), verdict ABORTED,
+    with a run folder and a results-store row that fed the aborted figures of metrics.prom."""
+    from drillbit.lease import Lease
+
+    lease = Lease("local-process", holder="game-day drill by alice")
+    lease.acquire()
+    try:
+        proc = drill_cli("run", "kill-rank", "--cluster", "local-process", "--reports", "reports", cwd=tmp_path,
+                         timeout=120)
+    finally:
+        lease.release()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "is held by game-day drill by alice" in proc.stderr and "Traceback" not in proc.stderr
+    reports = tmp_path / "reports"
+    assert not [p for p in reports.iterdir() if p.is_dir()] if reports.exists() else True

@@ -39,6 +39,8 @@ def test_restore_hang_quarantined_and_fallen_back(tmp_path):
     assert m["restored_step"] == 10 and m["rejected_corrupted"]  # the hung checkpoint was skipped
     [heal] = result["fault"]["heals"]
     assert heal["verified"] and "byte for byte" in heal["detail"]
+    [folder] = [p for p in tmp_path.iterdir() if p.name.endswith("restore-hang-fast")]
+    assert not (folder / "stacks.json").exists()  # a run that recovered takes no dumps
 
 
 def test_restore_hang_waits_forever_without_the_watchdog(tmp_path):
@@ -47,3 +49,8 @@ def test_restore_hang_waits_forever_without_the_watchdog(tmp_path):
     first = next(s for s in result["slos"] if s["name"] == "first_step_within")
     assert first["status"] == "fail"
     assert "never made a step again" in result["reasons"][0] or "no restart ever produced a step" in result["reasons"][0]
+    # where: the live ranks' stacks, dumped before the heal, quote the frames they share (the FIFO's read)
+    stuck = [r for r in result["reasons"] if r.startswith("where the job was stuck")]
+    assert stuck and "of attempt 1 stuck in newest_valid" in stuck[0], result["reasons"]
+    [folder] = [p for p in tmp_path.iterdir() if p.name.endswith("restore-hang-fast")]
+    assert (folder / "stacks.json").exists()

@@ -40,7 +40,10 @@ def users_env(home: Path) -> dict[str, str]:
     """What cron or a systemd unit gives drill: no virtual environment on PATH, nothing of the
     test's own environment but where the temporary files go."""
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-    for keep in ("TMPDIR", "DRILLBIT_REFERENCE_NPROC"):
+    # the suite's own plumbing, not the user's: a lease folder per test (tests run side by side), the
+    # worker's name (its leftover check), the reference job's size
+    for keep in ("TMPDIR", "DRILLBIT_LEASE_DIR", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID",
+                 "DRILLBIT_REFERENCE_NPROC", "DRILLBIT_REFERENCE_STEP_MS"):
         if keep in os.environ:
             env[keep] = os.environ[keep]
     return env

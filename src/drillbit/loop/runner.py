@@ -36,7 +36,7 @@ from drillbit.checks import CheckResult, check
 from drillbit.checks.baseline import Baseline
 from drillbit.checks.predict import predict
 from drillbit.checks.recovery import awaiting, recovered
-from drillbit.errors import ConfigError, DrillError, Inconclusive
+from drillbit.errors import ConfigError, DrillError, Inconclusive, LeaseError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
 from drillbit.fleet.simulate import Scenario
@@ -56,7 +56,7 @@ from drillbit.spec.config import ClusterSpec, JobProfile
 from drillbit.spec.models import DrillSpec
 from drillbit.transport.nodes import Nodes
 
-ErrorKind = Literal["config", "inconclusive", "harness"]
+ErrorKind = Literal["config", "busy", "inconclusive", "harness"]  # busy: another drill holds the lease
 
 
 class Interrupted(BaseException):
@@ -251,6 +251,9 @@ class DrillRunner:
         except Inconclusive as exc:
             error, kind = str(exc), "inconclusive"
             self.record("inconclusive", reason=str(exc))
+        except LeaseError as exc:  # another drill holds the cluster: nothing was touched
+            error, kind = str(exc), "busy"
+            self.record("abort", reason=f"busy: {exc}")
         except ConfigError as exc:
             error, kind = str(exc), "config"
             self.record("abort", reason=f"config error: {exc}")

@@ -50,17 +50,24 @@ def measured(value: Any, name: str) -> str:
 _env.filters["measured"] = measured
 
 
-def markdown(payload: dict[str, Any]) -> str:
-    return _env.get_template("report.md.j2").render(r=payload)
+def stuck(history: History | None) -> dict[str, Any] | None:
+    """The live ranks' stacks dumped when the window closed without recovery (a ``stacks``
+    event), for the reports: where, and each rank's innermost frames."""
+    event = history.last("stacks") if history is not None else None
+    return None if event is None else dict(event.data)
+
+
+def markdown(payload: dict[str, Any], history: History | None = None) -> str:
+    return _env.get_template("report.md.j2").render(r=payload, stuck=stuck(history))
 
 
 def html(payload: dict[str, Any], history: History) -> str:
-    return _env.get_template("report.html.j2").render(r=payload, timeline=timeline_svg(history))
+    return _env.get_template("report.html.j2").render(r=payload, timeline=timeline_svg(history), stuck=stuck(history))
 
 
 def write_all(run_dir: Path, payload: dict[str, Any], history: History) -> None:
     write_result(run_dir, payload)
-    write_atomic(run_dir / "report.md", markdown(payload))
+    write_atomic(run_dir / "report.md", markdown(payload, history))
     write_atomic(run_dir / "report.html", html(payload, history))
     write_atomic(run_dir / "junit.xml", junit.to_xml(f"drill.{payload['drill']}", [payload]))
 

@@ -421,8 +421,10 @@ class DrillConfig(Strict):
     default_job: str = "reference"
     """the job profile a drill uses when neither it nor --job names one"""
     reports_dir: str = "reports"
-    """where run folders go (--reports overrides it)"""
-    results_db: str | None = Field(None, description="SQLite results store (default: <reports_dir>/drills.db)")
+    """where run folders go; a relative path is taken from the folder of this file, wherever drill runs
+    (--reports overrides it, relative to where drill runs)"""
+    results_db: str | None = Field(None, description="SQLite results store (default: <reports_dir>/drills.db); "
+                                                     "relative to the folder of this file")
     clusters: dict[str, ClusterSpec] = Field(default_factory=dict)
     """where drills run, by name (--cluster NAME)"""
     jobs: dict[str, JobProfile] = Field(default_factory=dict)
