@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from drillbit.agent.api import Record
 from drillbit.agent.jobproc import stop_job as stop_tree
 from drillbit.agent.node import NodeAgent
@@ -141,15 +143,35 @@ def heal_until_done(log: DeadmanLog, pending: Callable[[], list[Handle]], heal: 
     return True
 
 
+def _deadman_limit(registry: Path, default: float = 10.0) -> float:
+    """The dead-man limit the controller armed the agent with (its heartbeats' deadline)."""
+    try:
+        return float((json.loads(registry.read_text()).get("armed") or {}).get("deadman_s") or default)
+    except (OSError, ValueError, TypeError):
+        return default
+
+
 def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
     """The guardian's loop: returns when released, or once ``watch`` died and all is healed."""
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the drill's terminal is not our end
+    stopped_since: float | None = None
+    lost = f"the process it watched (pid {watch.pid}) is gone"
     while not stop.is_set():
-        if not watch.alive():
+        status = watch.status()
+        if status is None:
             break
+        # a controller stopped (SIGSTOP, Ctrl-Z) heals nothing: past the dead-man limit it is lost too
+        if status == psutil.STATUS_STOPPED:
+            stopped_since = stopped_since or time.time()
+            if time.time() - stopped_since > _deadman_limit(registry):
+                lost = (f"the process it watched (pid {watch.pid}) has been stopped (state T) for "
+                        f"{time.time() - stopped_since:.0f} s, past the dead-man limit")
+                break
+        else:
+            stopped_since = None
         stop.wait(poll)
     if stop.is_set():
         return 0  # released by a controller that heals for itself
@@ -171,7 +193,7 @@ def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
         agent.release_job()
         return None
 
-    orphan(log, f"the process it watched (pid {watch.pid}) is gone", agent.pending, agent.heal,
+    orphan(log, lost, agent.pending, agent.heal,
            job_running=lambda: bool(job), stop_job=stop_job,
            job_grace_s=float(armed.get("job_grace_s", 0.0)), wait=stop.wait, stopped=stop.is_set)
     return 0

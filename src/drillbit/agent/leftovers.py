@@ -11,9 +11,12 @@ dead-man log, so ``drill report`` merges them into the run's history.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 from pathlib import Path
 
+import psutil
 from pydantic import BaseModel
 
 from drillbit.agent.deadman import DeadmanLog, heal_with_deadline
@@ -37,11 +40,40 @@ def registries(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).glob("agent-*.json") if not p.name.startswith("."))
 
 
+UNTRUSTED = "not trusted"
+
+
+def distrust(path: Path) -> str | None:
+    """Why a registry must not be obeyed, or None: a heal does what a registry says (writes
+    files back, removes folders, runs a node's revive), so it and the folder holding it must be
+    real (no link), this user's, and writable by no one else. A run folder planted in a shared
+    reports folder by another user would otherwise make root's heal a write-anywhere."""
+    me = os.geteuid()
+    for what, p, kind in (("run folder", path.parent, stat.S_ISDIR), ("registry", path, stat.S_ISREG)):
+        try:
+            info = os.lstat(p)
+        except OSError as exc:
+            return f"{UNTRUSTED}: its {what} {p}: {exc.strerror}"
+        if stat.S_ISLNK(info.st_mode) or not kind(info.st_mode):
+            return f"{UNTRUSTED}: its {what} {p} is {'a symlink' if stat.S_ISLNK(info.st_mode) else 'of another kind'}"
+        if info.st_uid != me:
+            return (f"{UNTRUSTED}: its {what} {p} belongs to uid {info.st_uid}, not to this user (uid {me}); "
+                    "nothing it names was touched")
+        if info.st_mode & 0o022:
+            return (f"{UNTRUSTED}: its {what} {p} is mode {stat.S_IMODE(info.st_mode):o}: others could have "
+                    f"written it; nothing it names was touched (`chmod go-w {p}` once you have checked it)")
+    return None
+
+
 def heal_registry(path: Path, force: bool = False, abandon: str | None = None) -> Leftover:
     """Heal what one registry still holds — on the host that wrote it only (a process named
-    there is not one here: judged here, a stopped rank on node-1 would be "gone"). With
-    ``abandon``, give its faults up instead: recorded with the reason, and no guardian
-    retries them."""
+    there is not one here: judged here, a stopped rank on node-1 would be "gone"), and only a
+    registry this user made (:func:`distrust`). With ``abandon``, give its faults up instead:
+    recorded with the reason, and no guardian retries them. A controller that is stopped
+    (state T) heals nothing: it counts as gone."""
+    why = distrust(path)
+    if why is not None:
+        return Leftover(registry=str(path), node="?", skipped=why)
     try:
         payload = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -56,7 +88,8 @@ def heal_registry(path: Path, force: bool = False, abandon: str | None = None) -
         return out
     armed = payload.get("armed") or {}
     watch = armed.get("watch")
-    if watch and not force and ProcRef.model_validate(watch).alive():
+    status = ProcRef.model_validate(watch).status() if watch else None
+    if status is not None and status != psutil.STATUS_STOPPED and not force:
         out.skipped = (f"its drill is still running (pid {watch['pid']}); it heals for itself "
                        "(--force to heal now anyway)")
         return out

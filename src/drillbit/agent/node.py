@@ -308,11 +308,13 @@ class NodeAgent:
             self._save()
 
     # --- dead-man's switch ---------------------------------------------------------------
-    def arm(self, watch: ProcRef, job_grace_s: float = 0.0, offset_s: float = 0.0) -> None:
+    def arm(self, watch: ProcRef, job_grace_s: float = 0.0, offset_s: float = 0.0,
+            deadman_s: float | None = None) -> None:
         """Start the guardian: it heals this registry if ``watch`` (this agent's process, or
         the controller's when the agent lives in it) dies without releasing it first."""
         with self._lock:
-            self._armed = {"job_grace_s": job_grace_s, "offset_s": offset_s, "watch": watch.model_dump()}
+            self._armed = {"job_grace_s": job_grace_s, "offset_s": offset_s, "watch": watch.model_dump(),
+                           **({"deadman_s": deadman_s} if deadman_s is not None else {})}
             self._save()
         if self._guardian is not None and self._guardian.poll() is None:
             return

@@ -102,7 +102,7 @@ class AgentService:
     def _arm(self, req: api.Arm) -> api.Empty:
         self._beat = time.time()
         self._armed = req
-        self.agent.arm(ProcRef.of(psutil.Process()), req.job_grace_s, req.offset_s)
+        self.agent.arm(ProcRef.of(psutil.Process()), req.job_grace_s, req.offset_s, req.deadman_s)
         return api.Empty()
 
     def _disarm(self, req: api.Empty) -> api.Empty:

@@ -1,6 +1,7 @@
 """``drill run | report | validate | list | faults``: one drill, its folder, the catalogue."""
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from pathlib import Path
@@ -198,7 +199,8 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
     --cluster, each node heals its own registries where they are: over SSH (engine ssh),
     by a task pinned to each node (a running Ray cluster). A registry written on another
     host is left alone, naming it."""
-    from drillbit.agent.leftovers import heal_folder, registries
+    from drillbit.agent.leftovers import UNTRUSTED, heal_folder, registries
+    from drillbit.paths import entered_path
     from drillbit.errors import ConfigError
     from drillbit.session import merge_deadman_records
 
@@ -209,13 +211,23 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
     done = []
     unreached: list[str] = []
     healed_on_nodes = False  # a running Ray cluster's registries: healed by a task on each node
+    looked = ""
     if run_dir is not None:
-        folders = [Path(run_dir)]
+        folders = [entered_path(run_dir)]
+        looked = f"looked in {folders[0]}: {len(registries(folders[0]))} registr(ies)"
     else:
         config = load_config(find_config(None))
-        base = Path(reports_dir or config.reports_dir)
+        if cluster not in config.clusters:  # never "nothing left" for a name that means nothing
+            close = difflib.get_close_matches(cluster or "", list(config.clusters), n=1)
+            raise ConfigError(f"--cluster: unknown cluster {cluster!r}" + (f" (did you mean {close[0]!r}?)" if close
+                                                                           else f"; known: {', '.join(sorted(config.clusters))}"))
+        base = entered_path(reports_dir or config.reports_dir)
+        if not base.is_dir():
+            raise ConfigError(f"--reports: {base} is not a folder: no run folder was looked at (give the reports "
+                              "folder the drills wrote, or the run folder itself)")
         ours = [d for d in sorted(base.glob("*")) if d.is_dir() and _cluster_of(d) == cluster]
         folders = [d for d in ours if registries(d)]
+        looked = f"looked in {base}: {len(ours)} run folder(s) of cluster {cluster!r}, {len(folders)} with a registry"
         entry = config.clusters.get(cluster or "")
         if entry is not None and entry.engine == "ssh":  # the registries are on the hosts: heal there
             from drillbit.agent.leftovers import Leftover
@@ -265,13 +277,17 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
                 out.print(f"{d.node}: stopped the job the drill had launched")
         for ns in swept:
             out.print(f"removed network namespace {ns} (its drill's controller is gone)")
+        if looked:
+            out.print(looked, markup=False)
         if not unreached and not swept and not any(d.healed or d.failed or d.job_stopped or d.abandoned or d.skipped
                                                    for d in done):
             out.print(f"nothing left in place in {len(folders)} run folder(s)")
     if any(d.failed for d in done) or unreached:
         return exitcodes.HARNESS
-    # a registry of another host was not reached: run it there (its faults are still in place)
-    return exitcodes.USAGE if any(d.skipped and "written on host" in d.skipped for d in done) else exitcodes.PASS
+    # a registry of another host was not reached: run it there (its faults are still in place); one not
+    # trusted was not obeyed: whatever it names is as it was
+    return exitcodes.USAGE if any(d.skipped and ("written on host" in d.skipped or d.skipped.startswith(UNTRUSTED))
+                                  for d in done) else exitcodes.PASS
 
 
 def _cluster_of(folder: Path) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shutil
 import stat
 import time
@@ -70,27 +71,44 @@ def metadata_of(ckpt: Checkpoint, layout: str) -> Path:
 
 
 class Backup(State):
-    """A checkpoint file taken aside: where it was, where its copy is, and its sha256."""
+    """A checkpoint file taken aside: where it was, where its copy is, its sha256, and the
+    file's identity and attributes (device, inode, owner, group, mode, times) to restore."""
 
     checkpoint: str
     file: str
     backup: str
     original_sha256: str
     step: int | None = None  # the checkpoint's step, where its layout names one
+    dev: int | None = None
+    ino: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    file_mode: int | None = None
+    atime_ns: int | None = None
+    mtime_ns: int | None = None
+
+
+BACKUP_PREFIX = "backup-"
 
 
 def real_inside(file: Path, root: Path | str, fault: str) -> Path:
     """The file a fault would really touch: ``file`` with every link resolved — refused when
     that lies outside the job's checkpoint folder (a marker, metadata file or checkpoint
     folder that is a link to something else: the fault would write through it, and the heal
-    would put back the link, not the file)."""
+    would put back the link, not the file), and when it has another name (a hard link: the
+    damage would show under a name outside the folder, which no heal of this name can see)."""
     real_root = os.path.realpath(root)
     real = os.path.realpath(file)
     if os.path.commonpath([real, real_root]) != real_root:
         raise FaultError(f"{fault}: {file} leads to {real}, outside the job's checkpoint folder {root} (a symlink); "
                          "drillbit does not write through it. Pick another checkpoint (nth_newest) or mode")
-    if not stat.S_ISREG(os.stat(real).st_mode):
+    info = os.stat(real)
+    if not stat.S_ISREG(info.st_mode):
         raise FaultError(f"{fault}: {real} is not a regular file")
+    if info.st_nlink > 1:
+        raise ConfigError(f"{fault}: {real} has {info.st_nlink} names (hard links): damaging it would damage the "
+                          "file under its other names too, outside what the drill watches and heals. Pick another "
+                          "checkpoint (nth_newest) or mode, or give the job a copy")
     return Path(real)
 
 
@@ -101,8 +119,9 @@ def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None, root: 
     the file is taken at its real place, which must lie inside it (:func:`real_inside`)."""
     if root is not None:
         file = real_inside(file, root, fault)
-    folder = scratch.resolve() / f"backup-{os.getpid()}-{time.time_ns()}"
-    folder.mkdir(parents=True)
+    info = os.stat(file, follow_symlinks=False)
+    folder = scratch.resolve() / f"{BACKUP_PREFIX}{os.getpid()}-{time.time_ns()}"
+    folder.mkdir(parents=True, mode=0o700)
     backup = folder / file.name
     shutil.copy2(file, backup)
     for path in (backup, folder):  # durable before the fault touches the original
@@ -112,18 +131,59 @@ def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None, root: 
         finally:
             os.close(fd)
     return Backup(checkpoint=str(checkpoint or file.parent), file=str(file), backup=str(backup),
-                  original_sha256=sha256(backup) or "")
+                  original_sha256=sha256(backup) or "", dev=info.st_dev, ino=info.st_ino, uid=info.st_uid,
+                  gid=info.st_gid, file_mode=stat.S_IMODE(info.st_mode), atime_ns=info.st_atime_ns,
+                  mtime_ns=info.st_mtime_ns)
+
+
+def _digest_fd(fd: int) -> str:
+    h = hashlib.sha256()
+    os.lseek(fd, 0, os.SEEK_SET)
+    while chunk := os.read(fd, 1 << 20):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
+def _attributes(fd: int, state: Backup) -> None:
+    """The original owner, group, mode and times, on the file written (a root heal must not
+    hand the job back a root-owned checkpoint it cannot read)."""
+    if state.uid is not None and state.gid is not None:
+        os.fchown(fd, state.uid, state.gid)
+    if state.file_mode is not None:
+        os.fchmod(fd, state.file_mode)
+    if state.atime_ns is not None and state.mtime_ns is not None:
+        os.utime(fd, ns=(state.atime_ns, state.mtime_ns))
+
+
+def _same_inode(path: Path, state: Backup) -> bool:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(info.st_mode) and state.ino is not None and (info.st_dev, info.st_ino) == (state.dev, state.ino)
 
 
 def put_back(state: Backup, *, still_ours: bool) -> HealReport:
     """Restore the original bytes, unless the job has since replaced or removed the file.
     The file is written at its own place, never through a link: a link found there now is
-    the job's (it replaced the file), and left as it is."""
+    the job's (it replaced the file), and left as it is. Where the damaged file is still the
+    inode the fault took aside, its bytes are written back into that inode (opened without
+    following links), so every name of it, its owner, mode and times are the original's;
+    where it is gone (deleted, swapped for a FIFO), a new file is made under a name only this
+    heal can have created (O_EXCL, O_NOFOLLOW), given the original's owner, mode and times,
+    and renamed into place. Verified by reading back the file now at the path."""
     path, backup = Path(state.file), Path(state.backup)
     if path.is_symlink():
         return HealReport(healed=True, verified=True, detail=f"{path} is now a link the job made; left as it is "
                           f"(original kept at {backup})")
-    if sha256(path) == state.original_sha256:
+    if sha256(path) == state.original_sha256 and (state.ino is None or _same_inode(path, state)):
         discard(state)
         return HealReport(healed=True, verified=True, detail=f"{path.name} already intact")
     if not backup.exists():
@@ -132,20 +192,53 @@ def put_back(state: Backup, *, still_ours: bool) -> HealReport:
         return HealReport(healed=True, verified=True,
                           detail=f"{path} was since replaced or removed by the job; its newer data is kept "
                                  f"(original kept at {backup})")
-    tmp = path.with_name(f".{path.name}.drillbit-heal")
-    shutil.copy2(backup, tmp)
-    os.replace(tmp, path)
-    ok = sha256(path) == state.original_sha256
+    data = backup.read_bytes()
+    if _same_inode(path, state):  # in place: the same inode, through no link
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_TRUNC)
+        try:
+            _write_all(fd, data)
+            _attributes(fd, state)
+        finally:
+            os.close(fd)
+        how = "in place (the same inode)"
+    else:
+        tmp = path.with_name(f".{path.name}.drillbit-heal-{secrets.token_hex(8)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            _write_all(fd, data)
+            _attributes(fd, state)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        how = "as a new file with the original's owner, mode and times"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return HealReport(healed=False, verified=False, detail=f"restored {path} but cannot read it back: {exc}")
+    try:
+        info = os.fstat(fd)
+        ok = stat.S_ISREG(info.st_mode) and _digest_fd(fd) == state.original_sha256
+    finally:
+        os.close(fd)
     if ok:
         discard(state)
     return HealReport(healed=ok, verified=ok,
-                      detail=f"restored {path} byte for byte (sha256 {state.original_sha256[:12]}…)" if ok
-                      else f"restored {path} but its sha256 does not match the original")
+                      detail=f"restored {path} byte for byte {how} (sha256 {state.original_sha256[:12]}…)" if ok
+                      else f"restored {path} but what is there now does not match the original's sha256")
 
 
 def discard(state: Backup) -> None:
-    """The heal is verified: the copy has done its job."""
-    shutil.rmtree(Path(state.backup).parent, ignore_errors=True)
+    """The heal is verified: the copy has done its job. Only a folder this module made (its
+    name, a real folder, this user's) is removed: a registry planted by someone else cannot
+    turn this into a removal of anything it names."""
+    folder = Path(state.backup).parent
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    if not folder.name.startswith(BACKUP_PREFIX) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        return
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def wait_gone(target: ProcRef, timeout: float = 10.0) -> bool:

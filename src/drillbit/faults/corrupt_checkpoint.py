@@ -17,6 +17,7 @@ never overwritten, and the report says so.
 from __future__ import annotations
 
 import io
+import os
 import random
 import signal
 import struct
@@ -65,6 +66,17 @@ def victim_of(params: CorruptParams, fault: str) -> tuple[Checkpoint, Path]:
     if params.mode == "corrupt-metadata":
         return ckpt, metadata_of(ckpt, layout)
     return ckpt, data_of(ckpt)
+
+
+def overwrite(path: Path, data: bytes) -> None:
+    """The file's own inode rewritten, never through a link planted at its name since."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def nan_filled(data: bytes) -> bytes:
@@ -128,16 +140,19 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
             lo, hi = len(buf) // 4, max(len(buf) * 3 // 4, len(buf) // 4 + 1)
             for offset in rng.sample(range(lo, hi), min(params.flip_bytes, hi - lo)):
                 buf[offset] ^= 0xFF
-            victim.write_bytes(bytes(buf))
+            overwrite(victim, bytes(buf))
         elif params.mode == "nan-fill":
-            victim.write_bytes(nan_filled(data))
+            overwrite(victim, nan_filled(data))
         elif params.mode == "truncate":
-            with open(victim, "r+b") as fh:
-                fh.truncate(len(data) // 2)
+            fd = os.open(victim, os.O_RDWR | os.O_NOFOLLOW)
+            try:
+                os.ftruncate(fd, len(data) // 2)
+            finally:
+                os.close(fd)
         elif params.mode in ("delete-shard", "drop-marker"):
             victim.unlink()
         else:  # corrupt-metadata: what a torn write leaves (JSON, a tracker's number, or a binary header)
-            victim.write_bytes(b'{"step": "not-a-step", "truncated": tru')
+            overwrite(victim, b'{"step": "not-a-step", "truncated": tru')
         state = intent.model_copy(update={"corrupted_sha256": sha256(victim), "acted": True})
         self.watch_reads(params.checkpoint)  # from the damage on: who reads what
         if params.then_kill:

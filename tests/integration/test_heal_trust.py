@@ -1,0 +1,195 @@
+"""What a heal may trust (#43), on real files as root: a hard-linked checkpoint is refused before
+it is damaged; the heal restores the same inode, through no link, keeping the job's owner, mode
+and times; a link planted where the heal writes is never written through; a planted registry's
+backup folder is never removed as "the copy"."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import time
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from drillbit.agent import NodeAgent
+from drillbit.errors import ConfigError
+from drillbit.faults.ckptfile import Backup, discard
+from drillbit.proc import ProcRef
+from tests.integration.test_audit import checkpoint_dir, custom, sha
+
+JOB_UID, JOB_GID = 4242, 4343  # a job's user, not root: the heal runs as root
+
+
+def sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+def inject_and_heal(tmp_path: Path, root: Path, mode: str, between=None):
+    agent = NodeAgent("n0", tmp_path / "agent-n0.json")
+    victim = sleeper()
+    try:
+        handle = agent.inject("corrupt-checkpoint", ProcRef.of(psutil.Process(victim.pid), rank=1),
+                              {"checkpoint": custom(root), "mode": mode})
+        if between is not None:
+            between(handle)
+        return handle, agent.heal(handle)
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_hard_linked_checkpoint_file_is_refused_before_it_is_damaged(tmp_path):
+    root = tmp_path / "ckpt"
+    ckpt = checkpoint_dir(root)
+    outside = tmp_path / "elsewhere.pt"
+    os.link(ckpt / "model.pt", outside)
+    before = sha(outside)
+    agent = NodeAgent("n0", tmp_path / "agent-n0.json")
+    victim = sleeper()
+    try:
+        with pytest.raises(ConfigError, match="hard links"):
+            agent.inject("corrupt-checkpoint", ProcRef.of(psutil.Process(victim.pid), rank=1),
+                         {"checkpoint": custom(root), "mode": "flip-bytes"})
+    finally:
+        victim.kill()
+        victim.wait()
+    # before: flipped in place (both names), healed by a rename: the outside name kept the damage, "verified"
+    assert sha(outside) == before and agent.active() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_root_heal_gives_back_the_same_inode_with_the_jobs_owner_mode_and_times(tmp_path):
+    root = tmp_path / "ckpt"
+    ckpt = checkpoint_dir(root)
+    model = ckpt / "model.pt"
+    os.chown(model, JOB_UID, JOB_GID)
+    os.chmod(model, 0o600)
+    os.utime(model, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    before, inode = sha(model), os.stat(model).st_ino
+    _, report = inject_and_heal(tmp_path, root, "flip-bytes")
+    info = os.stat(model)
+    # before: root:root 600 (copy and rename), and the job got "Permission denied" on its own checkpoint
+    assert report.verified and sha(model) == before, report
+    assert (info.st_ino, info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (inode, JOB_UID, JOB_GID, 0o600)
+    assert info.st_mtime_ns == 1_700_000_000_000_000_000 and "the same inode" in report.detail
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_deleted_shard_comes_back_as_the_jobs_file_and_a_planted_link_is_not_followed(tmp_path):
+    root = tmp_path / "ckpt"
+    ckpt = checkpoint_dir(root)
+    model = ckpt / "model.pt"
+    os.chown(model, JOB_UID, JOB_GID)
+    os.chmod(model, 0o640)
+    before = sha(model)
+    other = tmp_path / "outside" / "other.txt"
+    other.parent.mkdir()
+    other.write_text("someone else's file")
+
+    def plant(_handle) -> None:  # whoever can write the checkpoint folder plants links at the heal's names
+        (ckpt / ".model.pt.drillbit-heal").symlink_to(other)
+
+    _, report = inject_and_heal(tmp_path, root, "delete-shard", between=plant)
+    # before: the heal copied through the link: other.txt overwritten, model.pt a link to it, "verified"
+    assert other.read_text() == "someone else's file"
+    assert not model.is_symlink() and sha(model) == before and report.verified, report
+    info = os.stat(model)
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (JOB_UID, JOB_GID, 0o640)
+
+
+def test_discard_removes_only_a_backup_folder_it_made(tmp_path):
+    """A planted registry names a 'backup' whose parent is an unrelated folder: discard() once
+    rmtree'd it ("already intact")."""
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "data").write_text("keep")
+    discard(Backup(checkpoint=str(tmp_path), file=str(tmp_path / "x"), backup=str(precious / "data"),
+                   original_sha256=""))
+    assert (precious / "data").read_text() == "keep"
+
+
+# --- a planted registry, a stopped controller, no false all-clear --------------------------------------
+def left_in_place(tmp_path: Path, reports: Path, deadman_s: float) -> tuple[Path, Path, str, subprocess.Popen]:
+    """A run folder whose drill died with corrupt-checkpoint in place: its registry still holds
+    the fault, the checkpoint's model.pt is damaged. Returns (run folder, model.pt, its original
+    sha256, the 'controller' the registry's guardian watches)."""
+    root = tmp_path / "ckpt"
+    ckpt = checkpoint_dir(root)
+    original = sha(ckpt / "model.pt")
+    run = reports / "20261204-101010-corrupt-checkpoint"
+    run.mkdir(parents=True, mode=0o700)
+    (run / "history.jsonl").write_text('{"seq": 0, "t": 1, "source": "harness", "kind": "drill.start", "node": null, '
+                                       '"rank": null, "data": {"cluster": "local-process"}}\n')
+    agent = NodeAgent("local", run / "agent-local.json")
+    victim = sleeper()
+    agent.inject("corrupt-checkpoint", ProcRef.of(psutil.Process(victim.pid), rank=1),
+                 {"checkpoint": custom(root), "mode": "flip-bytes", "then_kill": False})
+    controller = sleeper()
+    agent.arm(ProcRef.of(psutil.Process(controller.pid)), deadman_s=deadman_s)
+    victim.kill()
+    victim.wait()
+    assert sha(ckpt / "model.pt") != original
+    return run, ckpt / "model.pt", original, controller
+
+
+def end(proc: subprocess.Popen) -> None:
+    proc.send_signal(18)  # SIGCONT: a stopped process takes SIGKILL too, but its guardian then sees it go
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a folder of another user needs root to make")
+def test_a_run_folder_another_user_planted_is_not_obeyed_and_ours_is(tmp_path):
+    from tests.integration.cli import drill_cli
+
+    reports = tmp_path / "shared-reports"
+    reports.mkdir()
+    os.chmod(reports, 0o1777)  # a shared reports folder, as a team keeps one
+    run, model, original, controller = left_in_place(tmp_path, reports, deadman_s=600)  # its guardian waits
+    try:
+        os.kill(controller.pid, 19)  # SIGSTOP: "still running" would skip it; stopped counts as gone
+        for p in (run, run / "agent-local.json"):
+            os.chown(p, JOB_UID, JOB_GID)  # as if another user had planted it
+        damaged = sha(model)
+        for args in (["heal", str(run)], ["heal", "--cluster", "local-process", "--reports", str(reports)]):
+            done = drill_cli(*args, cwd=tmp_path, timeout=120)
+            assert done.returncode == 2, done.stdout + done.stderr
+            assert "not trusted" in done.stdout and "belongs to uid 4242" in done.stdout, done.stdout
+            assert sha(model) == damaged  # nothing it names was touched
+        for p in (run, run / "agent-local.json"):
+            os.chown(p, 0, 0)  # the drill's own: healed, though its controller is stopped (state T)
+        done = drill_cli("heal", str(run), cwd=tmp_path, timeout=120)
+        assert done.returncode == 0 and "healed corrupt-checkpoint" in done.stdout, done.stdout + done.stderr
+        assert sha(model) == original
+    finally:
+        end(controller)
+
+
+def test_no_false_all_clear_for_an_unknown_cluster_or_a_missing_reports_folder(tmp_path):
+    from tests.integration.cli import drill_cli
+
+    for args, says in ((["--cluster", "no-such-cluster"], "unknown cluster 'no-such-cluster'"),
+                       (["--cluster", "local-process"], "is not a folder"),
+                       (["--cluster", "local-process", "--reports", str(tmp_path / "missing")], "is not a folder")):
+        done = drill_cli("heal", *args, cwd=tmp_path, timeout=60)
+        assert done.returncode == 2 and says in done.stderr, (args, done.stdout, done.stderr)
+        assert "nothing left in place" not in done.stdout
+
+
+def test_the_guardian_heals_once_its_controller_has_been_stopped_past_the_dead_man_limit(tmp_path):
+    """#43: Ctrl-Z on the controller mid-fault: 45 s later the file was still damaged; the
+    guardian took a stopped process for a live one."""
+    run, model, original, controller = left_in_place(tmp_path, tmp_path / "reports", deadman_s=1.0)
+    try:
+        os.kill(controller.pid, 19)  # SIGSTOP
+        deadline = time.time() + 30
+        while sha(model) != original and time.time() < deadline:
+            time.sleep(0.2)
+        assert sha(model) == original
+        log = (run / "agent-local.deadman.jsonl").read_text()
+        assert "stopped (state T)" in log, log
+    finally:
+        end(controller)
