@@ -27,6 +27,13 @@ def sleeper() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 
 
+def the_jobs(path: Path, mode: int) -> Path:
+    """The file as the job's user leaves it: its owner, its mode."""
+    os.chown(path, JOB_UID, JOB_GID)
+    os.chmod(path, mode)
+    return path
+
+
 def inject_and_heal(tmp_path: Path, root: Path, mode: str, between=None):
     agent = NodeAgent("n0", tmp_path / "agent-n0.json")
     victim = sleeper()
@@ -63,10 +70,7 @@ def test_a_hard_linked_checkpoint_file_is_refused_before_it_is_damaged(tmp_path)
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 def test_a_root_heal_gives_back_the_same_inode_with_the_jobs_owner_mode_and_times(tmp_path):
     root = tmp_path / "ckpt"
-    ckpt = checkpoint_dir(root)
-    model = ckpt / "model.pt"
-    os.chown(model, JOB_UID, JOB_GID)
-    os.chmod(model, 0o600)
+    model = the_jobs(checkpoint_dir(root) / "model.pt", 0o600)
     os.utime(model, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
     before, inode = sha(model), os.stat(model).st_ino
     _, report = inject_and_heal(tmp_path, root, "flip-bytes")
@@ -81,9 +85,7 @@ def test_a_root_heal_gives_back_the_same_inode_with_the_jobs_owner_mode_and_time
 def test_a_deleted_shard_comes_back_as_the_jobs_file_and_a_planted_link_is_not_followed(tmp_path):
     root = tmp_path / "ckpt"
     ckpt = checkpoint_dir(root)
-    model = ckpt / "model.pt"
-    os.chown(model, JOB_UID, JOB_GID)
-    os.chmod(model, 0o640)
+    model = the_jobs(ckpt / "model.pt", 0o640)
     before = sha(model)
     other = tmp_path / "outside" / "other.txt"
     other.parent.mkdir()

@@ -8,6 +8,7 @@ rewrite was cut short (the file torn) and the restart can never load it again.""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -32,18 +33,26 @@ SIGNALS = [
 ]
 
 
-def config(tmp_path: Path, *extra: str) -> Path:
+def torchrun_job(tmp_path: Path, name: str, script: Path, signals: list[dict], folder: str, files: list[str],
+                 *args: str) -> Path:
+    """A drill.yaml describing a script under torchrun (2 ranks, 3 restarts) that saves to one
+    folder under the run folder, rewriting ``files`` in place."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "3",
-               "--monitor-interval", "0.5", str(LOOP), "--ckpt", "{run_dir}/ckpt", *extra]
-    job = {"presets": ["torchrun"], "signals": SIGNALS,
+               "--monitor-interval", "0.5", str(script), *args]
+    job = {"presets": ["torchrun"], "signals": signals,
            "launch": {"command": command, "env": {"LOGLEVEL": "INFO"}},
-           "ranks": {"cmdline": "inplace_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
+           "ranks": {"cmdline": re.escape(script.name), "exclude_cmdline": "torch\\.distributed\\.run"},
            "logs": ["{run_dir}/job.out"],
-           "checkpoint": {"dir": "{run_dir}/ckpt", "layout": "file", "files": ["ckpt.bin", "ckpt.prev.bin"]}}
+           "checkpoint": {"dir": f"{{run_dir}}/{folder}", "layout": "file", "files": files}}
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "drill.yaml"
-    path.write_text(json.dumps({"jobs": {"inplace": job}}))
+    path.write_text(json.dumps({"jobs": {name: job}}))
     return path
+
+
+def config(tmp_path: Path, *extra: str) -> Path:
+    return torchrun_job(tmp_path, "inplace", LOOP, SIGNALS, "ckpt", ["ckpt.bin", "ckpt.prev.bin"],
+                        "--ckpt", "{run_dir}/ckpt", *extra)
 
 
 CORRUPT = """name: corrupt-inplace
@@ -105,17 +114,8 @@ NANOGPT_SIGNALS = [  # nanoGPT's own lines (train.py's print formats)
 
 def torchsave_config(tmp_path: Path, *extra: str) -> Path:
     """The nanoGPT-shaped job that saves with torch.save itself, every step, to one name."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "3",
-               "--monitor-interval", "0.5", str(TORCHSAVE), "--out-dir", "{run_dir}/out", *extra]
-    job = {"presets": ["torchrun"], "signals": NANOGPT_SIGNALS,
-           "launch": {"command": command, "env": {"LOGLEVEL": "INFO"}},
-           "ranks": {"cmdline": "torchsave_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
-           "logs": ["{run_dir}/job.out"],
-           "checkpoint": {"dir": "{run_dir}/out", "layout": "file", "files": ["ckpt.pt"]}}
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "drill.yaml"
-    path.write_text(json.dumps({"jobs": {"torchsave": job}}))
-    return path
+    return torchrun_job(tmp_path, "torchsave", TORCHSAVE, NANOGPT_SIGNALS, "out", ["ckpt.pt"],
+                        "--out-dir", "{run_dir}/out", *extra)
 
 
 def test_a_sweep_of_torch_save_in_place_records_one_save_and_finds_the_points_that_hard_fail(tmp_path):

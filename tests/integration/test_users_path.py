@@ -71,5 +71,13 @@ def test_corrupt_checkpoint_is_judged_right_from_a_users_project_folder(tmp_path
     assert len(folders) == 1, list(reports.iterdir())
     slo = next(s for s in result["slos"] if s["name"] == "restore_skipped_corrupted")
     assert slo["status"] == ("fail" if want else "pass") and phrase in slo["detail"], slo
-    damage = result["measurements"]["damaged_restore"]
+    m = result["measurements"]
+    damage = m["damaged_restore"]
     assert os.path.isabs(damage["checkpoint"]) and damage["checkpoint"].startswith(str(reports.resolve())), damage
+    [heal] = result["fault"]["heals"]
+    assert heal["verified"], heal
+    if want == 0:  # fell back to the older checkpoint, the damaged one put back byte for byte
+        assert (m["corrupted_checkpoint"], m["restored_step"], m["rejected_corrupted"]) == ("step_00000020", 10, True)
+        assert "byte for byte" in heal["detail"], heal
+    else:
+        assert any("the checkpoint the harness had corrupted" in r for r in result["reasons"]), result["reasons"]

@@ -496,13 +496,13 @@ class DrillRunner:
                            f"{self.progress.rate():.1f} steps/s · awaiting "
                            f"{awaiting(self.history, obs.until_steps_after_recovery)}")
             self.tick(0.2)
+        self.record("observe.end", reason=reason)
         if reason == "window elapsed" and not recovered(self.history, obs.until_steps_after_recovery):
             self.dump_stacks(t0)  # the ranks stopped making progress, and that decides the drill: where?
-        self.record("observe.end", reason=reason)
 
     def dump_stacks(self, t_fault: float) -> None:
-        """The live ranks' Python stacks (py-spy, by the agent on each rank's node), before the
-        heal and the teardown change them: stacks.json in the run folder, and a ``stacks``
+        """The live ranks' Python stacks (py-spy, by the agent on each rank's node), after the
+        window (its time is not the job's) and before the heal and the teardown change them: stacks.json in the run folder, and a ``stacks``
         event with where the ranks of the attempt now running are stuck (pystacks.where_stuck)."""
         self.ui.phase("observe", "no recovery: dumping the live ranks' stacks")
         restarts = [e for e in self.history.of("restart") if e.t >= t_fault]
