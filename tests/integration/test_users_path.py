@@ -75,9 +75,9 @@ def test_corrupt_checkpoint_is_judged_right_from_a_users_project_folder(tmp_path
     damage = m["damaged_restore"]
     assert os.path.isabs(damage["checkpoint"]) and damage["checkpoint"].startswith(str(reports.resolve())), damage
     [heal] = result["fault"]["heals"]
-    assert heal["verified"], heal
-    if want == 0:  # fell back to the older checkpoint, the damaged one put back byte for byte
+    # put back byte for byte, or pruned by the job by then (the catalogue drill watches 10 steps on)
+    assert heal["verified"] and ("byte for byte" in heal["detail"] or "newer data is kept" in heal["detail"]), heal
+    if want == 0:  # fell back to the older checkpoint
         assert (m["corrupted_checkpoint"], m["restored_step"], m["rejected_corrupted"]) == ("step_00000020", 10, True)
-        assert "byte for byte" in heal["detail"], heal
     else:
         assert any("the checkpoint the harness had corrupted" in r for r in result["reasons"]), result["reasons"]

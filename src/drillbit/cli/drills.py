@@ -222,13 +222,13 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
             raise ConfigError(f"--cluster: unknown cluster {cluster!r}" + (f" (did you mean {close[0]!r}?)" if close
                                                                            else f"; known: {', '.join(sorted(config.clusters))}"))
         base = entered_path(reports_dir or config.reports_dir)
-        if not base.is_dir():
+        entry = config.clusters[cluster or ""]
+        if not base.is_dir() and entry.engine != "ssh":  # ssh: the registries are on the hosts, not here
             raise ConfigError(f"--reports: {base} is not a folder: no run folder was looked at (give the reports "
                               "folder the drills wrote, or the run folder itself)")
-        ours = [d for d in sorted(base.glob("*")) if d.is_dir() and _cluster_of(d) == cluster]
+        ours = [d for d in sorted(base.glob("*")) if d.is_dir() and _cluster_of(d) == cluster] if base.is_dir() else []
         folders = [d for d in ours if registries(d)]
         looked = f"looked in {base}: {len(ours)} run folder(s) of cluster {cluster!r}, {len(folders)} with a registry"
-        entry = config.clusters.get(cluster or "")
         if entry is not None and entry.engine == "ssh":  # the registries are on the hosts: heal there
             from drillbit.agent.leftovers import Leftover
             from drillbit.transport.ssh import heal_host

@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--atomic", action="store_true")
     ap.add_argument("--save-every", type=int, default=1)
     ap.add_argument("--step-s", type=float, default=0.15)
-    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--width", type=int, default=64)
     args = ap.parse_args()
     init_process_group()
     rank = dist.get_rank()
