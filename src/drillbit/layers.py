@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent
 # Bottom to top. A module belongs to the first entry that names it or a package above it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("__init__", "errors", "verdicts", "atomic", "statedir", "proc", "history", "evidence", "dirwatch", "readwatch", "saves",
-              "netns", "job", "lease", "runfolder", "slurm", "paths", "pystacks")),
+              "netns", "job", "lease", "runfolder", "slurm", "paths", "pystacks", "filelocks")),
     ("spec", ("spec", "checkpoints")),
     ("judging", ("fleet", "probes", "checks", "exitcodes", "report")),
     ("faults", ("faults", "catalogue", "loading")),

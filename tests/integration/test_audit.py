@@ -177,7 +177,7 @@ def test_a_link_out_of_the_checkpoint_is_never_written_through(tmp_path):
     agent = NodeAgent("n0", tmp_path / "agent-n0.json")
     victim = sleeper()
     try:
-        with pytest.raises(FaultError, match="outside the job's checkpoint folder"):
+        with pytest.raises(ConfigError, match="outside the job's checkpoint folder"):  # exit 2, not 5 (#43)
             agent.inject("corrupt-checkpoint", ProcRef.of(psutil.Process(victim.pid), rank=1),
                          {"checkpoint": custom(root), "mode": "corrupt-metadata"})
     finally:

@@ -195,3 +195,28 @@ def test_the_guardian_heals_once_its_controller_has_been_stopped_past_the_dead_m
         assert "stopped (state T)" in log, log
     finally:
         end(controller)
+
+
+def test_two_drills_on_one_file_the_second_is_refused_before_it_touches_anything(tmp_path):
+    """#43: two drills on two cluster names, one checkpoint file: the file ended damaged while both
+    heals were verified. One claim per file (device, inode) on the host, from the act to the
+    verified heal; then the file is free again."""
+    root = tmp_path / "ckpt"
+    model = checkpoint_dir(root) / "model.pt"
+    original = sha(model)
+    first, second = (NodeAgent("n0", tmp_path / f"{name}" / "agent-n0.json") for name in ("gate", "gameday"))
+    victim = sleeper()
+    try:
+        target = ProcRef.of(psutil.Process(victim.pid), rank=1)
+        params = {"checkpoint": custom(root), "mode": "flip-bytes", "then_kill": False}
+        handle = first.inject("corrupt-checkpoint", target, params)
+        damaged = sha(model)
+        with pytest.raises(ConfigError, match="already damaged by another drill"):
+            second.inject("corrupt-checkpoint", target, params)
+        assert sha(model) == damaged and second.active() == []
+        assert first.heal(handle).verified and sha(model) == original
+        again = second.inject("corrupt-checkpoint", target, params)  # free once the first heal is verified
+        assert second.heal(again).verified and sha(model) == original
+    finally:
+        victim.kill()
+        victim.wait()

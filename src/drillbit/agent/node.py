@@ -25,7 +25,8 @@ from typing import Any, Iterator
 import psutil
 
 from drillbit.atomic import write_private
-from drillbit.errors import FaultError
+from drillbit import filelocks
+from drillbit.errors import ConfigError, FaultError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, PlanStep
 from drillbit.proc import ProcRef, named_by, started_before
@@ -163,6 +164,12 @@ class NodeAgent:
                         state=intent.model_dump() if intent is not None else {},
                         after_job=fault.heals_after_job(validated))
         key = self._key(handle)
+        try:
+            self._claim(handle)  # one file, one fault, across every drill on this host
+        except ConfigError:
+            if intent is not None:
+                fault.unprepare(target, validated, intent)
+            raise
         busy = self._busy_lock(key)
         with busy, heal_lock(self.registry_path):  # a heal that comes now waits for the act to land
             try:
@@ -178,6 +185,7 @@ class NodeAgent:
                     self._save()
                 if intent is not None:
                     fault.unprepare(target, validated, intent)
+                self._release(handle)
                 raise
             handle = handle.model_copy(update={"state": state.model_dump()})
             with self._lock:
@@ -237,7 +245,19 @@ class NodeAgent:
                     self._active.pop(key, None)
                     self._healed[key] = report
                     self._save()
+                self._release(handle)
             return report
+
+    def _claim(self, handle: Handle) -> None:
+        state = handle.state
+        if state.get("dev") is not None and state.get("ino") is not None and state.get("file"):
+            filelocks.claim(int(state["dev"]), int(state["ino"]), str(state["file"]), str(self.registry_path),
+                            self._key(handle), handle.fault)
+
+    def _release(self, handle: Handle) -> None:
+        state = handle.state
+        if state.get("dev") is not None and state.get("ino") is not None:
+            filelocks.release(int(state["dev"]), int(state["ino"]), str(self.registry_path), self._key(handle))
 
     def _keys_on_disk(self) -> set[str] | None:
         """The faults the registry file lists now (another process may have healed or

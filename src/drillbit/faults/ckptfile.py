@@ -99,9 +99,9 @@ def real_inside(file: Path, root: Path | str, fault: str) -> Path:
     damage would show under a name outside the folder, which no heal of this name can see)."""
     real_root = os.path.realpath(root)
     real = os.path.realpath(file)
-    if os.path.commonpath([real, real_root]) != real_root:
-        raise FaultError(f"{fault}: {file} leads to {real}, outside the job's checkpoint folder {root} (a symlink); "
-                         "drillbit does not write through it. Pick another checkpoint (nth_newest) or mode")
+    if os.path.commonpath([real, real_root]) != real_root:  # the description's to fix: exit 2
+        raise ConfigError(f"{fault}: {file} leads to {real}, outside the job's checkpoint folder {root} (a symlink); "
+                          "drillbit does not write through it. Pick another checkpoint (nth_newest) or mode")
     info = os.stat(real)
     if not stat.S_ISREG(info.st_mode):
         raise FaultError(f"{fault}: {real} is not a regular file")
