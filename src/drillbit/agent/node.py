@@ -165,8 +165,10 @@ class NodeAgent:
                         after_job=fault.heals_after_job(validated))
         key = self._key(handle)
         try:
+            with self._lock:
+                self._check_files(handle)  # this agent's own faults first: the clearer refusal
             self._claim(handle)  # one file, one fault, across every drill on this host
-        except ConfigError:
+        except (ConfigError, FaultError):
             if intent is not None:
                 fault.unprepare(target, validated, intent)
             raise
