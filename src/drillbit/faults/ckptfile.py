@@ -144,7 +144,8 @@ def _digest_fd(fd: int) -> str:
     return h.hexdigest()
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd`` (a short write goes on), then fsync."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -196,7 +197,7 @@ def put_back(state: Backup, *, still_ours: bool) -> HealReport:
     if _same_inode(path, state):  # in place: the same inode, through no link
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_TRUNC)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             _attributes(fd, state)
         finally:
             os.close(fd)
@@ -205,7 +206,7 @@ def put_back(state: Backup, *, still_ours: bool) -> HealReport:
         tmp = path.with_name(f".{path.name}.drillbit-heal-{secrets.token_hex(8)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             _attributes(fd, state)
         finally:
             os.close(fd)

@@ -32,7 +32,7 @@ from drillbit.evidence import FileDamage
 from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
 from drillbit.faults.ckptfile import (Backup, ReadWitness, data_of, discard, marker_of, metadata_of, pick, put_back,
-                                      sha256, take_aside, wait_gone)
+                                      sha256, take_aside, wait_gone, write_all)
 from drillbit.proc import ProcRef
 
 Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata", "nan-fill"]
@@ -72,9 +72,7 @@ def overwrite(path: Path, data: bytes) -> None:
     """The file's own inode rewritten, never through a link planted at its name since."""
     fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
     finally:
         os.close(fd)
 
