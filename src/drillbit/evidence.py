@@ -101,6 +101,7 @@ class FileDamage(_Strict):
     now_sha256: str | None = None
     killed_pid: int | None = None
     hang: bool = False
+    written_before_run: bool = False       # the file predates the job's run (damaged by params.older_ok)
 
 
 class SaveCrash(_Strict):

@@ -235,8 +235,12 @@ LAUNCHER = textwrap.dedent("""
     worker = subprocess.Popen([sys.executable, "-c",
         "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open(sys.argv[1], 'w').close(); "
         "time.sleep(30)", sys.argv[1] + ".ignoring", "stubborn-worker"],
-        start_new_session=True)  # as torch 2.13 starts its workers: a session of their own, no parent-death signal
+        # as torch 2.13 starts its workers: a session of their own, no parent-death signal; "clean":
+        # an environment of its own too (no DRILLBIT_JOB mark to be found by)
+        start_new_session=True, env={} if sys.argv[3] == "clean" else None)
     open(sys.argv[1], "w").write(str(worker.pid))
+    while not os.path.exists(sys.argv[1] + ".ignoring"):  # gone only once the worker is stubborn
+        time.sleep(0.05)
     if sys.argv[2] == "stay":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         time.sleep(60)
@@ -244,24 +248,34 @@ LAUNCHER = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("env", ["marked", "clean"])
 @pytest.mark.parametrize("launcher", ["stay", "gone"])
-def test_a_worker_in_its_own_session_that_ignores_sigterm_is_stopped(tmp_path, launcher):
+def test_a_worker_in_its_own_session_that_ignores_sigterm_is_stopped(tmp_path, launcher, env):
     pidfile = tmp_path / "worker.pid"
-    job = start_job([sys.executable, "-c", LAUNCHER, str(pidfile), launcher], {}, None, tmp_path / "job.out",
-                    stop_timeout=2.0)
+    job = start_job([sys.executable, "-c", LAUNCHER, str(pidfile), launcher, env], {"DRILLBIT_JOBINIT_GRACE_S": "1"},
+                    None, tmp_path / "job.out", stop_timeout=2.0)
     wait_for(lambda: pidfile.exists() and pidfile.read_text(), what="the worker's pid")
     # a SIGTERM before the worker ignores it ends it at once (ci46): wait until it is stubborn
     wait_for(lambda: Path(f"{pidfile}.ignoring").exists(), what="the worker ignoring SIGTERM")
     worker = psutil.Process(int(pidfile.read_text()))
-    if launcher == "gone":
-        job.popen.wait(timeout=10)  # the launcher exited: the worker is nobody's child now
-    assert any(p.pid == worker.pid for p in job_processes(job.ref, job.mark))
-    job.stop()
-    # before: only the launcher's process group was signalled, and the worker lived on for 30 s. A
-    # SIGKILLed process reads as running while it exits; it is gone (or a zombie) moments later
+    if env == "clean":
+        assert "DRILLBIT_JOB" not in worker.environ()
+    if launcher == "stay":
+        assert any(p.pid == worker.pid for p in job_processes(job.ref, job.mark))
+        job.stop()
+    else:
+        # the launcher exited: the worker was adopted by the job's init (the subreaper), not by
+        # PID 1, and the init ends what its launcher left before it ends itself
+        assert job.popen.wait(timeout=20) == 0
+    # before: a clean-environment worker whose launcher had gone was nobody's and carried no mark,
+    # and lived on for 30 s. A SIGKILLed process reads as running while it exits; it is gone (or a
+    # zombie) moments later
     wait_for(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE, timeout=5.0,
              what="the worker gone")
     assert job_processes(job.ref, job.mark) == []
+    left = [p.info for p in psutil.process_iter(["pid", "ppid", "status", "cmdline"])
+            if f"{pidfile}.ignoring" in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert left == []
 
 
 # --- 4. drill heal judges its own host's registries only --------------------------------------------

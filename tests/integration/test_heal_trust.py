@@ -4,6 +4,7 @@ and times; a link planted where the heal writes is never written through; a plan
 backup folder is never removed as "the copy"."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -220,3 +221,112 @@ def test_two_drills_on_one_file_the_second_is_refused_before_it_touches_anything
     finally:
         victim.kill()
         victim.wait()
+
+
+# --- only what the job wrote in this run ----------------------------------------------------------------
+SIX_YEARS = 6 * 365 * 86400
+
+
+def test_a_checkpoint_the_job_did_not_write_in_this_run_is_refused_unless_asked_for(tmp_path):
+    """#43: a checkpoint folder the job never writes, its file dated six years before the launch,
+    was damaged (and a rank killed) with no save ever seen. The agent knows the job's root (found
+    by its own rank discovery, under the job it launched): a file older than the root's start is
+    not this run's; refused (exit 2 at the CLI), nothing touched, no rank killed — unless the drill
+    says older_ok, and then the evidence says so."""
+    from drillbit.agent.jobproc import start_job
+    from drillbit.spec.config import RankDiscovery
+
+    root = tmp_path / "ckpt"
+    ckpt = checkpoint_dir(root)
+    old = time.time() - SIX_YEARS
+    for f in ckpt.iterdir():
+        os.utime(f, (old, old))
+    original = sha(ckpt / "model.pt")
+    job = start_job([sys.executable, "-c", "import time; time.sleep(120)", "a-rank"], {"RANK": "0"}, None,
+                    tmp_path / "job.out", stop_timeout=5.0)
+    try:
+        agent = NodeAgent("n0", tmp_path / "agent-n0.json")
+        deadline = time.time() + 20
+        ranks: list = []
+        while not ranks and time.time() < deadline:
+            ranks = agent.find_ranks(RankDiscovery(cmdline="a-rank"), root=job.ref)
+            time.sleep(0.05)
+        assert len(ranks) == 1, ranks
+        params = {"checkpoint": custom(root), "mode": "flip-bytes"}  # then_kill by default
+        with pytest.raises(ConfigError, match="before the job's run began") as refused:
+            agent.inject("corrupt-checkpoint", ranks[0], params)
+        assert "days before the job's first process started" in str(refused.value)
+        assert sha(ckpt / "model.pt") == original and ranks[0].alive() and agent.active() == []
+        # asked for by name: damaged, and the evidence says the file was not this run's
+        handle = agent.inject("corrupt-checkpoint", ranks[0], {**params, "then_kill": False, "older_ok": True})
+        assert handle.state["older"] is True and sha(ckpt / "model.pt") != original
+        assert agent.heal(handle).verified and sha(ckpt / "model.pt") == original
+        # a file the job wrote since its run began is this run's: no refusal
+        (ckpt / "model.pt").touch()
+        handle = agent.inject("corrupt-checkpoint", ranks[0], {**params, "then_kill": False})
+        assert handle.state["older"] is False
+        assert agent.heal(handle).verified
+    finally:
+        job.stop(5.0)
+
+
+# --- a registry obeys only what its drill wrote -----------------------------------------------------------
+def test_a_registry_changed_on_disk_is_obeyed_by_neither_the_guardian_nor_drill_heal(tmp_path):
+    """#43: every path in a registry must lie inside the checkpoint folder it names or the agent's
+    scratch folder. A registry changed on disk after its agent wrote it (here: its "copy" named
+    as a file outside, whose bytes a heal would write over the checkpoint) is not obeyed: the
+    guardian obeys only the handles its agent told it over a pipe, and `drill heal` checks every
+    path. Nothing it names is touched; each says why."""
+    from tests.integration.cli import drill_cli
+
+    run, model, original, controller = left_in_place(tmp_path, tmp_path / "reports", deadman_s=600)
+    try:
+        damaged = sha(model)
+        planted = tmp_path / "planted.bin"
+        planted.write_bytes(b"what another would have written into the checkpoint")
+        registry = run / "agent-local.json"
+        payload = json.loads(registry.read_text())
+        payload["faults"][0]["state"]["backup"] = str(planted)
+        payload["faults"][0]["state"]["original_sha256"] = sha(planted)
+        registry.write_text(json.dumps(payload))
+        controller.kill()  # the guardian takes over, and reads the changed registry
+        controller.wait()
+        deadline = time.time() + 30
+        log = run / "agent-local.deadman.jsonl"
+        while "changed on disk" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
+            time.sleep(0.2)
+        assert "changed on disk" in log.read_text()
+        assert sha(model) == damaged
+        done = drill_cli("heal", str(run), "--force", cwd=tmp_path, timeout=120)
+        assert "not trusted: its copy" in done.stdout + done.stderr, done.stdout + done.stderr
+        assert done.returncode != 0 and sha(model) == damaged and planted.exists()
+    finally:
+        end(controller)
+        for p in psutil.process_iter(["cmdline"]):
+            if str(run / "agent-local.json") in (p.info["cmdline"] or []):
+                p.kill()  # the guardian keeps retrying what it may not obey: this test's own, by its registry
+
+
+def test_drill_heal_never_runs_a_revive_read_from_disk_and_says_what_to_run(tmp_path):
+    """#43: revive commands come from the drill's own spec, never from a file on disk. A node
+    declared dead whose agent and guardian are gone: `drill heal` prints the revive for the
+    operator and runs nothing; the guardian (told by its agent) does run it."""
+    from tests.integration.cli import drill_cli
+
+    ran = tmp_path / "revived"
+    hook = {"command": "get-node", "shim_dir": str(tmp_path / "run" / "shim"), "declare_dead": ["true"],
+            "revive": ["touch", str(ran)]}
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    agent = NodeAgent("local", run / "agent-local.json")
+    victim = sleeper()
+    try:
+        agent.inject("fail-node-replacement", ProcRef.of(psutil.Process(victim.pid), rank=0, node="node-1"),
+                     {"mode": "fail", "hook": hook})
+    finally:
+        victim.kill()
+        victim.wait()
+    done = drill_cli("heal", str(run), cwd=tmp_path, timeout=120)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and not ran.exists(), out
+    assert "never runs" in out and f"touch {ran}" in out, out

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -151,10 +152,37 @@ def _deadman_limit(registry: Path, default: float = 10.0) -> float:
         return default
 
 
+def listen_to_agent(fd: int) -> tuple[set[str], threading.Event]:
+    """Every handle digest the agent tells over ``fd`` (the guardian's stdin, which only the agent
+    holds), gathered by a thread until the agent closes it or dies. Every digest ever told
+    counts: an agent that dies between telling and writing leaves a told state on disk."""
+    told: set[str] = set()
+    closed = threading.Event()
+
+    def read() -> None:  # os.read on the bare fd: a buffered reader's lock would stall the exit
+        pending = b""
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    try:
+                        told.update(str(d) for d in json.loads(line))
+                    except (ValueError, TypeError):
+                        continue
+        except OSError:
+            pass
+        finally:
+            closed.set()
+
+    threading.Thread(target=read, daemon=True, name="told").start()
+    return told, closed
+
+
 def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
     """The guardian's loop: returns when released, or once ``watch`` died and all is healed."""
 
     stop = threading.Event()
+    told, agent_gone = listen_to_agent(sys.stdin.fileno())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the drill's terminal is not our end
     stopped_since: float | None = None
@@ -175,6 +203,7 @@ def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
         stop.wait(poll)
     if stop.is_set():
         return 0  # released by a controller that heals for itself
+    agent_gone.wait(2.0)  # what a dead agent told last is read to its end (a stopped one's: what came)
     try:
         payload = json.loads(registry.read_text())
     except (OSError, ValueError):
@@ -184,7 +213,7 @@ def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
         return 0  # disarmed before it died: nothing is ours to heal
     agent = NodeAgent(payload.get("node", "?"), registry)
     handles = [Handle.model_validate(h) for h in payload.get("faults", [])]
-    agent.restore(handles, payload.get("job"), armed)
+    agent.restore(handles, payload.get("job"), armed, told=set(told))
     job = payload.get("job")
     log = DeadmanLog(agent.log_path, agent.node, float(armed.get("offset_s", 0.0)))
 

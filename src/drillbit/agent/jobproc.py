@@ -1,11 +1,15 @@
-"""The job's launcher on one node: started in a session of its own with a mark in its
-environment; stopped as a whole — every process that descends from it or carries the mark."""
+"""The job's launcher on one node: started under the job's init (:mod:`drillbit.agent.jobinit`,
+the subreaper that adopts the job's orphans) in a session of its own, with a mark in its
+environment; stopped as a whole — every process that descends from the init or carries the mark."""
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +26,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+JOBINIT = Path(__file__).with_name("jobinit.py")  # run by path: it imports nothing of drillbit
 MARK = "DRILLBIT_JOB"  # every process of a launched job inherits it: found even once reparented
 
 
@@ -56,12 +61,19 @@ class LaunchedJob:
 
 def start_job(argv: list[str], env: dict[str, str], cwd: str | None, out_path: Path | str,
               stop_timeout: float, node: str | None = None) -> LaunchedJob:
-    """Start the job's command in a session of its own, its output appended to ``out_path``."""
+    """Start the job's command under the job's init, in a session of its own, its output
+    appended to ``out_path``. A command that cannot be found raises here, as it would unwrapped."""
     mark = uuid.uuid4().hex
     full = {**os.environ, **{k: v.replace("$PATH", os.environ.get("PATH", "")) for k, v in env.items()}, MARK: mark}
+    if not argv:
+        raise FileNotFoundError("an empty command")
+    if os.sep not in argv[0] and shutil.which(argv[0], path=full.get("PATH")) is None:
+        raise FileNotFoundError(errno.ENOENT, f"{argv[0]} is not on the job's PATH", argv[0])
+    if os.sep in argv[0] and not Path(cwd or ".", argv[0]).exists():
+        raise FileNotFoundError(errno.ENOENT, f"{argv[0]} does not exist (from {cwd or os.getcwd()})", argv[0])
     with open(out_path, "ab") as out:
-        popen = subprocess.Popen(argv, cwd=cwd, env=full, stdout=out, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        popen = subprocess.Popen([sys.executable, "-I", str(JOBINIT), *argv], cwd=cwd, env=full, stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     return LaunchedJob(popen, ProcRef.of(psutil.Process(popen.pid), node=node), stop_timeout, mark)
 
 
@@ -101,6 +113,8 @@ def stop_job(root: ProcRef | None, mark: str | None, timeout: float) -> list[Pro
     Processes started while it waits carry the mark and are found on the next look."""
     def signal_all(sig: signal.Signals) -> list[ProcRef]:
         members = job_processes(root, mark)
+        # the job's init last: what it adopted is reaped by it, not left a zombie of PID 1
+        members.sort(key=lambda m: root is not None and m.key == root.key)
         for m in members:
             m.send(signal.SIGCONT)  # a stopped member would not act on SIGTERM
             m.send(sig)

@@ -9,6 +9,7 @@ instance for as long as its fault is active.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import glob
 import json
 import os
@@ -63,6 +64,8 @@ class NodeAgent:
         self._guardian: subprocess.Popen | None = None
         self.node_id: str | None = None  # the Ray node id, where the agent is a Ray actor
         self.job_root: ProcRef | None = None  # the root the job's ranks were last found under
+        self.job_not_before: ProcRef | None = None  # the launcher or attached root pid files are judged by
+        self._distrusted: dict[str, str] = {}  # handles read from disk that are not obeyed, and why
 
     @property
     def scratch(self) -> Path:
@@ -84,6 +87,7 @@ class NodeAgent:
         job's launcher, or the attached root) and at the start time its file names, and match ``cmdline`` if given.
         """
         if discovery.pidfiles is not None:
+            self.job_not_before = not_before
             return self._ranks_from_pidfiles(discovery, not_before)
         if root is None:
             return []
@@ -158,6 +162,9 @@ class NodeAgent:
         fault = get_fault(fault_name, self.scratch)
         if "root" in fault.Params.model_fields and params.get("root") is None and self.job_root is not None:
             params = {**params, "root": self.job_root.model_dump()}
+        started = self.job_root or self.job_not_before
+        if "job_started" in fault.Params.model_fields and started is not None and started.start_time is not None:
+            params = {**params, "job_started": started.start_time}  # this node's clock, as the files' times
         validated = fault.Params.model_validate(params)
         intent = fault.prepare(target, validated)
         handle = Handle(fault=fault_name, target=target, params=validated.model_dump(),
@@ -237,6 +244,9 @@ class NodeAgent:
                 return HealReport(healed=True, verified=False, detail="no longer in the registry: healed or "
                                   "abandoned by another process (see the dead-man log)")
             fault = self._instance(handle)
+            if key in self._distrusted:
+                return HealReport(healed=False, verified=False, detail=f"not trusted: {self._distrusted[key]}; "
+                                  "nothing it names was touched")
             if not handle.state:  # a plugin fault without prepare() that died before it could say what it did
                 return HealReport(healed=False, verified=False, detail=f"{handle.fault} acted before it recorded its "
                                   "state; check the target by hand")
@@ -304,9 +314,28 @@ class NodeAgent:
         with self._lock:
             return [h for h, _ in self._active.values()]
 
-    def restore(self, handles: list[Handle], job: dict | None, armed: dict | None) -> None:
-        """Take over a registry another process wrote (the guardian after its agent died):
-        each fault gets a fresh instance, which heals from its recorded State."""
+    def restore(self, handles: list[Handle], job: dict | None, armed: dict | None,
+                told: set[str] | None = None) -> None:
+        """Take over a registry another process wrote (the guardian after its agent died,
+        ``drill heal``): each fault gets a fresh instance, which heals from its recorded State —
+        unless the handle is not to be obeyed: a path outside the folders it names, a command
+        read from disk (:meth:`Fault.distrust`), or, for the guardian (``told``: the digests its
+        agent sent it over a pipe), a handle its agent never told it of (changed on disk)."""
+        self._distrusted = {}
+        for h in handles:
+            fault = get_fault(h.fault, self.scratch)
+            key = self._key(h)
+            if told is not None and digest(h) not in told:
+                self._distrusted[key] = ("the registry on disk says other than its agent told its guardian (changed "
+                                         "on disk since)")
+                continue
+            try:
+                why = fault.distrust(fault.Params.model_validate(h.params), fault.State.model_validate(h.state),
+                                     self.scratch, told is not None)
+            except ValueError as exc:
+                why = f"its state does not read as {h.fault}'s: {str(exc)[:200]}"
+            if why is not None:
+                self._distrusted[key] = why
         with self._lock:
             self._active = {self._key(h): (h, get_fault(h.fault, self.scratch)) for h in handles}
             self._job, self._armed = job, armed
@@ -344,8 +373,10 @@ class NodeAgent:
             [sys.executable, "-m", "drillbit.agent", "guard", "--registry", str(self.registry_path),
              "--watch-pid", str(watch.pid), "--watch-start", repr(watch.start_time),
              *(["--watch-boot-start", repr(watch.boot_start)] if watch.boot_start is not None else [])],
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.PIPE, start_new_session=True,
         )
+        with self._lock:
+            self._tell_guardian()
 
     def disarm(self) -> bool:
         """Release the guardian (the controller healed for itself) — refused, False, while any
@@ -363,18 +394,38 @@ class NodeAgent:
             except subprocess.TimeoutExpired:
                 self._guardian.kill()
                 self._guardian.wait()
+        if self._guardian is not None and self._guardian.stdin is not None:
+            self._guardian.stdin.close()
         self._guardian = None
         return True
+
+    def _tell_guardian(self) -> None:
+        """What the registry is about to hold, told to the guardian over its stdin (a pipe only
+        this agent holds): the guardian obeys no handle it was not told of."""
+        guardian = self._guardian
+        if guardian is None or guardian.stdin is None or guardian.poll() is not None:
+            return
+        try:
+            guardian.stdin.write((json.dumps([digest(h) for h, _ in self._active.values()]) + "\n").encode())
+            guardian.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
 
     @staticmethod
     def _key(handle: Handle) -> str:
         return f"{handle.fault}:{handle.target.pid}:{handle.target.start_time}"
 
     def _save(self) -> None:
+        self._tell_guardian()  # first: an agent that dies between the two leaves a told state on disk
         payload = {"node": self.node, "host": socket.gethostname(),
                    "faults": [h.model_dump() for h, _ in self._active.values()],
                    "job": self._job, "armed": self._armed, "abandoned": self._abandoned}
         write_private(self.registry_path, json.dumps(payload))
+
+
+def digest(handle: Handle) -> str:
+    """What names one handle's whole content (fault, target, params, state)."""
+    return hashlib.sha256(json.dumps(handle.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
 
 
 @contextmanager

@@ -232,6 +232,15 @@ class Fault(Generic[P, S]):
     def heal(self, target: ProcRef, params: P, state: S) -> HealReport:
         raise NotImplementedError
 
+    def distrust(self, params: P, state: S, scratch: Path | None, told: bool) -> str | None:
+        """Why a heal read from a file on disk (``drill heal``, the guardian) must not do what
+        this handle says, or None: every path it names must lie inside the folder its own
+        params name (the checkpoint, the tier) or the agent's scratch folder, and a command it
+        runs comes from the drill's own spec: ``told`` when the agent that wrote the handle told
+        its guardian so over a pipe, never when it is read from a file alone. Faults that touch
+        paths or run commands override it; the default names none."""
+        return None
+
     def heals_after_job(self, params: P) -> bool:
         """Whether this fault's heal must wait until the job has stopped (a heal that puts a
         whole folder back would otherwise move it from under a job still writing it). The

@@ -18,7 +18,7 @@ from contextlib import nullcontext
 from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan, unmatched, where
 from drillbit.errors import ConfigError, FaultError
 from drillbit.faults.base import HealReport, Observation, State
-from drillbit.paths import entered
+from drillbit.paths import entered, is_within
 from drillbit.proc import ProcRef
 from drillbit.readwatch import ReadWatch
 
@@ -89,6 +89,18 @@ class Backup(State):
 
 
 BACKUP_PREFIX = "backup-"
+
+
+def backup_distrust(state: Backup, root: str | None, scratch: Path | None) -> str | None:
+    """A registry's Backup names its file inside the checkpoint folder (``root``) and its copy
+    in a ``backup-*`` folder of the agent's scratch folder; anything else is not obeyed."""
+    file, copy = os.path.realpath(state.file), os.path.realpath(state.backup)
+    if root is None or not is_within(file, os.path.realpath(root)):
+        return f"its file {state.file} is not inside the checkpoint folder it names ({root})"
+    if scratch is None or not is_within(copy, os.path.realpath(scratch)) or \
+            not Path(copy).parent.name.startswith(BACKUP_PREFIX):
+        return f"its copy {state.backup} is not in a {BACKUP_PREFIX}* folder of the agent's scratch folder ({scratch})"
+    return None
 
 
 def real_inside(file: Path, root: Path | str, fault: str) -> Path:

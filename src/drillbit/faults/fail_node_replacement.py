@@ -128,6 +128,18 @@ class FailNodeReplacement(Fault[ReplacementParams, ReplacementState]):
                         data={"node": state.node, "shim": state.shim, "mode": params.mode,
                               "declared_dead": state.declared_dead})
 
+    def distrust(self, params: ReplacementParams, state: ReplacementState, scratch: Path | None, told: bool) -> str | None:
+        """The stand-in lies in its shim folder; a revive read from a file on disk (not told by the
+        agent that ran declare_dead) is never run: it is printed for the operator to run."""
+        if os.path.dirname(os.path.normpath(state.shim)) != os.path.normpath(state.shim_dir):
+            return f"its stand-in {state.shim} is not in its shim folder {state.shim_dir}"
+        if state.declared_dead and not told:
+            argv = [expand(a, {"node": state.node or ""}) for a in (params.hook.revive if params.hook else None) or []]
+            return (f"node {state.node} was declared dead, and its revive is read from a file on disk, which drillbit "
+                    "never runs; check it and run it yourself" + (f": {' '.join(argv)}" if argv else "") +
+                    ", then `drill heal RUN_DIR --abandon 'revived by hand'`")
+        return None
+
     def heal(self, target: ProcRef, params: ReplacementParams, state: ReplacementState) -> HealReport:
         shim_dir = Path(state.shim_dir)
         calls = _calls(shim_dir)

@@ -41,6 +41,7 @@ from drillbit.errors import FaultError
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.faults.kill_node import TORCHRUN, job_tree
+from drillbit.paths import is_within
 from drillbit.proc import ProcRef, open_fds
 from drillbit.spec.models import launcher_regex
 from drillbit.saves import CrashPoint, Save, SaveTracker
@@ -289,6 +290,21 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
                         data=data)
 
     # --- heal --------------------------------------------------------------------------------
+    def distrust(self, params: KillDuringSaveParams, state: KillDuringSaveState, scratch: Path | None, told: bool) -> str | None:
+        """The folder put back is the checkpoint folder its params name; the copy it comes from
+        is in a folder of this fault's under the agent's scratch folder."""
+        if params.checkpoint is not None and not is_within(os.path.realpath(state.dir),
+                                                           os.path.realpath(params.checkpoint.dir)):
+            return f"its folder {state.dir} is not the checkpoint folder it names ({params.checkpoint.dir})"
+        for copy in (state.before, state.keep):
+            if copy is None:
+                continue
+            real = os.path.realpath(copy)
+            if scratch is None or not is_within(real, os.path.realpath(scratch)) or \
+                    not Path(real).parent.name.startswith("kill-during-save-"):
+                return f"its copy {copy} is not in a folder of this fault's under the agent's scratch ({scratch})"
+        return None
+
     def heal(self, target: ProcRef, params: KillDuringSaveParams, state: KillDuringSaveState) -> HealReport:
         self._stop.set()
         if self._thread is not None:

@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import time
+from pathlib import Path
 
 from pydantic import Field
 
@@ -91,6 +92,18 @@ class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
         return Evidence(t=state.t_killed or time.time(), what=f"rank {target.rank} is gone and its {params.tier} tier ({len(state.entries)} "
                              f"entries) with it", data={"lost": state.folder, "tier": params.tier,
                                                         "entries": state.entries})
+
+    def distrust(self, params: LoseLocalTierParams, state: LoseLocalTierState, scratch: Path | None, told: bool) -> str | None:
+        """The folder is the one its params name; what was moved aside lies beside it, by the
+        name this fault gives it."""
+        folder = os.path.normpath(state.folder)
+        if params.folder is not None and folder != os.path.normpath(params.folder):
+            return f"its folder {state.folder} is not the tier folder it names ({params.folder})"
+        aside = os.path.normpath(state.aside)
+        if os.path.dirname(aside) != os.path.dirname(folder) or \
+                not os.path.basename(aside).startswith(f".{os.path.basename(folder)}.drillbit-lost-"):
+            return f"what it moved aside ({state.aside}) is not beside {state.folder} by the name this fault gives it"
+        return None
 
     def heal(self, target: ProcRef, params: LoseLocalTierParams, state: LoseLocalTierState) -> HealReport:
         if not os.path.isdir(state.aside):

@@ -24,7 +24,7 @@ from pydantic import Field
 from drillbit.evidence import FileDamage
 from drillbit.checkpoints import CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
-from drillbit.faults.ckptfile import (Backup, ReadWitness, data_of, discard, pick, put_back, sha256, take_aside,
+from drillbit.faults.ckptfile import (Backup, ReadWitness, backup_distrust, data_of, discard, pick, put_back, sha256, take_aside,
                                       wait_gone)
 from drillbit.proc import ProcRef
 
@@ -97,6 +97,9 @@ class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
             reads = self.read_evidence(params.checkpoint)
         return Evidence(what="checkpoint read now blocks", data={"checkpoint": state.checkpoint, "step": state.step,
                                                                 "file": state.file, "hang": True, **reads})
+
+    def distrust(self, params: RestoreHangParams, state: RestoreHangState, scratch: Path | None, told: bool) -> str | None:
+        return backup_distrust(state, params.checkpoint.dir if params.checkpoint else None, scratch)
 
     def heal(self, target: ProcRef, params: RestoreHangParams, state: RestoreHangState) -> HealReport:
         with self.own_reads():

@@ -1,0 +1,136 @@
+"""The job's init: the first process of a job a drill launches, as tini is a container's.
+
+``python -I -m drillbit.agent.jobinit ARGV...`` makes itself the child subreaper
+(``prctl(PR_SET_CHILD_SUBREAPER)``), starts ARGV (the job's launcher) and waits. A process
+of the job whose parent dies is adopted here instead of by PID 1, so the job is exactly this
+process's descendants: a worker that started a session of its own, cleared its environment
+(no ``DRILLBIT_JOB`` mark) and outlived its launcher is still found and stopped.
+
+- SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to the launcher.
+- When the launcher ends, whatever of the job is left (strays the launcher did not take
+  down) gets SIGTERM, then SIGKILL after ``DRILLBIT_JOBINIT_GRACE_S`` (default 5 s), and this
+  process ends as the launcher did: its exit code, or the same signal.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def subreaper() -> bool:
+    """Become the child subreaper of this process's descendants (Linux ≥ 3.4)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, from /proc (no third-party import here: this runs
+    as the job's first process, in the job's environment)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if fields and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _reap() -> list[tuple[int, int]]:
+    """Every child that has ended, without blocking."""
+    ended = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended
+        if pid == 0:
+            return ended
+        ended.append((pid, status))
+
+
+def end_strays(grace_s: float) -> None:
+    """SIGTERM what is left of the job, SIGKILL it after ``grace_s``; reaps all of it."""
+    me = os.getpid()
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        left = descendants(me)
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and descendants(me):
+            _reap()
+            time.sleep(0.05)
+    _reap()
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("drillbit.agent.jobinit: no command to run", file=sys.stderr)
+        return 2
+    subreaper()
+    launcher: list[int] = []
+
+    def pass_on(sig: int, _frame: object) -> None:
+        if launcher:
+            try:
+                os.kill(launcher[0], sig)
+            except ProcessLookupError:
+                pass
+
+    for sig in PASSED_ON:
+        signal.signal(sig, pass_on)
+    try:
+        pid = os.posix_spawnp(argv[0], argv, dict(os.environ))
+    except OSError as exc:
+        print(f"drillbit: cannot start {argv[0]}: {exc.strerror}", file=sys.stderr)
+        return 127 if exc.errno == errno.ENOENT else 126
+    launcher.append(pid)
+    status = None
+    while status is None:
+        try:
+            ended, code = os.waitpid(-1, 0)  # adopted strays are reaped here too
+        except ChildProcessError:
+            break
+        if ended == pid:
+            status = code
+    grace = float(os.environ.get("DRILLBIT_JOBINIT_GRACE_S", "5") or 5)
+    end_strays(grace)
+    if status is None:
+        return 1
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig in PASSED_ON:
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
