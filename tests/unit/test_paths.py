@@ -83,3 +83,21 @@ def test_an_abspath_field_refuses_a_relative_path():
         M(p="reports/x")
     assert is_within("/a/b/c", "/a/b") and not is_within("a/b/c", "a/b") and not is_within("/a/bc", "/a/b")
     assert os.path.isabs(entered("."))
+
+
+def test_a_relative_path_in_a_job_line_is_taken_against_the_jobs_folder_not_ours(tmp_path, monkeypatch):
+    """LitGPT prints 'Resuming training from out/step-000020/lit_model.pth', relative to its own
+    working folder; read from another folder, the restore-line witness took it for another
+    checkpoint (found by drilling the installed litgpt, tests/integration/test_pypi_programs.py)."""
+    from drillbit.checks.witness import relation
+
+    job = tmp_path / "project"
+    (job / "out" / "step-000020").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)  # drill runs elsewhere
+    restore = Signal(kind="restore", pattern=r"^Resuming training from (?P<path>\S+)")
+    [(_, _, data)] = Matcher([restore], base=str(job)).match("Resuming training from out/step-000020/lit_model.pth")
+    assert data["path"] == str(job / "out" / "step-000020" / "lit_model.pth")
+    assert relation(data["path"], str(job / "out" / "step-000020")) == "same"
+    # with no folder to place it, its leading components still name the checkpoint it is in
+    assert relation("out/step-000020/lit_model.pth", str(job / "out" / "step-000020")) == "same"
+    assert relation("out/step-000010/lit_model.pth", str(job / "out" / "step-000020")) == "other"

@@ -156,6 +156,8 @@ class Records(Message):
 class TailStart(Message):
     paths: list[str]  # already expanded for this node
     signals: list[Signal]
+    base: str | None = Field(None, description="the job's working folder: a relative path in its lines is taken "
+                                               "against it")
     max_buffer: int = Field(20_000, ge=1, description="events held before the agent stops reading (back-pressure)")
 
 

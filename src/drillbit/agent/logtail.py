@@ -23,9 +23,9 @@ CHUNK = 1 << 20  # bytes read per file per poll
 
 class LogTail:
     def __init__(self, paths: list[str], signals: list[Signal], *, clock, max_buffer: int = 20_000,
-                 poll: float = 0.1) -> None:
+                 poll: float = 0.1, base: str | None = None) -> None:
         self._followers = [FileFollower(p) for p in paths]
-        self.reader = LineReader(Matcher(signals))
+        self.reader = LineReader(Matcher(signals, base))
         self._clock = clock
         self.max_buffer = max_buffer
         self._poll = poll

@@ -190,7 +190,7 @@ class AgentService:
     def _tail_start(self, req: api.TailStart) -> api.Empty:
         if self._tail is not None:
             self._tail.stop()
-        self._tail = LogTail(req.paths, req.signals, clock=self.clock, max_buffer=req.max_buffer)
+        self._tail = LogTail(req.paths, req.signals, clock=self.clock, max_buffer=req.max_buffer, base=req.base)
         return api.Empty()
 
     def _tail_batch(self, max_events: int) -> api.TailBatch:

@@ -75,10 +75,13 @@ def relation(path: str, checkpoint: str) -> Literal["same", "parent", "other"]:
     if not os.path.isabs(checkpoint):  # known by its name only (an older record): the tail, else the step decides
         p, ck = _norm(path), _norm(checkpoint)
         return "same" if p == ck or p.endswith("/" + ck) else "parent"
-    if not os.path.isabs(path):
+    if not os.path.isabs(path):  # a line read with no job folder to place it: by its leading components
         tail, ck = _norm(path), _norm(checkpoint)
-        if ck == tail or ck.endswith("/" + tail) or _under(tail, os.path.basename(ck)):
-            return "same"
+        parts = tail.split("/")
+        for i in range(len(parts), 0, -1):  # 'out/step-20/model.pth' is a file in '/x/out/step-20'
+            head = "/".join(parts[:i])
+            if ck == head or ck.endswith("/" + head):
+                return "same"
         return "parent" if os.path.dirname(ck).endswith("/" + tail) else "other"
     if within(path, checkpoint):
         return "same"

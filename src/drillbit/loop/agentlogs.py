@@ -5,8 +5,10 @@ file replaced before its last lines were read) becomes a ``probe.gap`` event."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from drillbit.history import History
+from drillbit.loop.bind import job_folder
 from drillbit.transport.nodes import Nodes
 from drillbit.probes.poller import Poller
 from drillbit.probes.preset import signals_of
@@ -22,6 +24,8 @@ class AgentLogProbe(Poller):
         self._nodes = nodes
         self._signals = signals_of(job.presets, job.signals)
         self._assigned = nodes.logs_by_node(job)
+        run_dir = getattr(nodes, "values", {}).get("run_dir")
+        self._base = job_folder(job, Path(run_dir)) if run_dir else None  # its lines' relative paths
         self._lock = threading.Lock()
         self.lines: dict[str, int] = {}
         self.unmatched: list[str] = []
@@ -29,7 +33,7 @@ class AgentLogProbe(Poller):
 
     def start(self) -> None:
         for node, paths in self._assigned.items():
-            self._nodes.clients[node].tail_start(paths, self._signals)
+            self._nodes.clients[node].tail_start(paths, self._signals, base=self._base)
         super().start()
 
     def _poll_step(self) -> None:

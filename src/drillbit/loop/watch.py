@@ -14,6 +14,7 @@ from typing import Callable, Protocol
 from drillbit.history import Event, History
 from drillbit.probes.logs import EventsProbe, HeartbeatProbe, ProgressProbe
 from drillbit.probes.preset import signals_of
+from drillbit.loop.bind import job_folder
 from drillbit.spec.config import JobProfile
 from drillbit.spec.placeholders import expand
 
@@ -32,12 +33,13 @@ def log_probes(history: History, job: JobProfile, logs: list[Path], values: dict
     """The probes a job profile asks for: progress from step lines (or the heartbeat file
     when no preset reads steps), and every other signal its presets know."""
     signals = signals_of(job.presets, job.signals)
+    base = job_folder(job, Path(values["run_dir"])) if "run_dir" in values else None  # its lines' relative paths
     progress: Probe
     if job.heartbeat_file and not any(s.kind == "step" for s in signals):
         progress = HeartbeatProbe(history, Path(expand(job.heartbeat_file, values)))
     else:
-        progress = ProgressProbe(history, logs, signals)
-    return [progress, EventsProbe(history, logs, signals)]
+        progress = ProgressProbe(history, logs, signals, base=base)
+    return [progress, EventsProbe(history, logs, signals, base=base)]
 
 
 class Progress:

@@ -90,9 +90,10 @@ class LogProbe(Poller):
 class ProgressProbe(LogProbe):
     source = "probe:progress"
 
-    def __init__(self, history: History, paths: list[Path], signals: list[Signal], poll: float = 0.1) -> None:
-        super().__init__(history, paths, matcher(signals, kinds={"step"}), poll,
-                         resets=matcher(signals, kinds=set(NEW_ATTEMPT)))
+    def __init__(self, history: History, paths: list[Path], signals: list[Signal], poll: float = 0.1,
+                 base: str | None = None) -> None:
+        super().__init__(history, paths, matcher(signals, kinds={"step"}, base=base), poll,
+                         resets=matcher(signals, kinds=set(NEW_ATTEMPT), base=base))
         self.paths = paths
         self.step_patterns = [s.pattern for s in signals if s.kind == "step"]
 
@@ -111,8 +112,9 @@ class ProgressProbe(LogProbe):
 class EventsProbe(LogProbe):
     source = "probe:events"
 
-    def __init__(self, history: History, paths: list[Path], signals: list[Signal], poll: float = 0.1) -> None:
-        super().__init__(history, paths, matcher(signals, exclude={"step"}), poll)
+    def __init__(self, history: History, paths: list[Path], signals: list[Signal], poll: float = 0.1,
+                 base: str | None = None) -> None:
+        super().__init__(history, paths, matcher(signals, exclude={"step"}, base=base), poll)
 
 
 class HeartbeatProbe(LogProbe):

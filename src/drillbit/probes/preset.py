@@ -51,7 +51,10 @@ class Preset(Strict):
 class Matcher:
     """Compiled signals of one or more presets; turns a line into (kind, t, data)."""
 
-    def __init__(self, signals: list[Signal]) -> None:
+    def __init__(self, signals: list[Signal], base: str | None = None) -> None:
+        """``base``: the job's working folder, against which a relative ``path`` in its lines
+        is taken (LitGPT prints 'Resuming training from out/step-000020/lit_model.pth')."""
+        self.base = base
         self._signals = [(s, re.compile(s.pattern), {k: re.compile(v) for k, v in s.lists.items()})
                          for s in signals]
 
@@ -96,6 +99,8 @@ class Matcher:
                     data[name] = [_item(m) for m in item.finditer(data[name])]
             for k, v in sig.fields.items():
                 data.setdefault(k, v)
+            if isinstance(data.get("path"), str) and not os.path.isabs(data["path"]) and self.base:
+                data["path"] = os.path.join(self.base, data["path"])  # the job's own folder, not ours
             if isinstance(data.get("path"), str) and os.path.isabs(data["path"]):
                 # resolved where the line is read (the node that wrote it): a job that names its checkpoint
                 # through a link names the same file as the kernel's reads and the fault's record
@@ -155,6 +160,7 @@ def signals_of(presets: list[str], inline: list[Signal] | None = None) -> list[S
     return [s for name in presets for s in load(name).all_signals()] + list(inline or [])
 
 
-def matcher(signals: list[Signal], kinds: set[str] | None = None, exclude: set[str] | None = None) -> Matcher:
+def matcher(signals: list[Signal], kinds: set[str] | None = None, exclude: set[str] | None = None,
+            base: str | None = None) -> Matcher:
     return Matcher([s for s in signals
-                    if (kinds is None or s.kind in kinds) and (exclude is None or s.kind not in exclude)])
+                    if (kinds is None or s.kind in kinds) and (exclude is None or s.kind not in exclude)], base)

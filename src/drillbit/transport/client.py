@@ -145,8 +145,9 @@ class AgentClient:
         """What this agent's dead-man's switch did (already on the controller's clock)."""
         return self.request("records", timeout=15.0).records
 
-    def tail_start(self, paths: list[str], signals: list, max_buffer: int = 20_000) -> None:
-        self.request("tail_start", api.TailStart(paths=paths, signals=signals, max_buffer=max_buffer), 30.0)
+    def tail_start(self, paths: list[str], signals: list, max_buffer: int = 20_000, base: str | None = None) -> None:
+        self.request("tail_start", api.TailStart(paths=paths, signals=signals, max_buffer=max_buffer, base=base),
+                     30.0)
 
     def tail_fetch(self, max_events: int = 5_000, *, stop: bool = False) -> api.TailBatch:
         """The events the agent matched, their times moved onto the controller's clock."""

@@ -1,0 +1,158 @@
+"""Training programs nobody here wrote, installed from PyPI as their users install them and run
+through their own command line, drilled through the installed ``drill`` as users run it (by
+absolute path, the virtual environment off PATH, from a project folder holding the README's
+``drill.yaml`` with the job's profile added, the job launched from that folder with relative
+paths). drillbit learns about each only from its profile and its own lines (a preset).
+
+- LitGPT (``litgpt finetune_full``, litgpt 0.5.13) under torchrun with ``--resume auto``: one
+  rank (on CPU LitGPT runs more than one device only through FSDP, which it refuses off GPU).
+  kill-rank PASSes: torchrun restarts it and it resumes from its newest ``step-*``.
+  corrupt-checkpoint FAILs: ``--resume auto`` loads the newest ``step-*`` whatever is in it, and
+  it loaded the damaged one.
+
+Each program lives in a virtual environment of its own (torch 2.13.0, CPU, then the program's
+pinned requirements, ``programs/<name>.txt``), made once per machine under a cache folder."""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cli import drill_cli
+from tests.integration.test_users_path import REPO, users_env
+
+pytestmark = pytest.mark.slow
+
+PROGRAMS = Path(__file__).parent / "programs"
+TORCH = "torch==2.13.0"  # first, on its own: the CPU build this machine has (an open range pulls CUDA)
+CACHE = Path(os.environ.get("DRILLBIT_TEST_CACHE") or Path.home() / ".cache" / "drillbit-tests")
+
+
+def program_venv(name: str) -> Path:
+    """The virtual environment holding ``name`` as ``programs/<name>.txt`` pins it; made once
+    (keyed by the pins), under a lock so that two test workers never make it at once."""
+    pins = (PROGRAMS / f"{name}.txt").read_bytes()
+    venv = CACHE / f"{name}-{hashlib.sha256(pins + TORCH.encode()).hexdigest()[:12]}"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (venv / ".complete").exists():
+            return venv
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        for args in ([TORCH], ["-r", str(PROGRAMS / f"{name}.txt")]):
+            done = subprocess.run(pip + args, capture_output=True, text=True, timeout=900)
+            assert done.returncode == 0, f"pip install {' '.join(args)}: {done.stderr[-3000:]}"
+        (venv / ".complete").write_text("")
+    return venv
+
+
+def project_with(tmp_path: Path, jobs: dict) -> Path:
+    """A user's project folder: the README's drill.yaml with the job's profile added."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    text = (REPO / "drill.yaml").read_text()
+    assert "reports_dir: reports\n" in text and "\njobs:\n" in text
+    block = "".join(f"  {name}: {json.dumps(profile)}\n" for name, profile in jobs.items())
+    (folder / "drill.yaml").write_text(text.replace("\njobs:\n", "\njobs:\n" + block, 1))
+    (folder / "drills").mkdir()
+    return folder
+
+
+def drill(project: Path, tmp_path: Path, spec: str, job: str) -> tuple[int, dict, str]:
+    done = drill_cli("run", f"drills/{spec}.yaml", "--job", job, "--cluster", "local-process", "--json",
+                     cwd=project, env=users_env(tmp_path), timeout=900)
+    try:
+        result = json.loads(done.stdout)
+    except ValueError:
+        result = {}
+    return done.returncode, result, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+# --- LitGPT -------------------------------------------------------------------------------------------
+LITGPT_FLAGS = [  # as LitGPT's docs give them, sized for a CPU: one device, 32-bit, a tiny batch
+    "--out_dir", "out", "--precision", "32-true", "--resume", "auto", "--logger_name", "csv",
+    "--data", "JSON", "--data.json_path", "train.json", "--data.val_split_fraction", "0.05",
+    "--data.num_workers", "0",  # its default of 4 loader processes on a 2-core machine
+    "--train.save_interval", "10", "--train.global_batch_size", "16", "--train.micro_batch_size", "16",
+    "--train.max_steps", "100000", "--train.lr_warmup_steps", "2", "--train.max_seq_length", "64",
+    "--eval.interval", "100000", "--eval.initial_validation", "false", "--eval.final_validation", "false"]
+
+LITGPT_DRILL = """name: litgpt-{fault}
+class: {cls}
+summary: LitGPT's only rank ({what}); torchrun restarts it, and --resume auto loads the newest step-*
+job: litgpt
+fault:
+  type: {fault}
+  targets: {{ranks: [0]}}
+  params: {params}
+  trigger: {{at_step: 25}}   # saves every 10 steps: step-000020 is the newest
+steady: {{warmup_steps: 5}}
+observe: {{until_steps_after_recovery: 10, window: 120s}}
+slo:
+  detect_within: 60s
+  first_step_within: 120s
+  max_lost_steps: 20
+  limits: {{restarts: {{max: 1}}}}
+abort: {{max_duration: 6m}}
+blast_radius: {{max_share: 1.0}}   # its only rank is the whole job
+"""
+
+
+@pytest.fixture(scope="module")
+def litgpt() -> Path:
+    return program_venv("litgpt")
+
+
+def litgpt_project(tmp_path: Path, venv: Path) -> Path:
+    bin_ = venv / "bin"
+    profile = {
+        "description": "litgpt finetune_full under torchrun, as installed from PyPI",
+        "presets": ["torchrun", "litgpt"],
+        "launch": {"command": [str(bin_ / "torchrun"), "--nproc-per-node", "1", "--max-restarts", "2",
+                               "--monitor-interval", "0.5", str(bin_ / "litgpt"), "finetune_full", "base",
+                               *LITGPT_FLAGS],
+                   "cwd": ".", "env": {"LOGLEVEL": "INFO"}},
+        "ranks": {"cmdline": r"litgpt finetune_full", "exclude_cmdline": r"bin/torchrun"},
+        "logs": ["{run_dir}/job.out"],
+        "checkpoint": {"dir": "out", "layout": "custom", "glob": "step-*", "step_regex": r"step-(\d+)",
+                       "data": "lit_model.pth"}}
+    project = project_with(tmp_path, {"litgpt": profile})
+    subprocess.run([str(bin_ / "python"), str(PROGRAMS / "make_litgpt.py"), str(project)], check=True,
+                   capture_output=True, timeout=300)
+    for fault, cls, what, params in (
+            ("kill-rank", "fail-stop", "SIGKILLed", "{signal: SIGKILL}"),
+            ("corrupt-checkpoint", "recovery-path", "killed after its newest checkpoint was damaged",
+             "{mode: flip-bytes, nth_newest: 0, then_kill: true}")):
+        (project / "drills" / f"litgpt-{fault}.yaml").write_text(
+            LITGPT_DRILL.format(fault=fault, cls=cls, what=what, params=params))
+    return project
+
+
+def test_litgpt_kill_rank_passes_as_torchrun_restarts_it_and_it_resumes(tmp_path, litgpt):
+    project = litgpt_project(tmp_path, litgpt)
+    code, result, said = drill(project, tmp_path, "litgpt-kill-rank", "litgpt")
+    assert code == 0, said
+    m = result["measurements"]
+    assert m["restored_step"] == 20, m  # 'Resuming training from out/step-000020/lit_model.pth'
+    assert (project / "out" / "step-000020" / "lit_model.pth").is_file()
+
+
+def test_litgpt_corrupt_checkpoint_fails_as_resume_auto_loads_the_damaged_step(tmp_path, litgpt):
+    project = litgpt_project(tmp_path, litgpt)
+    code, result, said = drill(project, tmp_path, "litgpt-corrupt-checkpoint", "litgpt")
+    assert code == 1, said
+    slo = next(s for s in result["slos"] if s["name"] == "restore_skipped_corrupted")
+    assert slo["status"] == "fail", slo
+    damage = result["measurements"]["damaged_restore"]
+    assert damage["checkpoint"] == str(project.resolve() / "out" / "step-000020"), damage
+    [heal] = result["fault"]["heals"]
+    assert heal["verified"], heal
