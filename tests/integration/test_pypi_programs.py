@@ -9,6 +9,13 @@ paths). drillbit learns about each only from its profile and its own lines (a pr
   kill-rank PASSes: torchrun restarts it and it resumes from its newest ``step-*``.
   corrupt-checkpoint FAILs: ``--resume auto`` loads the newest ``step-*`` whatever is in it, and
   it loaded the damaged one.
+- TRL (``trl sft``, trl 1.16.0, transformers 5.24.0) through accelerate's torchrun launcher, two
+  CPU processes: both FAIL, rightly — its restart trains from step 0 (no "resume if there is a
+  checkpoint" in its CLI), or hangs in init_process_group on the restarted store.
+- torchtitan (0.3.0, the issue's other example) cannot run here: it imports triton
+  unconditionally (torchtitan/distributed/minimal_async_ep/kernels.py) and, with triton
+  installed, calls ``torch.cuda.set_device`` in the trainer ("module 'torch._C' has no attribute
+  '_cuda_setDevice'" on a CPU build).
 
 Each program lives in a virtual environment of its own (torch 2.13.0, CPU, then the program's
 pinned requirements, ``programs/<name>.txt``), made once per machine under a cache folder."""
@@ -86,25 +93,34 @@ LITGPT_FLAGS = [  # as LitGPT's docs give them, sized for a CPU: one device, 32-
     "--train.max_steps", "100000", "--train.lr_warmup_steps", "2", "--train.max_seq_length", "64",
     "--eval.interval", "100000", "--eval.initial_validation", "false", "--eval.final_validation", "false"]
 
-LITGPT_DRILL = """name: litgpt-{fault}
+DRILL = """name: {job}-{fault}
 class: {cls}
-summary: LitGPT's only rank ({what}); torchrun restarts it, and --resume auto loads the newest step-*
-job: litgpt
+summary: {summary}
+job: {job}
 fault:
   type: {fault}
-  targets: {{ranks: [0]}}
+  targets: {targets}
   params: {params}
-  trigger: {{at_step: 25}}   # saves every 10 steps: step-000020 is the newest
+  trigger: {{at_step: 25}}   # saves every 10 steps: step 20 is the newest
 steady: {{warmup_steps: 5}}
-observe: {{until_steps_after_recovery: 10, window: 120s}}
+observe: {{until_steps_after_recovery: 10, window: 60s}}
 slo:
   detect_within: 60s
-  first_step_within: 120s
+  first_step_within: 60s
   max_lost_steps: 20
   limits: {{restarts: {{max: 1}}}}
 abort: {{max_duration: 6m}}
-blast_radius: {{max_share: 1.0}}   # its only rank is the whole job
+blast_radius: {{max_share: 1.0}}
 """
+FAULTS = {"kill-rank": ("fail-stop", "{signal: SIGKILL}"),
+          "corrupt-checkpoint": ("recovery-path", "{mode: flip-bytes, nth_newest: 0, then_kill: true}")}
+
+
+def write_drills(project: Path, job: str, targets: str, summary: str) -> None:
+    """The catalogue's kill-rank and corrupt-checkpoint drills, aimed as the job needs."""
+    for fault, (cls, params) in FAULTS.items():
+        (project / "drills" / f"{job}-{fault}.yaml").write_text(DRILL.format(
+            job=job, fault=fault, cls=cls, params=params, targets=targets, summary=summary))
 
 
 @pytest.fixture(scope="module")
@@ -128,12 +144,8 @@ def litgpt_project(tmp_path: Path, venv: Path) -> Path:
     project = project_with(tmp_path, {"litgpt": profile})
     subprocess.run([str(bin_ / "python"), str(PROGRAMS / "make_litgpt.py"), str(project)], check=True,
                    capture_output=True, timeout=300)
-    for fault, cls, what, params in (
-            ("kill-rank", "fail-stop", "SIGKILLed", "{signal: SIGKILL}"),
-            ("corrupt-checkpoint", "recovery-path", "killed after its newest checkpoint was damaged",
-             "{mode: flip-bytes, nth_newest: 0, then_kill: true}")):
-        (project / "drills" / f"litgpt-{fault}.yaml").write_text(
-            LITGPT_DRILL.format(fault=fault, cls=cls, what=what, params=params))
+    write_drills(project, "litgpt", "{ranks: [0]}",  # its only rank: the whole job (blast_radius 1.0)
+                 "LitGPT's only rank dies; torchrun restarts it, and --resume auto loads the newest step-*")
     return project
 
 
@@ -156,3 +168,51 @@ def test_litgpt_corrupt_checkpoint_fails_as_resume_auto_loads_the_damaged_step(t
     assert damage["checkpoint"] == str(project.resolve() / "out" / "step-000020"), damage
     [heal] = result["fault"]["heals"]
     assert heal["verified"], heal
+
+
+# --- TRL ------------------------------------------------------------------------------------------------
+TRL_FLAGS = [  # `trl sft` as its docs give it; --multi_gpu is accelerate's torchrun launcher (on CPU: gloo)
+    "--multi_gpu", "--num_processes", "2", "--max_restarts", "2", "--monitor_interval", "0.5",
+    "--model_name_or_path", "base", "--dataset_name", "data", "--output_dir", "out", "--use_cpu", "true",
+    "--max_steps", "100000", "--save_steps", "10", "--logging_steps", "1", "--log_level", "info",
+    "--per_device_train_batch_size", "16", "--max_length", "64", "--report_to", "none"]
+
+
+@pytest.fixture(scope="module")
+def trl() -> Path:
+    return program_venv("trl")
+
+
+def trl_project(tmp_path: Path, venv: Path) -> Path:
+    bin_ = venv / "bin"
+    profile = {
+        "description": "trl sft (accelerate launch --multi_gpu, two CPU processes), as installed from PyPI",
+        "presets": ["torchrun", "hf-trainer"],
+        "launch": {"command": [str(bin_ / "trl"), "sft", *TRL_FLAGS], "cwd": ".", "env": {"LOGLEVEL": "INFO"}},
+        "ranks": {"cmdline": r"trl/scripts/sft\.py"},
+        "logs": ["{run_dir}/job.out"],
+        "checkpoint": {"dir": "out", "layout": "custom", "glob": "checkpoint-*", "step_regex": r"checkpoint-(\d+)",
+                       "data": "model.safetensors"}}
+    project = project_with(tmp_path, {"trl": profile})
+    subprocess.run([str(bin_ / "python"), str(PROGRAMS / "make_trl.py"), str(project)], check=True,
+                   capture_output=True, timeout=300)
+    write_drills(project, "trl", "{count: 1, select: random, exclude_ranks: [0]}",
+                 "one of trl sft's two ranks dies; accelerate's torchrun launcher restarts both")
+    return project
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_trl_sft_fails_as_its_restart_starts_over(tmp_path, trl, fault):
+    """`trl sft` has no way to say "resume from the newest checkpoint if there is one": its
+    --resume_from_checkpoint takes one path, and the restart runs the same command line. The
+    restart trains from step 0 — every step since the start is lost — or, when accelerate's
+    torchrun restart meets its stale store, never steps at all, stuck in init_process_group. Either
+    is a FAIL, and the reasons say which (the stuck frame, from the ranks' stacks)."""
+    project = trl_project(tmp_path, trl)
+    code, result, said = drill(project, tmp_path, f"trl-{fault}", "trl")
+    assert code == 1, said
+    reasons = " ".join(result["reasons"])
+    assert "restored step 0" in reasons or "stuck in" in reasons, result["reasons"]
+    if fault == "corrupt-checkpoint":
+        [heal] = result["fault"]["heals"]
+        assert heal["verified"], heal
