@@ -99,7 +99,9 @@ def test_megatron_preset_reads_lines_made_with_megatrons_format_strings():
     # the format strings of megatron/training/training.py and checkpointing.py
     stamp = datetime(2026, 11, 30, 1, 25, 12)
     lines = [f" [{stamp.strftime('%Y-%m-%d %H:%M:%S')}]" + " iteration {:8d}/{:8d} |".format(10, 100000)
-             + " consumed samples: {:12d} |".format(1280) + " elapsed time per iteration (ms): {:.1f} |".format(228.3),
+             + " consumed samples: {:12d} |".format(1280) + " elapsed time per iteration (ms): {:.1f} |".format(228.3)
+             + " learning rate: {:.6E} |".format(3e-4) + " global batch size: {:5d} |".format(128)
+             + " lm loss: {:.6E} |".format(7.25) + " loss scale: {:.1f} |".format(1.0),
              "saving checkpoint at iteration {:7d} to {} in {} format".format(10, "/runs/x/ckpt", "torch_dist"),
              "  successfully saved checkpoint from iteration {:7d} to {}".format(10, "/runs/x/ckpt"),
              f"  successfully loaded checkpoint from /runs/x/ckpt [ t 1/1, p 1/1 ] at iteration {10}"]
@@ -107,6 +109,7 @@ def test_megatron_preset_reads_lines_made_with_megatrons_format_strings():
     hits = [m.match(line) for line in lines]
     kind, t, data = hits[0][0]
     assert (kind, data["n"], data["total"]) == ("step", 10, 100000) and t == stamp.timestamp()
+    assert (data["samples"], data["lr"], data["loss"]) == (1280, 3e-4, 7.25)  # restore_fidelity's groups
     assert [(k, d["step"]) for k, _, d in (h[0] for h in hits[1:])] == [("ckpt.save.begin", 10), ("ckpt.save", 10),
                                                                          ("restore", 10)]
 
@@ -143,7 +146,7 @@ def test_torchtitan_preset_reads_lines_made_with_torchtitans_format_strings():
              prefix + f"Loading the checkpoint at step {10}."]
     m = matcher(load("torchtitan").signals)
     (kind, t, data), = m.match(lines[0])
-    assert (kind, data["n"]) == ("step", 7)
+    assert (kind, data["n"], data["loss"]) == ("step", 7, 5.1234)
     assert t == datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
     assert [h[0][0] for h in map(m.match, lines[1:])] == ["ckpt.save.begin", "ckpt.save", "restore"]
     assert m.match(lines[2])[0][2]["seconds"] == 0.42 and m.match(lines[3])[0][2]["step"] == 10

@@ -13,6 +13,7 @@ import statistics
 from pydantic import BaseModel
 
 from drillbit.checks.attribution import Attribution, attribute
+from drillbit.checks.fidelity import Fidelity, restore_fidelity
 from drillbit.checks.witness import DamagedRestore, judge_damaged_restore, relation
 from drillbit.evidence import FileDamage, LinkCut, NodeGone, NodeState, SaveCrash, Slowed, TierLost, effects
 from drillbit.history import Event, History
@@ -71,6 +72,8 @@ class RecoveryFigures(BaseModel):
     signal_kinds: list[str] | None = None
     # the job's own errors after the fault, the first per rank per attempt (error signals)
     job_errors: list[JobError] = []
+    # whether what came back is what was saved: loss, learning rate, data position (checks/fidelity.py)
+    fidelity: Fidelity | None = None
 
 
 class FailSlowFigures(BaseModel):
@@ -349,6 +352,8 @@ def measure(history: History) -> Measurements:
         m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
         if m.restored_step is None and (restart or restore):
             m.restored_step = m.first_step - 1
+    if restart or restore:
+        m.fidelity = restore_fidelity(before, recovered, m.restored_step)
     if damaged is not None:
         m.damaged_restore = judge_damaged_restore(events, injected, damaged, restore, recovered[0] if recovered else None,
                                                   restart is not None, first_at)

@@ -273,6 +273,27 @@ def _judge_restore_matches_save(j: Judging) -> None:
                          "values written after the save was called")
 
 
+def _judge_restore_fidelity(j: Judging) -> None:
+    """What came back is what was saved (checks/fidelity.py): judged wherever the job prints a
+    loss, learning rate or data count on its step lines, or where the spec asks (and then a
+    job that prints none is not measured: unknown)."""
+    asked, f = j.slo.restore_fidelity, j.m.fidelity
+    if asked is False or f is None:
+        return
+    said = "; ".join(f"{p.name}: {p.status} — {p.says}" for p in f.parts)
+    if not f.measured():
+        if asked:
+            j.results.append(SLOResult(name="restore_fidelity", measurement="fidelity", limit=1, measured=None,
+                                       status="unknown", detail=said))
+        return
+    j.results.append(SLOResult(name="restore_fidelity", measurement="fidelity", limit=1,
+                               measured=None if f.status == "unknown" else int(f.status == "pass"), status=f.status,
+                               detail=said))
+    if f.status == "fail":
+        j.reasons.append(f"the restart resumed at step {f.restored_step}, but not the state saved there: "
+                         + "; ".join(f"{p.name}: {p.says}" for p in f.failed()))
+
+
 def _judge_max_lost_steps(j: Judging) -> None:
     """Steps between the fault and the restored checkpoint."""
     slo = j.slo
@@ -367,6 +388,7 @@ JUDGES: tuple[tuple[Judge, tuple[type[BaseModel], ...]], ...] = (
     (_judge_restore_skipped_corrupted, (RecoveryFigures, DamageFigures)),
     (_judge_crash_invariants, (RecoveryFigures, SaveCrashFigures)),
     (_judge_restore_matches_save, (RecoveryFigures,)),
+    (_judge_restore_fidelity, (RecoveryFigures,)),
     (_judge_max_lost_steps, (RecoveryFigures,)),
     (_judge_goodput_min, (RecoveryFigures,)),
     (_judge_limits, FAMILIES),

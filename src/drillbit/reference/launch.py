@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-mb", type=float, default=0.0,
                    help="MiB of model state every save writes and every restore reads (a heavier model)")
     p.add_argument("--spares", type=int, default=3, help="spare nodes in the node pool")
+    p.add_argument("--restore-defect", choices=["none", "weights", "optimizer", "data"], default="none",
+                   help="what a restore leaves out while it resumes the step (drillbit.reference.train)")
     p.add_argument("--replace-policy", choices=["fallback", "naive"], default="fallback")
     p.add_argument("--straggler", choices=["fleet-median", "nvrx", "off"], default="fleet-median",
                    help="straggler detector rule (off: none)")
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "--pool", str(run_dir / "pool.json"), "--replace-policy", args.replace_policy,
         "--alive-dir", str(run_dir / "alive"),
         *(["--state-mb", str(args.state_mb)] if args.state_mb else []),
+        *(["--restore-defect", args.restore_defect] if args.restore_defect != "none" else []),
     ]
     # LOGLEVEL=INFO makes torchrun print "Worker group FAILED. k/M attempts left; will restart
     # worker group", which the torchrun signal preset reads.

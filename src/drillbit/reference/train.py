@@ -61,6 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "no deadline, take whatever node comes back")
     p.add_argument("--replace-timeout", type=float, default=10.0)
     p.add_argument("--loader-workers", type=int, default=1, help="DataLoader worker processes per rank")
+    p.add_argument("--restore-defect", choices=["none", "weights", "optimizer", "data"], default="none",
+                   help="what a restore leaves out while it resumes the step and says it loaded: weights "
+                        "(load_state_dict(strict=False) into keys with DDP's 'module.' prefix: nothing loads), "
+                        "optimizer (a fresh optimizer and learning-rate schedule), data (the loader from sample 0)")
     p.add_argument("--report-compute", action=argparse.BooleanOptionalAction, default=True,
                    help="every rank logs its own compute time per step (for straggler detection)")
     return p.parse_args(argv)
@@ -105,8 +109,12 @@ def _lose_the_stale_store_race(rank: int, attempt: int) -> None:
     time.sleep(5.0)
 
 
+BATCH = 16  # samples per rank per step
+
+
 class SyntheticBatches(IterableDataset):
-    """Deterministic batches by (step, rank), produced in a DataLoader worker process."""
+    """Deterministic batches by (position, rank), produced in a DataLoader worker process;
+    each comes with the samples the job has consumed once it is used (across ranks)."""
 
     def __init__(self, start: int, rank: int, world: int) -> None:
         self.start, self.rank, self.world = start, rank, world
@@ -115,9 +123,14 @@ class SyntheticBatches(IterableDataset):
         step = self.start
         while True:
             gen = torch.Generator().manual_seed(step * self.world + self.rank)
-            x = torch.randn(16, 32, generator=gen)
-            yield x, x.sum(dim=1)
+            x = torch.randn(BATCH, 32, generator=gen)
+            yield x, x.sum(dim=1), (step + 1) * BATCH * self.world
             step += 1
+
+
+def lr_at(step: int) -> float:
+    """The learning-rate schedule: 0.01, decaying 0.5 % a step."""
+    return 0.995 ** step
 
 
 def replace_node(pool: Path, node: str, policy: str, timeout: float, log: EventLog) -> str:
@@ -175,9 +188,11 @@ def compute(seconds: float, slice_s: float = 0.001) -> None:
         done += min(time.perf_counter() - t, 1.5 * want)
 
 
-def serialize(model: nn.Module, optim: torch.optim.Optimizer, step: int) -> bytes:
+def serialize(model: nn.Module, optim: torch.optim.Optimizer, step: int,
+              sched: torch.optim.lr_scheduler.LRScheduler | None = None) -> bytes:
     buf = io.BytesIO()
-    torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step}, buf)
+    torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step,
+                **({"sched": sched.state_dict()} if sched is not None else {})}, buf)
     return buf.getvalue()
 
 
@@ -225,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     # the ballast is the same on every rank: DDP need not broadcast it at every step
     ddp = DistributedDataParallel(model, broadcast_buffers=not args.state_mb)
     optim = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lr_at)
     ckpt_dir = Path(args.ckpt_dir)
 
     step = 0
@@ -246,8 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     if found is not None:
         t0 = time.time()
         state = torch.load(found.path / "shard_0.pt", map_location="cpu", weights_only=True)
-        model.load_state_dict(state["model"])
-        optim.load_state_dict(state["optim"])
+        if args.restore_defect == "weights":  # keys saved from the bare model, loaded as DDP's: nothing matches
+            model.load_state_dict({f"module.{k}": v for k, v in state["model"].items()}, strict=False)
+        else:
+            model.load_state_dict(state["model"])
+        if args.restore_defect != "optimizer":
+            optim.load_state_dict(state["optim"])
+            if "sched" in state:
+                sched.load_state_dict(state["sched"])
         step = found.step if found.step >= 0 else int(state["step"])
         if rank == 0:
             log.emit("restore", step=step, path=found.path, seconds=f"{time.time() - t0:.4f}")
@@ -260,11 +282,12 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.heartbeat_dir).mkdir(parents=True, exist_ok=True)
         heartbeat = Path(args.heartbeat_dir) / f"rank{rank}"
     step_s = args.step_ms / 1000.0
-    batches = iter(DataLoader(SyntheticBatches(step, rank, world), batch_size=None,
+    start = 0 if args.restore_defect == "data" else step  # the defect: the loader from its first sample
+    batches = iter(DataLoader(SyntheticBatches(start, rank, world), batch_size=None,
                               num_workers=args.loader_workers))
     last = time.time()
     while step < args.steps:
-        x, y = next(batches)  # blocks for as long as the loader worker does: no timeout
+        x, y, samples = next(batches)  # blocks for as long as the loader worker does: no timeout
         y = y.reshape(-1, 1)
         t_compute = time.perf_counter()
         compute(step_s)  # stands in for the forward/backward compute of a real model
@@ -272,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         compute_s = time.perf_counter() - t_compute
         optim.zero_grad()
         loss.backward()  # the all-reduce: every rank must reach it
+        lr = optim.param_groups[0]["lr"]
         optim.step()
+        sched.step()
         step += 1
         now = time.time()
         if args.report_compute:
@@ -280,11 +305,12 @@ def main(argv: list[str] | None = None) -> int:
         if heartbeat is not None:
             heartbeat.write_text(f"{step} {now:.6f}\n")
         if rank == 0:
-            log.emit("step", n=step, rank=rank, dt=f"{now - last:.4f}", loss=f"{loss.item():.5f}")
+            log.emit("step", n=step, rank=rank, dt=f"{now - last:.4f}", loss=f"{loss.item():.5f}", lr=f"{lr:.6g}",
+                     samples=int(samples))
             if args.ckpt_every and step % args.ckpt_every == 0:
                 t0 = time.time()
                 path = checkpoint.write_checkpoint(
-                    ckpt_dir, step, {"shard_0.pt": serialize(model, optim, step)},
+                    ckpt_dir, step, {"shard_0.pt": serialize(model, optim, step, sched)},
                     {"world_size": world, "attempt": attempt},
                     atomic=args.save_mode == "atomic", pause_s=args.save_pause_ms / 1000.0,
                 )

@@ -647,6 +647,13 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
                                  "local-netns-etcd", "--rdzv-backend", "etcd-v2", "--rdzv-endpoint",
                                  "{service_host}:2379"),
     "reference-noverify": _reference("reference job restoring without checksum verification", "--no-verify"),
+    "reference-noweights": _reference("reference job whose restore resumes the step and says it loaded, but loads no "
+                                      "weights: load_state_dict(strict=False) into keys with DDP's 'module.' prefix "
+                                      "(pytorch/vision#3285, ScrollPrize/villa#1475)", "--restore-defect", "weights"),
+    "reference-nooptim": _reference("reference job whose restore loads the weights but starts a fresh optimizer and "
+                                    "learning-rate schedule", "--restore-defect", "optimizer"),
+    "reference-nodata": _reference("reference job whose restore resumes the step while its data loader starts from "
+                                   "the first sample (repeated data; msed-Ebrahimi/ARoFace#8)", "--restore-defect", "data"),
     "reference-nockpt": _reference("reference job with checkpoints switched off", "--ckpt-every", "0"),
     "reference-nostraggler": _reference("reference job without a straggler detector", "--straggler", "off"),
     "reference-naivereplace": _reference("reference job whose node replacement waits on one call and takes "

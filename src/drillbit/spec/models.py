@@ -261,6 +261,11 @@ class SLO(Strict):
         None, description="true: the job must still be making steps when the watch ends (no exit, and a step within "
                           "10 baseline step times, at least 5 s, of the end): a loss the job must survive, such as its "
                           "control plane, judged over observe.at_least")
+    restore_fidelity: bool | None = Field(
+        None, description="true: the state that came back must be the state that was saved — loss, learning rate and "
+                          "data position from the job's step lines (groups loss, lr, samples|tokens), judged on the "
+                          "steps after the restore; without those lines it is not measured, and then the drill is "
+                          "inconclusive. Unset: judged wherever the job prints any of them; false: never")
     limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")
     regression: dict[str, float] = Field(
         default_factory=dict,

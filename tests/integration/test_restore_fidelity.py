@@ -1,0 +1,36 @@
+"""restore-fidelity on the reference job and its three restore defects (#44): each restart says
+it loaded step 40 and steps on from 41; only the healthy one brings back the state. The verdict
+names what was not restored, from the job's own step lines (loss, lr, samples)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drillbit.session import execute, resolve
+
+pytestmark = pytest.mark.slow
+
+# job -> (verdict, the part that decides, a phrase of its reason)
+JOBS = {"reference": ("pass", None, None),
+        "reference-noweights": ("fail", "loss", "weights were not restored"),
+        "reference-nooptim": ("fail", "learning rate", "started over"),
+        "reference-nodata": ("fail", "data position", "the data loader started over")}
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_restore_fidelity_names_what_the_restart_left_out(tmp_path: Path, job):
+    payload, _ = execute(resolve("restore-fidelity", cluster="local-process", job=job), reports_dir=str(tmp_path))
+    verdict, part, phrase = JOBS[job]
+    assert payload["verdict"] == verdict, payload["reasons"]
+    m = payload["measurements"]
+    assert m["restored_step"] == 40, m["restored_step"]  # every one of them resumed the step
+    parts = {p["name"]: p for p in m["fidelity"]["parts"]}
+    slo = next(s for s in payload["slos"] if s["name"] == "restore_fidelity")
+    if verdict == "pass":
+        assert slo["status"] == "pass" and parts["learning rate"]["status"] == "pass", parts
+        assert parts["data position"]["status"] == "pass" and parts["loss"]["status"] in ("pass", "unknown"), parts
+    else:
+        assert slo["status"] == "fail" and parts[part]["status"] == "fail", parts
+        assert phrase in parts[part]["says"]
+        assert any("not the state saved there" in r and phrase in r for r in payload["reasons"]), payload["reasons"]
