@@ -101,3 +101,23 @@ def test_a_failed_part_fails_the_slo_with_a_reason_naming_it():
     assert [r.status for r in j.results] == ["fail"]
     assert j.reasons and "resumed at step 40, but not the state saved there" in j.reasons[0]
     assert "data position" in j.reasons[0]
+
+
+def test_figures_on_a_line_of_their_own_are_the_next_steps_as_the_trainer_prints_them():
+    """The Hugging Face Trainer prints its dict before its progress bar counts the step, on a
+    line of its own with no step number (the hf-trainer preset's `metrics` signal)."""
+    from drillbit.checks.fidelity import with_metrics
+    from drillbit.probes.preset import load, matcher
+
+    m = matcher(load("hf-trainer").signals)
+    lines = ["  0%|          | 0/40 [00:00<?, ?it/s]{'loss': '4.637', 'grad_norm': '2.6', 'learning_rate': '2e-05', "
+             "'num_tokens': '100', 'epoch': '0.002'}", "  2%|▎         | 1/40 [00:00<00:03, 11.12it/s]",
+             "{'loss': '4.6', 'grad_norm': '2.6', 'learning_rate': '1.9e-05', 'num_tokens': '200', 'epoch': '0.004'}",
+             "  5%|▌         | 2/40 [00:00<00:02, 18.10it/s]"]
+    h = History()
+    for t, line in enumerate(lines):
+        for kind, _, data in m.match(line):
+            h.record("probe", kind, t=float(t), **data)
+    steps = with_metrics(h.of("step"), list(h))
+    assert [(e.data["n"], e.data["loss"], e.data["lr"], e.data["tokens"]) for e in steps] == [
+        (1, 4.637, 2e-05, 100.0), (2, 4.6, 1.9e-05, 200.0)]

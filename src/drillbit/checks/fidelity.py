@@ -221,11 +221,39 @@ def _which_way(got: float, want: float, key: str) -> str:
     return f"the data loader resumed from elsewhere than the restored step"
 
 
+def with_metrics(steps: list[Event], events: list[Event]) -> list[Event]:
+    """The step events with the figures of ``metrics`` events merged in: one that names its
+    step (group n or step) is that step's; one that does not is the next step's."""
+    metrics = [e for e in events if e.kind == "metrics"]
+    if not metrics:
+        return steps
+    by_n: dict[int, dict] = {}
+    pending: dict = {}
+    merged: dict[int, dict] = {}  # step event seq -> figures
+    ordered = sorted([*steps, *metrics], key=lambda e: e.seq)
+    for e in ordered:
+        figures = {k: v for k, v in e.data.items() if k in ("loss", "lr", *DATA_KEYS)}
+        if e.kind == "metrics":
+            n = e.data.get("n", e.data.get("step"))
+            if n is not None:
+                by_n.setdefault(int(n), {}).update(figures)
+            else:
+                pending.update(figures)
+        elif pending:
+            merged[e.seq] = pending
+            pending = {}
+    out = []
+    for e in steps:
+        extra = {**merged.get(e.seq, {}), **by_n.get(int(e.data.get("n", -1)), {})}
+        out.append(e.model_copy(update={"data": {**extra, **e.data}}) if extra else e)
+    return out
+
+
 def restore_fidelity(before: list[Event], after: list[Event], restored: int | None) -> Fidelity | None:
     """The judgement, or None where nothing was restored. ``before``: the job's step events
     before the fault; ``after``: those of the attempt that restored, from its first step."""
-    if restored is None or not after:
-        return None
+    if restored is None or restored <= 0 or not after:
+        return None  # nothing restored (a start over is what lost steps judge)
     key = next((k for k in DATA_KEYS if any(k in e.data for e in before) and any(k in e.data for e in after)), None)
     parts = [judge_loss(_series(before, "loss"), _first(after, "loss"), restored),
              judge_lr(_series(before, "lr"), _first(after, "lr"), restored),

@@ -13,7 +13,7 @@ import statistics
 from pydantic import BaseModel
 
 from drillbit.checks.attribution import Attribution, attribute
-from drillbit.checks.fidelity import Fidelity, restore_fidelity
+from drillbit.checks.fidelity import Fidelity, restore_fidelity, with_metrics
 from drillbit.checks.witness import DamagedRestore, judge_damaged_restore, relation
 from drillbit.evidence import FileDamage, LinkCut, NodeGone, NodeState, SaveCrash, Slowed, TierLost, effects
 from drillbit.history import Event, History
@@ -353,7 +353,7 @@ def measure(history: History) -> Measurements:
         if m.restored_step is None and (restart or restore):
             m.restored_step = m.first_step - 1
     if restart or restore:
-        m.fidelity = restore_fidelity(before, recovered, m.restored_step)
+        m.fidelity = restore_fidelity(with_metrics(before, events), with_metrics(recovered, events), m.restored_step)
     if damaged is not None:
         m.damaged_restore = judge_damaged_restore(events, injected, damaged, restore, recovered[0] if recovered else None,
                                                   restart is not None, first_at)

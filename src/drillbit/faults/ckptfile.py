@@ -15,9 +15,11 @@ from pathlib import Path
 
 from contextlib import nullcontext
 
+from pydantic import Field
+
 from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan, unmatched, where
 from drillbit.errors import ConfigError, FaultError
-from drillbit.faults.base import HealReport, Observation, State
+from drillbit.faults.base import HealReport, Observation, Params, State
 from drillbit.paths import entered, is_within
 from drillbit.proc import ProcRef
 from drillbit.readwatch import ReadWatch
@@ -86,6 +88,48 @@ class Backup(State):
     file_mode: int | None = None
     atime_ns: int | None = None
     mtime_ns: int | None = None
+
+
+class ThisRun(Params):
+    """A file fault's params for "only what the job wrote in this run"."""
+
+    older_ok: bool = Field(False, description="damage a checkpoint file the job did not write in this run (older "
+                                              "than the job's first process); refused otherwise, and named in the "
+                                              "report when allowed")
+    job_started: float | None = Field(None, description="filled by the agent: when the job's root process on the "
+                                                        "node started (its clock); a file older than that is not "
+                                                        "this run's")
+
+
+def written_before(path: Path, started: float | None) -> str | None:
+    """How long before ``started`` (the job's first process, on this node's clock) the file
+    was last written, or None when it was written since (or nothing says when the run began)."""
+    if started is None:
+        return None
+    try:
+        mtime = os.lstat(path).st_mtime
+    except OSError:
+        return None  # gone: the act's own checks say so
+    if mtime >= started:
+        return None
+    ago = started - mtime
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime))
+    return f"at {when} ({ago:.0f} s before the job's first process started)" if ago < 86400 * 2 else \
+        f"at {when} ({ago / 86400:.0f} days before the job's first process started)"
+
+
+
+def this_run(victim: Path, params: ThisRun, fault: str) -> str | None:
+    """Refuse (exit 2, nothing touched) a file the job did not write in this run, unless the
+    drill says ``older_ok``; returns how much older it is where allowed, else None."""
+    older = written_before(victim, params.job_started)
+    if older and not params.older_ok:
+        raise ConfigError(
+            f"{fault}: {victim} was last written {older}, before the job's run began: the job did not write it in "
+            "this run, so damaging it tests nothing the job did (and may damage what belongs to another run). "
+            "Trigger the fault after the job's first save (trigger.at_step past it), or, if you mean it, set "
+            "params.older_ok: true (the report says so); nothing was touched")
+    return older
 
 
 BACKUP_PREFIX = "backup-"

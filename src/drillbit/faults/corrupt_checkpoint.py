@@ -28,11 +28,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from drillbit.errors import ConfigError
 from drillbit.evidence import FileDamage
 from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
-from drillbit.faults.ckptfile import (Backup, ReadWitness, backup_distrust, data_of, discard, marker_of, metadata_of, pick, put_back,
+from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, this_run, data_of, discard, marker_of, metadata_of, pick, put_back,
                                       sha256, take_aside, wait_gone, write_all)
 from drillbit.proc import ProcRef
 
@@ -40,19 +39,13 @@ Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt
 NAN32 = struct.pack("<f", float("nan"))  # a quiet NaN, little-endian float32
 
 
-class CorruptParams(Params):
+class CorruptParams(ThisRun):
     mode: Mode = "flip-bytes"
     nth_newest: int = Field(0, ge=0, description="0 = the newest checkpoint")
     flip_bytes: int = Field(64, ge=1)
     seed: int = 0
     then_kill: bool = Field(True, description="SIGKILL the target rank right after, forcing a restore now")
     checkpoint: CheckpointSpec | None = Field(None, description="default: the job profile's checkpoint")
-    older_ok: bool = Field(False, description="damage a checkpoint file the job did not write in this run (older "
-                                              "than the job's first process); refused otherwise, and named in the "
-                                              "report when allowed")
-    job_started: float | None = Field(None, description="filled by the agent: when the job's root process on the "
-                                                        "node started (its clock); a file older than that is not "
-                                                        "this run's")
 
 
 class CorruptState(Backup):
@@ -74,23 +67,6 @@ def victim_of(params: CorruptParams, fault: str) -> tuple[Checkpoint, Path]:
     if params.mode == "corrupt-metadata":
         return ckpt, metadata_of(ckpt, layout)
     return ckpt, data_of(ckpt)
-
-
-def written_before(path: Path, started: float | None) -> str | None:
-    """How long before ``started`` (the job's first process, on this node's clock) the file
-    was last written, or None when it was written since (or nothing says when the run began)."""
-    if started is None:
-        return None
-    try:
-        mtime = os.lstat(path).st_mtime
-    except OSError:
-        return None  # gone: the act's own checks say so
-    if mtime >= started:
-        return None
-    ago = started - mtime
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime))
-    return f"at {when} ({ago:.0f} s before the job's first process started)" if ago < 86400 * 2 else \
-        f"at {when} ({ago / 86400:.0f} days before the job's first process started)"
 
 
 def overwrite(path: Path, data: bytes) -> None:
@@ -147,13 +123,7 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
     def prepare(self, target: ProcRef, params: CorruptParams) -> CorruptState:
         ckpt, victim = victim_of(params, self.name)
         assert params.checkpoint is not None
-        older = written_before(victim, params.job_started)
-        if older and not params.older_ok:
-            raise ConfigError(
-                f"{self.name}: {victim} was last written {older}, before the job's run began: the job did not "
-                "write it in this run, so damaging it tests nothing the job did (and may damage what belongs to "
-                "another run). Trigger the fault after the job's first save (trigger.at_step past it), or, if "
-                "you mean it, set params.older_ok: true (the report says so); nothing was touched")
+        older = this_run(victim, params, self.name)
         backup = take_aside(victim, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name)
         return CorruptState(**{**backup.model_dump(), "step": ckpt.step}, mode=params.mode, older=bool(older),
                             listed=[str(c.path) for c in scan(params.checkpoint)])

@@ -24,12 +24,12 @@ from pydantic import Field
 from drillbit.evidence import FileDamage
 from drillbit.checkpoints import CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
-from drillbit.faults.ckptfile import (Backup, ReadWitness, backup_distrust, data_of, discard, pick, put_back, sha256, take_aside,
+from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, this_run, data_of, discard, pick, put_back, sha256, take_aside,
                                       wait_gone)
 from drillbit.proc import ProcRef
 
 
-class RestoreHangParams(Params):
+class RestoreHangParams(ThisRun):
     nth_newest: int = Field(0, ge=0)
     then_kill: bool = True
     checkpoint: CheckpointSpec | None = Field(None, description="default: the job profile's checkpoint")
@@ -44,6 +44,7 @@ def _is_fifo(path: Path) -> bool:
 
 class RestoreHangState(Backup):
     killed: bool = False
+    older: bool = False  # the file predates the job's run, taken because params.older_ok said so
 
 
 class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
@@ -72,8 +73,9 @@ class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
         ckpt = pick(params.checkpoint, params.nth_newest, self.name)
         shard = data_of(ckpt)
         assert params.checkpoint is not None
+        older = this_run(shard, params, self.name)
         backup = take_aside(shard, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name)
-        return RestoreHangState(**{**backup.model_dump(), "step": ckpt.step})
+        return RestoreHangState(**{**backup.model_dump(), "step": ckpt.step}, older=bool(older))
 
     def unprepare(self, target: ProcRef, params: RestoreHangParams, intent: RestoreHangState) -> None:
         discard(intent)
@@ -95,8 +97,10 @@ class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
             return None
         with self.own_reads():
             reads = self.read_evidence(params.checkpoint)
-        return Evidence(what="checkpoint read now blocks", data={"checkpoint": state.checkpoint, "step": state.step,
-                                                                "file": state.file, "hang": True, **reads})
+        older = " (a file the job did not write in this run: params.older_ok)" if state.older else ""
+        return Evidence(what=f"checkpoint read now blocks{older}",
+                        data={"checkpoint": state.checkpoint, "step": state.step, "file": state.file, "hang": True,
+                              "written_before_run": state.older, **reads})
 
     def distrust(self, params: RestoreHangParams, state: RestoreHangState, scratch: Path | None, told: bool) -> str | None:
         return backup_distrust(state, params.checkpoint.dir if params.checkpoint else None, scratch)

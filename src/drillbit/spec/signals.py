@@ -23,6 +23,9 @@ from drillbit.spec.models import Strict, compile_regex
 # The event kinds the checkers read, and what each needs from a signal's groups.
 KINDS: dict[str, str] = {
     "step": "a training step finished; group n (the step number) required — every drill needs it",
+    "metrics": "a step's figures printed on a line of their own (loss, lr, samples or tokens) — restore_fidelity; "
+               "with group n (or step) they are that step's, else the next step's (the Hugging Face Trainer prints "
+               "its dict before its progress bar counts the step)",
     "detect": "the stack noticed the fault (by: who) — detect_within, time_to_detect",
     "restart": "the stack restarted the job or worker group (attempt) — time_to_restart, restarts",
     "restore.begin": "a checkpoint load started",
