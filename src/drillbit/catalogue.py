@@ -1,7 +1,7 @@
 """The failure catalogue as data: faults/*.yaml, one entry per fault.
 
 Each entry says which class it belongs to, what real failure it models, its real-world
-rates with their sources (shared/FACTS.md), how it is confirmed and healed, and its
+rates with their public sources (papers, logbooks, issues), how it is confirmed and healed, and its
 runbook and drill. ``drill faults`` lists it grouped by class.
 """
 from __future__ import annotations

@@ -13,6 +13,7 @@ import textwrap
 import click
 import pytest
 import yaml
+from markdown_it import MarkdownIt
 from pydantic import TypeAdapter
 
 from drillbit import docgen
@@ -28,13 +29,18 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 DRILL = re.compile(r"(?:^|&&\s*|\s)((?:\S*/)?drill\s.*)$", re.M)
 
 
+def parsed(page: Path) -> list:
+    """The page as a CommonMark parser reads it (the rules GitHub and PyPI render with)."""
+    return MarkdownIt("commonmark").enable("table").parse(page.read_text())
+
+
 def blocks(lang: str) -> list[tuple[str, str]]:
+    """Every fenced block of ``lang``, paired as CommonMark pairs fences (not by a regex)."""
     found = []
     for page in PAGES + [ROOT / "README.md"]:
-        for m in FENCE.finditer(page.read_text()):
-            if m.group(1) == lang:
-                line = page.read_text()[:m.start()].count("\n") + 1
-                found.append((f"{page.relative_to(ROOT)}:{line}", m.group(2)))
+        for t in parsed(page):
+            if t.type == "fence" and t.info.strip() == lang:
+                found.append((f"{page.relative_to(ROOT)}:{t.map[0] + 1}", t.content))
     return found
 
 
@@ -204,3 +210,42 @@ def test_every_python_example_compiles_and_the_job_calls_write_what_the_preset_r
     reads = matcher(signals_of(["drillbit"]))
     kinds = [kind for line in events.read_text().splitlines() for kind, _, _ in reads.match(line)]
     assert kinds[:1] == ["step"] and "ckpt.save" in kinds and "restore" in kinds, kinds
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *PAGES], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_page_renders_as_written(page):
+    """#45: the README's fences paired wrongly — an empty block at line 45 swallowed the text
+    to line 53, and the next ran to line 181 — so a CommonMark parser rendered three of its
+    headings. No fenced block may be empty, or hold a heading or a table a page meant to
+    render; every heading written outside a block must come out as a heading."""
+    text = page.read_text()
+    tokens = parsed(page)
+    for t in tokens:
+        if t.type != "fence":
+            continue
+        where = f"{page.relative_to(ROOT)}:{t.map[0] + 1}"
+        assert t.content.strip(), f"{where}: an empty fenced block (a fence left open?)"
+        if not t.info.strip():  # output meant to show raw is marked text
+            swallowed = [line for line in t.content.splitlines() if re.match(r"^#{1,4} \w|^\|---", line)]
+            assert not swallowed, f"{where}: a fenced block holds page text: {swallowed[:2]}"
+    rendered = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    outside = []
+    in_fence = False
+    for line in text.splitlines():
+        if re.match(r"^ {0,3}(```|~~~)", line):
+            in_fence = not in_fence
+        elif not in_fence and (m := re.match(r"^#{1,6} (.+?)\s*#*$", line)):
+            outside.append(m.group(1))
+    missing = [h for h in outside if h not in rendered]
+    assert not missing, f"{page.relative_to(ROOT)}: headings that do not render: {missing[:3]}"
+
+
+def test_nothing_cites_a_file_users_do_not_have():
+    """#45: the catalogue cited "shared/FACTS.md" 53 times; users have no shared/. Cite the
+    public source itself (the paper and its section, the logbook file, the issue)."""
+    cited = [f"{p.relative_to(ROOT)}:{i}" for folder in ("src", "faults", "drills", "docs", "campaigns", "runbooks")
+             for p in sorted((ROOT / folder).rglob("*")) if p.suffix in (".py", ".yaml", ".md", ".j2")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if "FACTS" in line]
+    cited += [f"README.md:{i}" for i, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1)
+              if "FACTS" in line]
+    assert not cited, cited

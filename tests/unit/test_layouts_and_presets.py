@@ -259,3 +259,12 @@ def test_the_step_a_restarted_job_steps_again_after_its_restore_line_is_a_step(t
     assert [e.data["n"] for e in history if e.kind == "step"] == [20, 21, 21, 22]
     # and says which is the new attempt's first: a whole-second stamp may put it before the fault
     assert [bool(e.data.get("new_attempt")) for e in history if e.kind == "step"] == [False, False, True, False]
+
+
+def test_nanogpt_preset_reads_lines_made_with_its_format_strings():
+    m = matcher(load("nanogpt").signals)
+    iter_num, lossf, dt, mfu = 120, 2.34567, 0.09512, 0.1234
+    (kind, _, data), = m.match(f"iter {iter_num}: loss {lossf:.4f}, time {dt*1000:.2f}ms, mfu {mfu*100:.2f}%")
+    assert (kind, data["n"], data["loss"]) == ("step", 120, 2.3457)
+    assert m.match("saving checkpoint to out")[0][0] == "ckpt.save.begin"
+    assert m.match("Resuming training from out")[0][0] == "restore"

@@ -3,7 +3,7 @@
 The rank waits for a batch that never comes (DataLoader's timeout is 0: forever), its peers
 wait for it in the all-reduce, and no collective timeout fires because no collective is
 running late — it never started. BLOOM 2022-04-30: a DataLoader worker deadlock froze
-training for ~18 h while the liveness check said "running" (FACTS.md).
+training for ~18 h while the liveness check said "running" (bigscience train/tr11-176B-ml/chronicles.md).
 
 Target: the first child process of the chosen rank (its DataLoader worker). Confirmed when
 that worker is stopped and global progress stalls; healed with SIGCONT like hang-collective.

@@ -6,7 +6,7 @@ and the rank SIGKILLed. The job's own node-replacement command (``replacement.co
 which the stack finds on PATH) is made to misbehave for the next ``count`` calls: ``fail``
 (no capacity), ``hang`` (never answers) or ``same-node`` (hands the dead node back).
 OPT-175B: replacement "can take hours" and often returned the same bad machine; a 5-host
-burst once met a 4-host spare pool (FACTS.md). A recovery stack must time out, check what
+burst once met a 4-host spare pool (metaseq projects/OPT/chronicles). A recovery stack must time out, check what
 it got, try another spare, or escalate — not wait.
 
 The misbehaviour is a stand-in of the same name in ``replacement.shim_dir``, which drillbit

@@ -4,7 +4,7 @@ Real failures do not wait for a save to finish. A node lost during a save leaves
 that looks complete and is not; Hugging Face's auto-resume picks the highest
 ``checkpoint-N`` without checking it (transformers issue 35525), and a public study that
 killed an HF Trainer job at every file boundary of one save found 17 of 19 crash points
-left a job that could not resume unaided (FACTS.md, issue 14).
+left a job that could not resume unaided (the ckpt-chaos crash-consistency study; this project's issue 14).
 
 The fault is armed on the target's node: its agent watches the job's checkpoint folder
 (inotify, or polling where there is none — :mod:`drillbit.dirwatch`) and, in the

@@ -4,7 +4,7 @@ A host going down takes all of its ranks *and* its elastic agent with it, which 
 different recovery path from one rank dying: no agent on that node restarts anything;
 the other nodes must notice, re-rendezvous without it (or with a replacement) and restore.
 OPT-175B lost ~2 machines a day on ~128 hosts; Llama 3 405B had 419 unexpected
-interruptions in 54 days (FACTS.md).
+interruptions in 54 days (metaseq projects/OPT/chronicles; the Llama 3 paper, arXiv 2407.21783, interruption table).
 
 The node's job is the tree under the target rank's launcher: from the rank, climb through
 parents whose command line matches ``launcher`` (the profile's, else torchrun), then

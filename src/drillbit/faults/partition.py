@@ -3,7 +3,7 @@ on and off, or cap its bandwidth.
 
 Every process stays alive and heartbeating while a collective never completes: the hang that
 cost BLOOM ~18 h, and the network causes Llama 3 counts among its 419 unexpected
-interruptions (FACTS.md). A SIGSTOP (hang-collective) freezes the heartbeat threads too, so
+interruptions (bigscience train/tr11-176B-ml/chronicles.md; the Llama 3 paper, arXiv 2407.21783, interruption table). A SIGSTOP (hang-collective) freezes the heartbeat threads too, so
 only a partition tells a progress watchdog from a liveness one.
 
 The fault adds one nftables table of its own, ``inet drillbit_<id>``, in the network

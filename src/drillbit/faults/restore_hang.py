@@ -1,6 +1,6 @@
 """restore-hang (fail-hang, on the recovery path): the checkpoint read hangs during restore.
 
-OPT-175B's restore downloads "hung nondeterministically" (FACTS.md). The newest
+OPT-175B's restore downloads "hung nondeterministically" (metaseq projects/OPT/chronicles). The newest
 checkpoint's shard is swapped for a FIFO with no writer, so any process that opens it to
 read blocks forever, exactly like a read from a storage mount that stopped answering; then
 a rank is SIGKILLed so the job restarts and restores now. A recovery stack must notice the

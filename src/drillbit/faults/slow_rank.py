@@ -4,7 +4,7 @@ A duty cycle of SIGSTOP/SIGCONT: in every period the rank is stopped for a fract
 f = s / (1 + s) of it, so work that only progresses while the rank runs takes (1 + s) times
 as long. The cycler measures the stop fraction it actually achieved, and that is the
 fault's proof of effect. BLOOM's bad node was ~2.4% slow in its own benchmark and cost
-the job 5.4% (FACTS.md); a fleet-relative detector has to see 3%.
+the job 5.4% (bigscience train/tr11-176B-ml/chronicles.md, 2022-04-28); a fleet-relative detector has to see 3%.
 
 Heal stops the cycler and sends a final SIGCONT (through a pidfd, to the same pid and
 start time), then verifies the rank runs. If the controller dies, the cycler thread dies

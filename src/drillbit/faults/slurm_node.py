@@ -9,7 +9,7 @@ does — its slurmd and every process of the job on it are frozen and killed at 
 nothing reports; slurmctld notices only when the node stops answering (SlurmdTimeout),
 then sets it DOWN and requeues the job. The heal starts that slurmd again with the
 command line it had (and resumes the node if Slurm does not return it to service itself).
-Measured on Slurm 22.05 (FACTS of issue 16): a requeued job is held for the credential
+Measured on Slurm 22.05 (this project's issue 16): a requeued job is held for the credential
 lifetime (~121 s by default) before it may run again; ReturnToService=2 puts a DOWN node's
 still-running slurmd back at once, so the rerun can land on the node that failed.
 """

@@ -9,7 +9,7 @@ is empty — the wait until a spare comes back. Checkpointing costs C/tau of the
 
     goodput = (1 - C/tau) - sum(losses) / wall time
 
-which is the first-order model in FACTS.md when there are no spare waits.
+which is the first-order model of fleet/cadence.py (Young 1974, Daly 2006) when there are no spare waits.
 """
 from __future__ import annotations
 

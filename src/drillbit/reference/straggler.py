@@ -13,7 +13,7 @@ threshold here is 1.5%, continuous and windowed.
 
 ``NVRxRule`` is NVIDIA resiliency extension's rule for comparison: a rank's relative
 score is its speed over the fastest rank's, flagged under 0.75 — i.e. only ranks ~33%
-slower (FACTS.md).
+slower (NVIDIA Resiliency Extension's straggler detection docs).
 
 Run as a process it follows the job's event log and appends ``straggler`` lines:
     python -m drillbit.reference.straggler --events events.log

@@ -4,7 +4,7 @@ It reads the job's event log and watches *progress*, not liveness: when no ``ste
 landed for ``--deadline`` seconds it logs ``detect`` and SIGKILLs every worker of the
 torchrun agent, so torchrun restarts the worker group (and the workers restore from the
 newest good checkpoint). A stopped (SIGSTOPped) rank is as dead to it as a killed one.
-BLOOM lost ~18 h to a hang that a liveness check called "running" (FACTS.md).
+BLOOM lost ~18 h to a hang that a liveness check called "running" (bigscience train/tr11-176B-ml/chronicles.md, 2022-04-30).
 
 ``--watch liveness`` makes it that liveness check instead, for the drills that must tell
 the two apart: each worker's thread touches ``ALIVE_DIR/<pid>`` every second
