@@ -123,6 +123,20 @@ def write_drills(project: Path, job: str, targets: str, summary: str) -> None:
             job=job, fault=fault, cls=cls, params=params, targets=targets, summary=summary))
 
 
+def program_project(tmp_path: Path, venv: Path, job: str, profile: dict, maker: str, targets: str,
+                    summary: str) -> Path:
+    """The project folder of one program: its profile (launched from the project folder, its
+    output in the run folder's job.out), what its users have before they train (``maker``,
+    run with the program's own interpreter) and the two drills."""
+    profile = {**profile, "launch": {**profile["launch"], "cwd": ".", "env": {"LOGLEVEL": "INFO"}},
+               "logs": ["{run_dir}/job.out"]}
+    project = project_with(tmp_path, {job: profile})
+    subprocess.run([str(venv / "bin" / "python"), str(PROGRAMS / maker), str(project)], check=True,
+                   capture_output=True, timeout=300)
+    write_drills(project, job, targets, summary)
+    return project
+
+
 @pytest.fixture(scope="module")
 def litgpt() -> Path:
     return program_venv("litgpt")
@@ -130,23 +144,17 @@ def litgpt() -> Path:
 
 def litgpt_project(tmp_path: Path, venv: Path) -> Path:
     bin_ = venv / "bin"
-    profile = {
+    return program_project(tmp_path, venv, "litgpt", {
         "description": "litgpt finetune_full under torchrun, as installed from PyPI",
         "presets": ["torchrun", "litgpt"],
         "launch": {"command": [str(bin_ / "torchrun"), "--nproc-per-node", "1", "--max-restarts", "2",
                                "--monitor-interval", "0.5", str(bin_ / "litgpt"), "finetune_full", "base",
-                               *LITGPT_FLAGS],
-                   "cwd": ".", "env": {"LOGLEVEL": "INFO"}},
+                               *LITGPT_FLAGS]},
         "ranks": {"cmdline": r"litgpt finetune_full", "exclude_cmdline": r"bin/torchrun"},
-        "logs": ["{run_dir}/job.out"],
         "checkpoint": {"dir": "out", "layout": "custom", "glob": "step-*", "step_regex": r"step-(\d+)",
-                       "data": "lit_model.pth"}}
-    project = project_with(tmp_path, {"litgpt": profile})
-    subprocess.run([str(bin_ / "python"), str(PROGRAMS / "make_litgpt.py"), str(project)], check=True,
-                   capture_output=True, timeout=300)
-    write_drills(project, "litgpt", "{ranks: [0]}",  # its only rank: the whole job (blast_radius 1.0)
-                 "LitGPT's only rank dies; torchrun restarts it, and --resume auto loads the newest step-*")
-    return project
+                       "data": "lit_model.pth"}},
+        "make_litgpt.py", "{ranks: [0]}",  # its only rank: the whole job (blast_radius 1.0)
+        "LitGPT's only rank dies; torchrun restarts it, and --resume auto loads the newest step-*")
 
 
 def test_litgpt_kill_rank_passes_as_torchrun_restarts_it_and_it_resumes(tmp_path, litgpt):
@@ -184,21 +192,15 @@ def trl() -> Path:
 
 
 def trl_project(tmp_path: Path, venv: Path) -> Path:
-    bin_ = venv / "bin"
-    profile = {
+    return program_project(tmp_path, venv, "trl", {
         "description": "trl sft (accelerate launch --multi_gpu, two CPU processes), as installed from PyPI",
         "presets": ["torchrun", "hf-trainer"],
-        "launch": {"command": [str(bin_ / "trl"), "sft", *TRL_FLAGS], "cwd": ".", "env": {"LOGLEVEL": "INFO"}},
+        "launch": {"command": [str(venv / "bin" / "trl"), "sft", *TRL_FLAGS]},
         "ranks": {"cmdline": r"trl/scripts/sft\.py"},
-        "logs": ["{run_dir}/job.out"],
         "checkpoint": {"dir": "out", "layout": "custom", "glob": "checkpoint-*", "step_regex": r"checkpoint-(\d+)",
-                       "data": "model.safetensors"}}
-    project = project_with(tmp_path, {"trl": profile})
-    subprocess.run([str(bin_ / "python"), str(PROGRAMS / "make_trl.py"), str(project)], check=True,
-                   capture_output=True, timeout=300)
-    write_drills(project, "trl", "{count: 1, select: random, exclude_ranks: [0]}",
-                 "one of trl sft's two ranks dies; accelerate's torchrun launcher restarts both")
-    return project
+                       "data": "model.safetensors"}},
+        "make_trl.py", "{count: 1, select: random, exclude_ranks: [0]}",
+        "one of trl sft's two ranks dies; accelerate's torchrun launcher restarts both")
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))

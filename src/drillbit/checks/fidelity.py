@@ -68,12 +68,13 @@ class Fidelity(BaseModel):
         return [p for p in self.parts if p.status == "fail"]
 
 
-def _series(steps: list[Event], key: str) -> dict[int, float]:
-    """step number -> the value of ``key`` on its line; the last line of a step wins."""
+def _series(steps: list[Event], key: str, first: bool = False) -> dict[int, float]:
+    """step number -> the value of ``key`` on its line; the last line of a step wins, or with
+    ``first`` the first one (the replay after a restore)."""
     out: dict[int, float] = {}
     for e in steps:
         value, n = e.data.get(key), e.data.get("n")
-        if n is None or value is None:
+        if n is None or value is None or (first and int(n) in out):
             continue
         try:
             out[int(n)] = float(value)
@@ -83,17 +84,7 @@ def _series(steps: list[Event], key: str) -> dict[int, float]:
 
 
 def _first(steps: list[Event], key: str) -> dict[int, float]:
-    """As :func:`_series`, the first line of a step winning (the replay after a restore)."""
-    out: dict[int, float] = {}
-    for e in steps:
-        value, n = e.data.get(key), e.data.get("n")
-        if n is None or value is None or int(n) in out:
-            continue
-        try:
-            out[int(n)] = float(value)
-        except (TypeError, ValueError):
-            continue
-    return out
+    return _series(steps, key, first=True)
 
 
 def _g(x: float) -> str:
