@@ -268,3 +268,11 @@ def test_nanogpt_preset_reads_lines_made_with_its_format_strings():
     assert (kind, data["n"], data["loss"]) == ("step", 120, 2.3457)
     assert m.match("saving checkpoint to out")[0][0] == "ckpt.save.begin"
     assert m.match("Resuming training from out")[0][0] == "restore"
+
+
+def test_lightning_preset_reads_a_loss_the_module_shows_on_its_bar():
+    m = matcher(load("lightning").signals)
+    [(_, _, data)] = m.match("Epoch 0:  43%|████▎     | 3/7 [00:00<00:00,  4.58it/s, v_num=0, train_loss=0.123]")
+    assert (data["n"], data["loss"]) == (3, 0.123)
+    [(_, _, data)] = m.match("Epoch 0:  43%|████▎     | 3/7 [00:00<00:00,  4.58it/s]")
+    assert "loss" not in data  # not shown: not measured, never guessed
