@@ -121,3 +121,10 @@ def test_figures_on_a_line_of_their_own_are_the_next_steps_as_the_trainer_prints
     steps = with_metrics(h.of("step"), list(h))
     assert [(e.data["n"], e.data["loss"], e.data["lr"], e.data["tokens"]) for e in steps] == [
         (1, 4.637, 2e-05, 100.0), (2, 4.6, 1.9e-05, 200.0)]
+
+
+def test_a_world_that_shrank_at_the_restart_goes_on_from_the_saved_count():
+    """An elastic restart on fewer nodes consumes fewer samples a step from there on (a CI run
+    of kill-node: 4 ranks, then 2): the count goes on from the saved one, within a step's worth."""
+    f = run(after=lambda n: {"samples": RESTORED * 64 + (n - RESTORED) * 32})
+    assert parts(f)["data position"].status == "pass", f

@@ -3,7 +3,6 @@ the subreaper that adopts the job's orphans) in a session of its own, with a mar
 environment; stopped as a whole — every process that descends from the init or carries the mark."""
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import signal
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import psutil
 
+from drillbit.errors import ConfigError
 from drillbit.proc import ProcRef
 
 
@@ -65,12 +65,15 @@ def start_job(argv: list[str], env: dict[str, str], cwd: str | None, out_path: P
     appended to ``out_path``. A command that cannot be found raises here, as it would unwrapped."""
     mark = uuid.uuid4().hex
     full = {**os.environ, **{k: v.replace("$PATH", os.environ.get("PATH", "")) for k, v in env.items()}, MARK: mark}
+    # the description names what the node does not have: exit 2, naming it (nothing started)
     if not argv:
-        raise FileNotFoundError("an empty command")
+        raise ConfigError("launch.command is empty")
     if os.sep not in argv[0] and shutil.which(argv[0], path=full.get("PATH")) is None:
-        raise FileNotFoundError(errno.ENOENT, f"{argv[0]} is not on the job's PATH", argv[0])
+        raise ConfigError(f"launch.command: {argv[0]} is not on the job's PATH on this node")
     if os.sep in argv[0] and not Path(cwd or ".", argv[0]).exists():
-        raise FileNotFoundError(errno.ENOENT, f"{argv[0]} does not exist (from {cwd or os.getcwd()})", argv[0])
+        raise ConfigError(f"launch.command: {argv[0]} does not exist on this node (from {cwd or os.getcwd()})")
+    if cwd is not None and not Path(cwd).is_dir():
+        raise ConfigError(f"launch.cwd: {cwd} is not a folder on this node")
     with open(out_path, "ab") as out:
         popen = subprocess.Popen([sys.executable, "-I", str(JOBINIT), *argv], cwd=cwd, env=full, stdout=out,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -113,8 +113,7 @@ BATCH = 16  # samples per rank per step
 
 
 class SyntheticBatches(IterableDataset):
-    """Deterministic batches by (position, rank), produced in a DataLoader worker process;
-    each comes with the samples the job has consumed once it is used (across ranks)."""
+    """Deterministic batches by (position, rank), produced in a DataLoader worker process."""
 
     def __init__(self, start: int, rank: int, world: int) -> None:
         self.start, self.rank, self.world = start, rank, world
@@ -124,7 +123,7 @@ class SyntheticBatches(IterableDataset):
         while True:
             gen = torch.Generator().manual_seed(step * self.world + self.rank)
             x = torch.randn(BATCH, 32, generator=gen)
-            yield x, x.sum(dim=1), (step + 1) * BATCH * self.world
+            yield x, x.sum(dim=1)
             step += 1
 
 
@@ -189,10 +188,11 @@ def compute(seconds: float, slice_s: float = 0.001) -> None:
 
 
 def serialize(model: nn.Module, optim: torch.optim.Optimizer, step: int,
-              sched: torch.optim.lr_scheduler.LRScheduler | None = None) -> bytes:
+              sched: torch.optim.lr_scheduler.LRScheduler | None = None, samples: int | None = None) -> bytes:
     buf = io.BytesIO()
     torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step,
-                **({"sched": sched.state_dict()} if sched is not None else {})}, buf)
+                **({"sched": sched.state_dict()} if sched is not None else {}),
+                **({"samples": samples} if samples is not None else {})}, buf)
     return buf.getvalue()
 
 
@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     ckpt_dir = Path(args.ckpt_dir)
 
     step = 0
+    samples = 0
     def trying(path: Path) -> None:
         if rank == 0:
             log.emit("restore.begin", path=path)
@@ -271,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
             if "sched" in state:
                 sched.load_state_dict(state["sched"])
         step = found.step if found.step >= 0 else int(state["step"])
+        # the samples consumed so far, across ranks: saved with the state, as a data loader's position
+        # is (a world that shrank since consumes fewer per step from here on)
+        samples = 0 if args.restore_defect == "data" else int(state.get("samples", step * BATCH * world))
         if rank == 0:
             log.emit("restore", step=step, path=found.path, seconds=f"{time.time() - t0:.4f}")
     dist.barrier()
@@ -287,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                               num_workers=args.loader_workers))
     last = time.time()
     while step < args.steps:
-        x, y, samples = next(batches)  # blocks for as long as the loader worker does: no timeout
+        x, y = next(batches)  # blocks for as long as the loader worker does: no timeout
         y = y.reshape(-1, 1)
         t_compute = time.perf_counter()
         compute(step_s)  # stands in for the forward/backward compute of a real model
@@ -299,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         optim.step()
         sched.step()
         step += 1
+        samples += BATCH * world
         now = time.time()
         if args.report_compute:
             log.emit("compute", n=step, rank=rank, s=f"{compute_s:.6f}", node=node)
@@ -306,11 +311,11 @@ def main(argv: list[str] | None = None) -> int:
             heartbeat.write_text(f"{step} {now:.6f}\n")
         if rank == 0:
             log.emit("step", n=step, rank=rank, dt=f"{now - last:.4f}", loss=f"{loss.item():.5f}", lr=f"{lr:.6g}",
-                     samples=int(samples))
+                     samples=samples)
             if args.ckpt_every and step % args.ckpt_every == 0:
                 t0 = time.time()
                 path = checkpoint.write_checkpoint(
-                    ckpt_dir, step, {"shard_0.pt": serialize(model, optim, step, sched)},
+                    ckpt_dir, step, {"shard_0.pt": serialize(model, optim, step, sched, samples)},
                     {"world_size": world, "attempt": attempt},
                     atomic=args.save_mode == "atomic", pause_s=args.save_pause_ms / 1000.0,
                 )
