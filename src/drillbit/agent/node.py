@@ -322,9 +322,8 @@ class NodeAgent:
         read from disk (:meth:`Fault.distrust`), or, for the guardian (``told``: the digests its
         agent sent it over a pipe), a handle its agent never told it of (changed on disk)."""
         self._distrusted = {}
-        for h in handles:
-            fault = get_fault(h.fault, self.scratch)
-            key = self._key(h)
+        active = {self._key(h): (h, get_fault(h.fault, self.scratch)) for h in handles}
+        for key, (h, fault) in active.items():
             if told is not None and digest(h) not in told:
                 self._distrusted[key] = ("the registry on disk says other than its agent told its guardian (changed "
                                          "on disk since)")
@@ -337,7 +336,7 @@ class NodeAgent:
             if why is not None:
                 self._distrusted[key] = why
         with self._lock:
-            self._active = {self._key(h): (h, get_fault(h.fault, self.scratch)) for h in handles}
+            self._active = active
             self._job, self._armed = job, armed
             try:
                 self._abandoned = list(json.loads(self.registry_path.read_text()).get("abandoned") or [])
