@@ -13,17 +13,13 @@ import torch
 from litgpt.config import Config
 from litgpt.model import GPT
 from litgpt.utils import save_config
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tiny_text import bpe, corpus
 
 project = Path(sys.argv[1])
 base = project / "base"
 base.mkdir(parents=True, exist_ok=True)
-words = "the quick brown fox jumps over a lazy dog while seven small robots count numbers and sing".split()
-lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(12)) for i in range(400)]
-tok = Tokenizer(models.BPE(unk_token="<unk>"))
-tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-tok.decoder = decoders.ByteLevel()
-tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"]))
+lines = corpus(400, 12)
+tok = bpe(lines, ["<unk>", "<s>", "</s>"])
 tok.save(str(base / "tokenizer.json"))
 (base / "tokenizer_config.json").write_text(json.dumps({
     "bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True, "tokenizer_class": "PreTrainedTokenizerFast"}))

@@ -10,19 +10,15 @@ import sys
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tiny_text import bpe, corpus
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 project = Path(sys.argv[1])
 base, data = project / "base", project / "data"
 base.mkdir(parents=True, exist_ok=True)
 data.mkdir(parents=True, exist_ok=True)
-words = "the quick brown fox jumps over a lazy dog while seven small robots count numbers and sing".split()
-lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(24)) for i in range(2000)]
-tok = Tokenizer(models.BPE(unk_token="<unk>"))
-tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-tok.decoder = decoders.ByteLevel()
-tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>", "<pad>"]))
+lines = corpus(2000, 24)
+tok = bpe(lines, ["<unk>", "<s>", "</s>", "<pad>"])
 fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
                                pad_token="<pad>")
 fast.save_pretrained(base)
