@@ -62,7 +62,7 @@ class LaunchedJob:
 def start_job(argv: list[str], env: dict[str, str], cwd: str | None, out_path: Path | str,
               stop_timeout: float, node: str | None = None) -> LaunchedJob:
     """Start the job's command under the job's init, in a session of its own, its output
-    appended to ``out_path``. A command that cannot be found raises here, as it would unwrapped."""
+    appended to ``out_path``. A command or folder the node lacks is a ConfigError (exit 2), raised here."""
     mark = uuid.uuid4().hex
     full = {**os.environ, **{k: v.replace("$PATH", os.environ.get("PATH", "")) for k, v in env.items()}, MARK: mark}
     # the description names what the node does not have: exit 2, naming it (nothing started)
