@@ -39,7 +39,7 @@ from drillbit.loop.runner import DrillRunner
 from drillbit.report import multirun
 from drillbit.report.multirun import Bullets, Figure, Page, Table
 from drillbit.session import new_run_dir
-from drillbit.spec.load import _line, _suggest, find_config, read_yaml, validate
+from drillbit.spec.load import _line, _suggest, find_config, read_yaml, unknown, validate
 from drillbit.spec.models import (
     SLO,
     Abort,
@@ -433,7 +433,8 @@ def load_campaign(path: str | Path, config=None) -> CampaignSpec:
             problems += fault_problems(f, path, lines, ("faults", i))
     if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
         problems.append(Problem(str(path), _line(lines, ("job",)), "job",
-                                f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs))))
+                                f"unknown job profile {data['job']!r}"
+                                + _suggest(data["job"], list(config.jobs), "drill list --jobs")))
     if spec is not None and spec.mix is not None:
         problems += _mix_problems(spec, path, lines)
     if problems:
@@ -473,9 +474,9 @@ def execute(campaign: CampaignSpec, *, cluster: str | None = None, job: str | No
     job_name = job or campaign.job or config.default_job
     problems = []
     if cluster_name not in config.clusters:
-        problems.append(Problem("--cluster", None, "", f"unknown cluster {cluster_name!r}"))
+        problems.append(unknown("--cluster", "cluster", cluster_name, list(config.clusters), "drill list --clusters"))
     if job_name not in config.jobs:
-        problems.append(Problem("--job", None, "", f"unknown job profile {job_name!r}"))
+        problems.append(unknown("--job", "job profile", job_name, list(config.jobs), "drill list --jobs"))
     if problems:
         raise SpecError(problems)
     run_dir = new_run_dir(Path(reports_dir or config.reports_dir), f"campaign-{campaign.name}")

@@ -54,7 +54,7 @@ def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
                                         exc.problems[0].message))
     if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
         problems.append(Problem(str(path), _line(lines, ("job",)), "job",
-                                f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs))))
+                                f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs), "drill list --jobs")))
     if problems:
         raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.path)))
     return spec
@@ -64,7 +64,11 @@ def load_config(path: Path | None) -> DrillConfig:
     if path is None:
         return with_builtins(DrillConfig())
     data, lines = read_yaml(Path(path))
-    config, problems = validate(DrillConfig, data or {}, Path(path), lines)
+    if not isinstance(data, dict) or not data:  # an empty file is a mistake, not "no settings"
+        what = "empty" if data in (None, {}, "") else f"a {type(data).__name__}"
+        raise SpecError([Problem(str(path), 1, "", f"{what}; a drill.yaml is a mapping (reports_dir:, clusters:, "
+                                 "jobs:, ...); drop --config to use only the built-ins")])
+    config, problems = validate(DrillConfig, data, Path(path), lines)
     if config is not None:
         for name, job in config.jobs.items():
             for loc, message in job_problems(job):

@@ -31,7 +31,7 @@ from drillbit.report import result as result_json
 from drillbit.report.store import Store, store_path
 from drillbit.runfolder import new_folder
 from drillbit.spec.config import DrillConfig
-from drillbit.spec.load import find_config, resolve_drill
+from drillbit.spec.load import find_config, resolve_drill, unknown
 from drillbit.spec.models import DrillSpec
 from drillbit.transport import connect, node_netns
 from drillbit.transport.nodes import refuse_shared_network
@@ -53,11 +53,9 @@ def resolve(drill: str, *, cluster: str | None = None, job: str | None = None, c
     job_name = job or spec.job or config.default_job
     problems = []
     if cluster_name not in config.clusters:
-        problems.append(Problem("--cluster", None, "", f"unknown cluster {cluster_name!r}; known: "
-                                f"{', '.join(sorted(config.clusters))}"))
+        problems.append(unknown("--cluster", "cluster", cluster_name, list(config.clusters), "drill list --clusters"))
     if job_name not in config.jobs:
-        problems.append(Problem("--job", None, "", f"unknown job profile {job_name!r}; known: "
-                                f"{', '.join(sorted(config.jobs))}"))
+        problems.append(unknown("--job", "job profile", job_name, list(config.jobs), "drill list --jobs"))
     if cluster_name in config.clusters and config.clusters[cluster_name].protected:
         problems.append(Problem("--cluster", None, "", f"cluster {cluster_name!r} is protected in the config; "
                                 "drills are refused there"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from drillbit.cli.common import emit_json, err, json_option, out
+from drillbit.cli.common import drills_option, emit_json, err, json_option, out, pushgateway_option
 from drillbit.report.console import ConsoleUI
 from drillbit.spec.load import find_config
 from drillbit.loading import load_config
@@ -18,6 +18,8 @@ from drillbit.loading import load_config
 @click.option("--config", "config_path", help="drill.yaml path")
 @click.option("--reports", "reports_dir", help="where run folders go")
 @click.option("--db", help="results store (default: <reports>/drills.db)")
+@drills_option
+@pushgateway_option
 @json_option
 def compare(suite_name: str, jobs: str, cluster: str | None, config_path: str | None, reports_dir: str | None,
             db: str | None, as_json: bool) -> int:

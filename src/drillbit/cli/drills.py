@@ -1,19 +1,17 @@
 """``drill run | report | validate | list | faults``: one drill, its folder, the catalogue."""
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from drillbit import exitcodes
-from drillbit.cli.common import emit_json, err, json_option, out, show_problems
+from drillbit.cli.common import drills_option, emit_json, err, json_option, listing, out, pushgateway_option, show_problems
 from drillbit.errors import DrillError, Problem, SpecError
 from drillbit.report.console import ConsoleUI, summary
-from drillbit.spec.load import catalogue, find_config, read_yaml
+from drillbit.spec.load import catalogue, find_config, read_yaml, unknown
 from drillbit.loading import load_config, load_drill
 from drillbit.spec.config import DrillConfig
 
@@ -23,24 +21,21 @@ from drillbit.spec.config import DrillConfig
 @click.option("--cluster", help="cluster name from drill.yaml (default: its default_cluster, else local; env DRILLBIT_CLUSTER)")
 @click.option("--job", help="job profile (default: the drill's, else reference)")
 @click.option("--config", "config_path", help="drill.yaml path (default: ./drill.yaml or $DRILLBIT_CONFIG)")
-@click.option("--drills", "drills_dir", help="extra directory of drill specs")
+@drills_option
 @click.option("--reports", "reports_dir", help="where run folders go (default: reports/)")
 @click.option("--dry-run", is_flag=True, help="print the plan (the exact targets where they can be found) and stop")
 @click.option("--repeat", type=click.IntRange(1, 1000), default=1, help="run the drill N times, a fresh job each "
               "time; it passes only if every run does (or --min-pass-rate)")
 @click.option("--min-pass-rate", type=click.FloatRange(0, 1), help="with --repeat: the share of runs that must pass")
-@click.option("--pushgateway", metavar="URL", help="also send the results' metrics (reports/metrics.prom) to this "
-              "Prometheus Pushgateway (env DRILLBIT_PUSHGATEWAY; every drill run, suite and game day)")
+@pushgateway_option
 @json_option
-def run(drill: str, cluster: str | None, job: str | None, config_path: str | None, drills_dir: str | None,
-        reports_dir: str | None, dry_run: bool, repeat: int, min_pass_rate: float | None, pushgateway: str | None,
+def run(drill: str, cluster: str | None, job: str | None, config_path: str | None,
+        reports_dir: str | None, dry_run: bool, repeat: int, min_pass_rate: float | None,
         as_json: bool) -> int:
     """Run one drill (a name from the catalogue, or a spec file)."""
     from drillbit.session import execute, plan_text, resolve
 
-    if pushgateway:
-        os.environ["DRILLBIT_PUSHGATEWAY"] = pushgateway  # for every run of a --repeat as well
-    resolved = resolve(drill, cluster=cluster, job=job, config_path=config_path, drills_dir=drills_dir)
+    resolved = resolve(drill, cluster=cluster, job=job, config_path=config_path)
     if dry_run:
         out.print(plan_text(resolved), markup=False, highlight=False)
         out.print("dry run: nothing was launched or touched")
@@ -94,6 +89,7 @@ def _is_config(path: Path) -> bool:
 @click.command()
 @click.argument("files", nargs=-1, type=click.Path())
 @click.option("--config", "config_path", help="drill.yaml to validate too")
+@drills_option
 @json_option
 def validate(files: tuple[str, ...], config_path: str | None, as_json: bool) -> int:
     """Check drill specs (default: the whole catalogue) and drill.yaml; every error at once.
@@ -137,9 +133,17 @@ def validate(files: tuple[str, ...], config_path: str | None, as_json: bool) -> 
 
 
 @click.command(name="list")
+@click.option("--suites", "what", flag_value="suites", help="the suites (drill suite run NAME, drill gate --suite NAME)")
+@click.option("--jobs", "what", flag_value="jobs", help="the job profiles (--job NAME): drill.yaml's and the built-ins")
+@click.option("--clusters", "what", flag_value="clusters", help="the clusters (--cluster NAME): drill.yaml's and the "
+              "built-ins")
+@click.option("--config", "config_path", help="drill.yaml path (default: ./drill.yaml or $DRILLBIT_CONFIG)")
+@drills_option
 @json_option
-def list_(as_json: bool) -> int:
-    """The drill catalogue."""
+def list_(what: str | None, config_path: str | None, as_json: bool) -> int:
+    """The drill catalogue (or, with a flag, the suites, job profiles or clusters)."""
+    if what:
+        return _list_names(what, config_path, as_json)
     rows, problems = [], []
     for name, path in catalogue().items():
         try:
@@ -151,14 +155,41 @@ def list_(as_json: bool) -> int:
     if as_json:
         emit_json({"drills": rows, "problems": [str(p) for p in problems]})
     else:
-        table = Table(show_edge=False)
-        for col in ("drill", "class", "fault", "summary"):
-            table.add_column(col)
-        for row in rows:
-            table.add_row(*row.values())
-        out.print(table)
-        for p in problems:
-            err.print(f"  {p}", markup=False, highlight=False)
+        out.print(listing(("drill", "class", "fault", "summary"), [list(r.values()) for r in rows]))
+        if problems:
+            show_problems(problems)
+    return exitcodes.USAGE if problems else exitcodes.PASS
+
+
+def _list_names(what: str, config_path: str | None, as_json: bool) -> int:
+    from drillbit.spec.load import load_suite, suite_catalogue
+
+    config = load_config(find_config(config_path))
+    rows: list[list[str]] = []
+    problems: list[Problem] = []
+    if what == "suites":
+        columns: tuple[str, ...] = ("suite", "drills", "file")
+        for name, path in suite_catalogue().items():
+            try:
+                suite = load_suite(str(path), config)
+            except SpecError as exc:
+                problems += exc.problems
+                continue
+            rows.append([name, str(len(suite.entries())), str(path)])
+    elif what == "jobs":
+        columns = ("job", "launch")
+        for name, job in sorted(config.jobs.items()):
+            rows.append([name, " ".join(job.launch.command) if job.launch else f"attach to pid {job.attach_pid}"])
+    else:
+        columns = ("cluster", "engine", "nodes")
+        for name, cluster in sorted(config.clusters.items()):
+            rows.append([name, cluster.engine, str(getattr(cluster, "nodes", None) or "")])
+    if as_json:
+        emit_json({what: [dict(zip(columns, r)) for r in rows], "problems": [str(p) for p in problems]})
+    else:
+        out.print(listing(columns, rows))
+        if problems:
+            show_problems(problems)
     return exitcodes.USAGE if problems else exitcodes.PASS
 
 
@@ -218,9 +249,8 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
     else:
         config = load_config(find_config(None))
         if cluster not in config.clusters:  # never "nothing left" for a name that means nothing
-            close = difflib.get_close_matches(cluster or "", list(config.clusters), n=1)
-            raise ConfigError(f"--cluster: unknown cluster {cluster!r}" + (f" (did you mean {close[0]!r}?)" if close
-                                                                           else f"; known: {', '.join(sorted(config.clusters))}"))
+            raise SpecError([unknown("--cluster", "cluster", cluster or "", list(config.clusters),
+                                     "drill list --clusters")])
         base = entered_path(reports_dir or config.reports_dir)
         entry = config.clusters[cluster or ""]
         if not base.is_dir() and entry.engine != "ssh":  # ssh: the registries are on the hosts, not here

@@ -24,7 +24,8 @@ def _duration(text: str | None, what: str) -> float | None:
 
 
 @click.command()
-@click.option("--save-seconds", type=float, required=True, help="cost of one checkpoint save, seconds (C)")
+@click.option("--save-seconds", type=click.FloatRange(min=0, min_open=True), required=True,
+              help="cost of one checkpoint save, seconds (C)")
 @click.option("--mtbf", "mtbf_text", required=True, help="mean time between failures of the job: 168h, 6h, 90m (M)")
 @click.option("--detect", "detect_text", default="0s", help="detection time D, for the goodput estimate")
 @click.option("--restart", "restart_text", default="0s", help="restart + restore time R, for the goodput estimate")
@@ -65,14 +66,14 @@ def cadence(save_seconds: float, mtbf_text: str, detect_text: str, restart_text:
 @click.option("--from", "from_run", help="a run folder: take D and R from its result.json")
 @click.option("--detect", "detect_text", help="detection time D (overrides the scenario / --from)")
 @click.option("--restart", "restart_text", help="restart + restore time R")
-@click.option("--save-seconds", type=float, help="checkpoint save cost C")
+@click.option("--save-seconds", type=click.FloatRange(min=0), help="checkpoint save cost C, seconds")
 @click.option("--interval", "interval_text", help="checkpoint interval tau")
-@click.option("--gpus", type=int, help="scale the fleet (the per-GPU-day rate is kept)")
-@click.option("--days", type=float, help="length of the run")
-@click.option("--spares", type=int, help="spare hosts")
+@click.option("--gpus", type=click.IntRange(min=1), help="scale the fleet (the per-GPU-day rate is kept)")
+@click.option("--days", type=click.FloatRange(min=0, min_open=True), help="length of the run, days")
+@click.option("--spares", type=click.IntRange(min=0), help="spare hosts")
 @click.option("--replacement-delay", "replacement_text", help="time to bring a replaced host back")
-@click.option("--trials", type=int, default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--trials", type=click.IntRange(1, 1_000_000), default=1000, show_default=True, help="runs simulated")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--svg", type=click.Path(), help="write the goodput histogram as SVG")
 @json_option
 def simulate(scenario: str, from_run: str | None, detect_text: str | None, restart_text: str | None,

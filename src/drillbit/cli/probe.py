@@ -7,37 +7,36 @@ import click
 from rich.table import Table
 
 from drillbit import exitcodes
-from drillbit.cli.common import emit_json, err, json_option, out
-from drillbit.errors import Problem, SpecError
+from drillbit.cli.common import drills_option, emit_json, err, json_option, out
+from drillbit.errors import SpecError
 
 
 @click.command()
 @click.option("--job", required=True, help="job profile to probe")
 @click.option("--cluster", help="cluster name from drill.yaml (default: its default_cluster, else local)")
 @click.option("--config", "config_path", help="drill.yaml path (default: ./drill.yaml or $DRILLBIT_CONFIG)")
-@click.option("--drills", "drills_dir", help="extra directory of drill specs")
+@drills_option
 @click.option("--steps", default=20, show_default=True, help="stop after this many steps")
 @click.option("--seconds", default=120.0, show_default=True, help="stop after this long, steps or not")
 @click.option("--reports", "reports_dir", help="where the probe's run folder goes (default: reports/)")
 @json_option
-def probe(job: str, cluster: str | None, config_path: str | None, drills_dir: str | None, steps: int,
+def probe(job: str, cluster: str | None, config_path: str | None, steps: int,
           seconds: float, reports_dir: str | None, as_json: bool) -> int:
     """Watch a job without touching it: the ranks found, every signal that fired, the step
     time, its checkpoints, and which drills of the catalogue it can run. Exits 2 when no step
     signal fired (drillbit could not see the job make progress)."""
     from drillbit.onboard import load_drills, probe as run_probe
     from drillbit.session import new_run_dir
-    from drillbit.spec.load import find_config
+    from drillbit.spec.load import find_config, unknown
     from drillbit.loading import load_config
 
     config = load_config(find_config(config_path))
     cluster_name = cluster or os.environ.get("DRILLBIT_CLUSTER") or config.default_cluster
     problems = []
     if job not in config.jobs:
-        problems.append(Problem("--job", None, "", f"unknown job profile {job!r}; known: {', '.join(sorted(config.jobs))}"))
+        problems.append(unknown("--job", "job profile", job, list(config.jobs), "drill list --jobs"))
     if cluster_name not in config.clusters:
-        problems.append(Problem("--cluster", None, "", f"unknown cluster {cluster_name!r}; known: "
-                                f"{', '.join(sorted(config.clusters))}"))
+        problems.append(unknown("--cluster", "cluster", cluster_name, list(config.clusters), "drill list --clusters"))
     if problems:
         raise SpecError(problems)
     from pathlib import Path
@@ -45,7 +44,7 @@ def probe(job: str, cluster: str | None, config_path: str | None, drills_dir: st
     run_dir = new_run_dir(Path(reports_dir or config.reports_dir), f"probe-{job}")
     with err.status("probing") as spinner:
         found = run_probe(cluster_name, config.clusters[cluster_name], job, config.jobs[job], run_dir,
-                          load_drills(config, drills_dir), steps=steps, seconds=seconds,
+                          load_drills(config), steps=steps, seconds=seconds,
                           status=lambda text: spinner.update(text) if not as_json else None)
     if as_json:
         emit_json(found)

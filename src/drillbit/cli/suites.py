@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
-from rich.table import Table
 
 from drillbit import exitcodes
-from drillbit.cli.common import emit_json, err, json_option, out
+from drillbit.cli.common import drills_option, emit_json, err, json_option, listing, out, pushgateway_option
 from drillbit.loading import load_config
 from drillbit.report.console import ConsoleUI
 from drillbit.report import multirun
@@ -37,6 +36,8 @@ _suite_options = [
     click.option("--config", "config_path", help="drill.yaml path"),
     click.option("--reports", "reports_dir", help="where run folders go"),
     click.option("--db", help="results store (default: <reports>/drills.db)"),
+    drills_option,
+    pushgateway_option,
     json_option,
 ]
 
@@ -134,7 +135,7 @@ def gameday_run(name: str, cluster: str | None, job: str | None, config_path: st
 @click.command()
 @click.argument("drill", required=False)
 @click.option("--db", help="results store (default: reports/drills.db)")
-@click.option("--limit", type=int, default=30, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=30, show_default=True)
 @click.option("--html", "html_path", help="write a self-contained trends page here: one plot per drill and "
               "measurement, pass/fail marked, the baseline shaded")
 @click.option("--openmetrics", is_flag=True, help="print every drill's latest result and its runs by verdict as "
@@ -149,10 +150,19 @@ def results(drill: str | None, db: str | None, limit: int, html_path: str | None
     from drillbit.errors import ConfigError
     from drillbit.report.store import Store, store_path
 
+    from drillbit.errors import Problem, SpecError
+    from drillbit.spec.load import _suggest, catalogue
+
     path = store_path(load_config(find_config(None)), db=db)
+    known = set(catalogue())
     if not path.exists():
+        if drill and drill not in known:
+            raise SpecError([Problem(drill, None, "", "no such drill" + _suggest(drill, sorted(known), "drill list"))])
         raise ConfigError(f"no results store at {path} yet; run a drill first")
     with Store(path) as store:
+        if drill and drill not in known and drill not in store.drill_names():
+            raise SpecError([Problem(drill, None, "", "no such drill, and no run of that name in the store"
+                                     + _suggest(drill, sorted(known | set(store.drill_names())), "drill list"))])
         if openmetrics or backfill:
             from drillbit.report import metrics
 
@@ -171,15 +181,14 @@ def results(drill: str | None, db: str | None, limit: int, html_path: str | None
     if as_json:
         emit_json([dict(r) for r in rows])
         return exitcodes.PASS
-    table = Table(show_edge=False)
-    numeric = ("id", "detect s", "first step s", "lost", "goodput")
-    for col in ("id", "drill", "cluster", "job", "verdict", "started", "detect s", "first step s", "lost", "goodput"):
-        table.add_column(col, justify="right" if col in numeric else "left")
     fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
-    for row in reversed(rows):
-        table.add_row(str(row["id"]), row["drill"], row["cluster"], row["job"], row["verdict"],
+    table = listing(("id", "drill", "cluster", "job", "verdict", "started", "detect s", "first step s", "lost",
+                     "goodput"),
+                    [[str(row["id"]), row["drill"], row["cluster"], row["job"], row["verdict"],
                       (row["started_at"] or "")[:19], fmt(row["time_to_detect"], ".2f"),
-                      fmt(row["time_to_first_step"], ".2f"), fmt(row["lost_steps"], "d"), fmt(row["goodput"], ".2f"))
+                      fmt(row["time_to_first_step"], ".2f"), fmt(row["lost_steps"], "d"), fmt(row["goodput"], ".2f")]
+                     for row in reversed(rows)],
+                    right=("id", "detect s", "first step s", "lost", "goodput"))
     out.print(table)
     return exitcodes.PASS
 
@@ -192,6 +201,7 @@ history = click.Command("history", callback=results.callback, params=results.par
 @click.command()
 @click.argument("name")
 @click.option("--db", help="results store for the last result (default: reports/drills.db)")
+@drills_option
 def runbook(name: str, db: str | None) -> int:
     """Render a drill's runbook with its parameters and its last result."""
     from drillbit.loading import load_drill

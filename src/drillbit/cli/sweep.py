@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from drillbit.cli.common import emit_json, err, json_option, out
+from drillbit.cli.common import drills_option, emit_json, err, json_option, out
 from drillbit.report.console import ConsoleUI
 
 
@@ -12,14 +12,14 @@ from drillbit.report.console import ConsoleUI
 @click.option("--cluster", help="cluster name from drill.yaml (default: its default_cluster, else local)")
 @click.option("--job", help="job profile (default: the drill's, else reference)")
 @click.option("--config", "config_path", help="drill.yaml path (default: ./drill.yaml or $DRILLBIT_CONFIG)")
-@click.option("--drills", "drills_dir", help="extra directory of drill specs")
+@drills_option
 @click.option("--reports", "reports_dir", help="where run folders go (default: reports/)")
 @click.option("--sample", "n", type=click.IntRange(1, 1000), help="drill N crash points spread over the save "
                                                                    "(default: every one)")
 @click.option("--point", "points", multiple=True, help="drill this crash point only ('torn shard_*.pt'); repeat "
                                                        "for several; skips the recording pass")
 @json_option
-def sweep(drill: str, cluster: str | None, job: str | None, config_path: str | None, drills_dir: str | None,
+def sweep(drill: str, cluster: str | None, job: str | None, config_path: str | None,
           reports_dir: str | None, n: int | None, points: tuple[str, ...], as_json: bool) -> int:
     """Sweep the crash points of one checkpoint save: record one save's file events (a first
     drill that kills nothing), then one kill-during-save drill per point, each judged on its
@@ -34,7 +34,7 @@ def sweep(drill: str, cluster: str | None, job: str | None, config_path: str | N
         chosen = [CrashPoint.parse(p) for p in points] or None
     except ValueError as exc:
         raise ConfigError(f"--point: {exc}") from None
-    resolved = resolve(drill, cluster=cluster, job=job, config_path=config_path, drills_dir=drills_dir)
+    resolved = resolve(drill, cluster=cluster, job=job, config_path=config_path)
     with ConsoleUI(err) as ui:
         report, folder = run_sweep(resolved, points=chosen, n=n, reports_dir=reports_dir, ui=ui)
     if as_json:

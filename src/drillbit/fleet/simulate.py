@@ -17,7 +17,7 @@ import heapq
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from drillbit.errors import Problem, SpecError
 from drillbit.spec.load import project_dirs, read_yaml, validate
@@ -76,16 +76,16 @@ class Scenario(Strict):
 class SimParams(BaseModel):
     """Everything one simulation needs, after overrides."""
 
-    gpus: int
-    days: float
-    rate_per_gpu_day: float
-    save_s: float
-    interval_s: float
-    detect_s: float
-    restart_s: float
-    gpus_per_host: int = 8
-    spares: int | None = None
-    replacement_delay_s: float = 0.0
+    gpus: int = Field(gt=0)
+    days: float = Field(gt=0)
+    rate_per_gpu_day: float = Field(ge=0)
+    save_s: float = Field(ge=0)
+    interval_s: float = Field(gt=0)
+    detect_s: float = Field(ge=0)
+    restart_s: float = Field(ge=0)
+    gpus_per_host: int = Field(8, gt=0)
+    spares: int | None = Field(None, ge=0)
+    replacement_delay_s: float = Field(0.0, ge=0)
     burst_per_day: float = 0.0
     burst_hosts: int = 0
 
@@ -126,7 +126,13 @@ def params_for(scenario: Scenario, **overrides: float | int | None) -> SimParams
                  "restart_s": "--restart (or --from)"}
         raise ValueError(f"scenario {scenario.name!r} does not give {', '.join(missing)}; "
                          f"pass {', '.join(names[m] for m in missing)}")
-    return SimParams.model_validate(values)
+    try:
+        return SimParams.model_validate(values)
+    except ValidationError as exc:  # e.g. a duration of 0 for the interval
+        names = {"save_s": "--save-seconds", "interval_s": "--interval", "detect_s": "--detect", "restart_s": "--restart",
+                 "replacement_delay_s": "--replacement-delay"}
+        raise ValueError("; ".join(f"{names.get(str(e['loc'][0]), '--' + str(e['loc'][0]))}: {e['msg'].lower()}"
+                                   for e in exc.errors())) from None
 
 
 def _spare_waits(times: np.ndarray, needs: np.ndarray, spares: int, delay: float) -> np.ndarray:

@@ -94,6 +94,10 @@ class Store:
         row = self._db.execute("SELECT result FROM runs WHERE id=?", (run_id,)).fetchone()
         return json.loads(row[0]) if row else None
 
+    def drill_names(self) -> list[str]:
+        """Every drill the store holds a run of."""
+        return [row[0] for row in self._db.execute("SELECT DISTINCT drill FROM runs ORDER BY drill")]
+
     def runs(self, drill: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         query = ("SELECT id, drill, cluster, job, verdict, started_at, time_to_detect, time_to_first_step, "
                  "lost_steps, goodput, run_dir FROM runs")

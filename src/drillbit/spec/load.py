@@ -8,6 +8,7 @@ scenarios to check (a fault's params, a job's presets) is ``drillbit.loading``.
 from __future__ import annotations
 
 import difflib
+from contextvars import ContextVar
 import os
 from pathlib import Path
 from typing import Any
@@ -161,9 +162,20 @@ def validate(model: type[BaseModel], data: Any, path: Path, lines: dict[Loc, int
         return None, problems_from(exc, path, lines, prefix)
 
 
-def _suggest(word: str, choices: list[str]) -> str:
+def _suggest(word: str, choices: list[str], listing: str | None = None) -> str:
+    """" (did you mean 'x'?)" for a near miss; else the names, or where to list them when
+    there are too many for one line."""
     close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(choices))})"
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    if len(choices) > 8 and listing:
+        return f" ({len(choices)} known; `{listing}` lists them)"
+    return f" (known: {', '.join(sorted(choices))})"
+
+
+def unknown(option: str, what: str, word: str, choices: list[str], listing: str | None = None) -> Problem:
+    """The problem an option naming something that does not exist gets (``--cluster locl``)."""
+    return Problem(option, None, "", f"unknown {what} {word!r}" + _suggest(word, choices, listing))
 
 
 def find_config(explicit: str | None) -> Path | None:
@@ -195,8 +207,12 @@ def project_dirs(subdir: str, extra: str | None = None) -> list[Path]:
     return out
 
 
+# the folder `--drills` named, for this command: looked up before ./drills and the catalogue
+EXTRA_DRILLS: ContextVar[str | None] = ContextVar("drillbit_extra_drills", default=None)
+
+
 def drill_dirs(extra: str | None = None) -> list[Path]:
-    return project_dirs("drills", extra)
+    return project_dirs("drills", extra or EXTRA_DRILLS.get())
 
 
 KNOWN_DEFECTS = "known-defects"  # drills/known-defects/: the published defects, each a drill
@@ -232,13 +248,15 @@ def resolve_drill(name_or_path: str, extra: str | None = None) -> Path:
         return candidate
     known = catalogue(extra)
     if name_or_path not in known:
-        raise SpecError([Problem(name_or_path, None, "", "no such drill" + _suggest(name_or_path, list(known)))])
+        raise SpecError([Problem(name_or_path, None, "", "no such drill" + _suggest(name_or_path, list(known),
+                                                                                       "drill list"))])
     return known[name_or_path]
 
 
 def suite_catalogue(extra: str | None = None) -> dict[str, Path]:
     found: dict[str, Path] = {}
-    for d in project_dirs("drills/suites", extra):
+    extra = extra or EXTRA_DRILLS.get()
+    for d in project_dirs("drills/suites", str(Path(extra) / "suites") if extra else None):
         for f in sorted(d.glob("*.yaml")):
             found.setdefault(f.stem, f)
     return found
@@ -250,7 +268,8 @@ def load_suite(name_or_path: str, config: DrillConfig | None = None) -> SuiteSpe
     if candidate.suffix not in (".yaml", ".yml"):
         known = suite_catalogue()
         if name_or_path not in known:
-            raise SpecError([Problem(name_or_path, None, "", "no such suite" + _suggest(name_or_path, list(known)))])
+            raise SpecError([Problem(name_or_path, None, "", "no such suite" + _suggest(name_or_path, list(known),
+                                                                                       "drill list --suites"))])
         candidate = known[name_or_path]
     data, lines = read_yaml(candidate)
     suite, problems = validate(SuiteSpec, data, candidate, lines)
@@ -270,11 +289,11 @@ def load_suite(name_or_path: str, config: DrillConfig | None = None) -> SuiteSpe
                 if config is not None and known not in config.jobs:
                     problems.append(Problem(str(candidate), _line(lines, ("drills", i, "known_defects", known)),
                                             f"drills.{i}.known_defects",
-                                            f"unknown job profile {known!r}" + _suggest(known, list(config.jobs))))
+                                            f"unknown job profile {known!r}" + _suggest(known, list(config.jobs), "drill list --jobs")))
             job = entry.job or suite.job
             if config is not None and job is not None and job not in config.jobs:
                 problems.append(Problem(str(candidate), _line(lines, ("drills", i)), f"drills.{i}",
-                                        f"unknown job profile {job!r}" + _suggest(job, list(config.jobs))))
+                                        f"unknown job profile {job!r}" + _suggest(job, list(config.jobs), "drill list --jobs")))
     if problems:
         raise SpecError(problems)
     return suite
