@@ -3,18 +3,29 @@
 ``config_reference()`` walks the pydantic models that read ``drill.yaml``, drill specs,
 suites and campaigns; ``fault_catalogue()`` joins the catalogue's data (``faults/*.yaml``)
 with each fault plugin's own declarations and ``Params``; ``builtin_jobs()`` lists the
-built-in job profiles. The documentation site's hook (``docs/hooks.py``) puts them where a
-page says ``<!-- generated: NAME -->``; ``python -m drillbit.docgen NAME`` prints one.
+built-in job profiles; ``privileges()`` what each fault needs and touches; ``cli_reference()``
+and ``cli_mistakes()`` the command line and what it answers to mistakes. Each sits in its page
+between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``, committed, so the
+pages read the same on the repository's web view as on the site: ``python -m drillbit.docgen
+--write`` refills them, ``--check`` (CI) fails where they drifted from the code, and
+``python -m drillbit.docgen NAME`` prints one.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
+import io
+import os
 import re
+import shlex
 import sys
+import tempfile
 import types
 import typing
+from pathlib import Path
 from typing import Any, Callable
 
+import click
 from pydantic import BaseModel, SecretStr
 from pydantic_core import PydanticUndefined
 
@@ -22,6 +33,7 @@ from drillbit.campaign import CampaignSpec
 from drillbit.catalogue import CLASSES, load_catalogue
 from drillbit.checks.recovery import FAMILIES
 from drillbit.checks.slo import JUDGES
+from drillbit.cli import cli, run_cli
 from drillbit.faults import registry
 from drillbit.layers import drawn
 from drillbit.spec.config import BUILTIN_CLUSTERS, BUILTIN_JOBS, DrillConfig
@@ -198,27 +210,161 @@ def measurements() -> str:
     return table(rows, ("family", "what it measures", "fields", "judged by")) + "\n"
 
 
+def privileges() -> str:
+    """What each fault needs the agent to be allowed to do, and what it touches."""
+    rows = [(name, cls.needs, cls.blast_radius,
+             "only where each node is a network namespace of its own" if cls.needs_node_netns else
+             f"engine `{cls.needs_engine}` only" if cls.needs_engine else "every engine")
+            for name, cls in sorted(registry().items())]
+    return table(rows, ("fault", "needs", "blast radius (what it touches)", "where")) + "\n"
+
+
+def _commands(group: Any, path: str) -> list[tuple[str, Any]]:
+    found = []
+    for name in sorted(group.commands):
+        command = group.commands[name]
+        if command.hidden:
+            continue
+        found.append((f"{path} {name}", command))
+        if isinstance(command, click.Group):
+            found += _commands(command, f"{path} {name}")
+    return found
+
+
+def cli_reference() -> str:
+    """Every ``drill`` command with its usage, what it does and its options (from click)."""
+    parts = []
+    root = click.Context(cli, info_name="drill", **cli.context_settings)  # its -h/--help is every command's
+    for path, command in _commands(cli, "drill"):
+        ctx = click.Context(command, info_name=path.removeprefix("drill "), parent=root)
+        usage = command.get_usage(ctx).removeprefix("Usage: ")
+        doc = " ".join((command.help or "").split())
+        rows = []
+        for param in command.get_params(ctx):
+            record = None if isinstance(param, click.Argument) else param.get_help_record(ctx)
+            if record is None:
+                continue
+            names, help_text = record
+            rows.append((names, help_text))
+        body = [f"### {path}", "", f"`{usage}`", "", _cell(doc)]
+        if rows:
+            body += ["", table(rows, ("option", "meaning"))]
+        parts.append("\n".join(body))
+    return "\n\n".join(parts) + "\n"
+
+
+# Mistakes people make on the command line, and what drill answers: the CLI page's table
+# (docs/cli.md) and its test (tests/unit/test_cli_mistakes.py), which checks each exit code.
+MISTAKES: list[tuple[str, int]] = [
+    ("drill run kill-rnk", 2),
+    ("drill run kill-rank --cluster locl", 2),
+    ("drill run kill-rank --job refrence", 2),
+    ("drill run kill-rank --job my-job", 2),
+    ("drill run kill-rank --bogus", 2),
+    ("drill run kill-rank --repeat 0", 2),
+    ("drill run kill-rank --drills /nonexistent", 2),
+    ("drill run kill-rank --config empty.yaml", 2),
+    ("drill run kill-rank --cluster locl --json", 2),
+    ("drill suite run nightly", 2),
+    ("drill results kill-rnk", 2),
+    ("drill validate nope.yaml", 2),
+    ("drill heal --cluster locl", 2),
+    ("drill probe", 2),
+    ("drill simulate --scenario llama3-405b --trials 0", 2),
+    ("drill simulate --scenario llama3-405b --days -1", 2),
+    ("drill simulate --scenario llama3-405b --gpus 0", 2),
+    ("drill simulate --scenario llama4", 2),
+    ("drill cadence --save-seconds 0 --mtbf 6h", 2),
+]
+
+
+def answer(command: str) -> tuple[int, str, str]:
+    """Run one ``drill`` command line in this process, in an empty folder holding only an
+    empty ``empty.yaml``: its exit code, stdout and stderr."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    saved = {k: os.environ.pop(k, None) for k in ("DRILLBIT_CONFIG", "DRILLBIT_CLUSTER", "COLUMNS")}
+    with tempfile.TemporaryDirectory() as folder:
+        open(os.path.join(folder, "empty.yaml"), "w").close()
+        try:
+            os.chdir(folder)
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                code = run_cli(shlex.split(command)[1:])
+        finally:
+            os.chdir(here)
+            os.environ.update({k: v for k, v in saved.items() if v is not None})
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+def cli_mistakes() -> str:
+    rows = []
+    for command, _ in MISTAKES:
+        code, stdout, stderr = answer(command)
+        said = " ".join(line.strip() for line in stderr.splitlines() if line.strip())
+        if stdout.strip().startswith("{"):
+            said += " — and on stdout: `" + " ".join(stdout.split()) + "`"
+        rows.append((command, str(code), said))
+    return table(rows, ("command", "exit", "what drill says (stderr)")) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "config": config_reference, "catalogue": fault_catalogue, "builtins": builtin_jobs, "layers": layers,
-    "measurements": measurements,
+    "measurements": measurements, "privileges": privileges, "cli": cli_reference, "cli-mistakes": cli_mistakes,
 }
-MARK = re.compile(r"<!-- generated: ([a-z-]+) -->")
+# A generated part sits between its two marks; what is between them is replaced, never edited
+BEGIN = re.compile(r"<!-- generated: ([a-z-]+)(?: [^>]*)? -->\n?")
+END = "<!-- end generated: {name} -->"
+HOW = "python -m drillbit.docgen --write"
 
 
 def fill(markdown: str) -> str:
-    """Put each generated part where the page asks for it; an unknown name is an error."""
-    def one(m: re.Match) -> str:
+    """Each generated part made afresh between its marks (a begin mark without its end mark
+    gets one); an unknown name is an error."""
+    out, pos = [], 0
+    while (m := BEGIN.search(markdown, pos)) is not None:
         name = m.group(1)
         if name not in GENERATORS:
             raise KeyError(f"no generated part named {name!r} (known: {', '.join(GENERATORS)})")
-        return GENERATORS[name]()
-    return MARK.sub(one, markdown)
+        end = END.format(name=name)
+        stop = markdown.find(end, m.end())
+        rest = m.end() if stop < 0 else stop + len(end)
+        out += [markdown[pos:m.start()], f"<!-- generated: {name} (made by {HOW}: edit the code, not this) -->\n",
+                GENERATORS[name](), end]
+        pos = rest
+        if stop < 0:
+            out.append("\n")
+    out.append(markdown[pos:])
+    return "".join(out)
+
+
+def pages(root: Path) -> list[Path]:
+    """The pages that hold a generated part: the docs and the README."""
+    return [p for p in sorted(root.glob("docs/**/*.md")) + [root / "README.md"]
+            if p.is_file() and BEGIN.search(p.read_text())]
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``--write``: fill every page of the source tree; ``--check``: exit 1 naming each page
+    whose generated parts differ from the code's (CI runs it); NAME: print one part."""
     args = sys.argv[1:] if argv is None else argv
+    root = Path(__file__).resolve().parents[2]
+    if args in (["--write"], ["--check"]):
+        stale = []
+        for page in pages(root):
+            text = page.read_text()
+            fresh = fill(text)
+            if fresh != text:
+                stale.append(page)
+                if args == ["--write"]:
+                    page.write_text(fresh)
+        for page in stale:
+            print(f"{'rewrote' if args == ['--write'] else 'stale'}: {page.relative_to(root)}", file=sys.stderr)
+        if stale and args == ["--check"]:
+            print(f"the generated parts differ from the code: run {HOW}", file=sys.stderr)
+            return 1
+        return 0
     if len(args) != 1 or args[0] not in GENERATORS:
-        print(f"usage: python -m drillbit.docgen {{{','.join(GENERATORS)}}}", file=sys.stderr)
+        print(f"usage: python -m drillbit.docgen --write | --check | {{{','.join(GENERATORS)}}}", file=sys.stderr)
         return 2
     sys.stdout.write(GENERATORS[args[0]]())
     return 0

@@ -74,3 +74,49 @@ def test_no_steady_state_says_what_the_logs_held(tmp_path):
     error = json.loads(proc.stdout)["error"]
     assert "no steady state: 0 steps in 4 s" in error and "presets ['drillbit']" in error
     assert "nothing.log" in error and "first lines no step signal matched: 'epoch 0 batch 0'" in error
+
+
+@pytest.mark.slow  # a real job under torchrun, started by the test, drilled in place
+def test_a_job_already_running_is_drilled_in_place_by_attach_pid_and_left_running(tmp_path):
+    """docs/attach.md's one-node path: the job was started by someone else (here, the test, in
+    a session of its own); the profile names its torchrun by pid and start time, and nothing
+    is launched. kill-rank PASSes on the job's own restart, and the drill leaves the job
+    running: it stops only what it launched."""
+    import os
+    import signal
+    import subprocess
+
+    import psutil
+
+    run = tmp_path / "job"
+    run.mkdir()
+    env = {**os.environ, "DRILLBIT_EVENTS": str(run / "events.log"), "LOGLEVEL": "INFO"}
+    with open(run / "job.out", "w") as out:
+        job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", NPROC,
+                                "--max-restarts", "3", "--monitor-interval", "0.5", str(LOOP), "--ckpt",
+                                str(run / "ckpt")], stdout=out, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)
+    try:
+        profile = {"presets": ["drillbit", "torchrun"], "attach_pid": job.pid,
+                   "attach_start_time": psutil.Process(job.pid).create_time(),
+                   "ranks": {"cmdline": "own_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
+                   "logs": [str(run / "events.log"), str(run / "job.out")]}
+        (tmp_path / "drill.yaml").write_text(json.dumps({"reports_dir": "reports", "jobs": {"running": profile}}))
+        proc = drill_cli("run", str(HERE / "drills" / "kill-rank-own-loop.yaml"), "--job", "running",
+                         "--cluster", "local-process", "--json", cwd=tmp_path, timeout=240)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        result = json.loads(proc.stdout)
+        assert result["verdict"] == "pass", result["reasons"]
+        assert result["measurements"]["restarts"] >= 1  # torchrun's restart, not a launch of the drill's
+        # the README's relative reports_dir, taken from the project folder
+        (history_file,) = (tmp_path / "reports").glob("*/history.jsonl")
+        history = history_file.read_text()
+        assert '"job.attach"' in history and '"job.launch"' not in history
+        assert job.poll() is None, "the drill stopped a job it did not launch"
+    finally:
+        try:
+            os.killpg(job.pid, signal.SIGTERM)
+            job.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()

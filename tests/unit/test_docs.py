@@ -173,7 +173,7 @@ def test_the_generated_catalogue_has_every_fault_and_its_params():
 
 def test_a_page_asking_for_an_unknown_generated_part_is_an_error():
     with pytest.raises(KeyError, match="no generated part named 'nope'"):
-        docgen.fill("x <!-- generated: nope --> y")
+        docgen.fill("x\n<!-- generated: nope -->\ny")
     assert "| `default_cluster` |" in docgen.fill("<!-- generated: config -->")
 
 
@@ -249,3 +249,49 @@ def test_nothing_cites_a_file_users_do_not_have():
     cited += [f"README.md:{i}" for i, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1)
               if "FACTS" in line]
     assert not cited, cited
+
+
+def test_the_readme_renders_its_headings_and_links_to_every_page_of_the_path():
+    """#45: parsed as GitHub and PyPI parse it, the README shows its sections (at least 12
+    headings) and leads to each page of the learning path."""
+    tokens = parsed(ROOT / "README.md")
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert len(headings) >= 12, headings
+    text = (ROOT / "README.md").read_text()
+    for page in ("getting-started", "own-job", "gating", "gameday", "prometheus", "cli", "troubleshooting",
+                 "privileges", "platforms", "attach", "kubernetes", "changelog"):
+        assert f"docs/{page}.md" in text, page
+
+
+def test_the_generated_parts_are_current():
+    """The reference pages are committed with their generated parts, so that they read the
+    same on the repository's web view as on the site; a change to the code that changes one
+    of them must come with the page (python -m drillbit.docgen --write)."""
+    stale = [str(p.relative_to(ROOT)) for p in docgen.pages(ROOT) if docgen.fill(p.read_text()) != p.read_text()]
+    assert not stale, f"stale generated parts in {stale}: run python -m drillbit.docgen --write"
+    assert {p.name for p in docgen.pages(ROOT)} >= {"config.md", "catalogue.md", "reports.md", "architecture.md",
+                                                     "cli.md", "privileges.md"}
+
+
+def test_fill_replaces_between_the_marks_and_adds_a_missing_end_mark():
+    once = docgen.fill("a\n<!-- generated: builtins -->\nb\n")
+    assert once.count("<!-- end generated: builtins -->") == 1 and once.endswith("\nb\n")
+    assert docgen.fill(once) == once  # idempotent
+    edited = once.replace("Built-in clusters", "Hand-edited clusters")
+    assert docgen.fill(edited) == once  # what is between the marks is the code's
+
+
+def test_the_learning_path_pages_each_end_with_their_next_step():
+    path = ["getting-started", "own-job", "gating", "gameday", "prometheus"]
+    for page, following in zip(path, path[1:]):
+        text = (ROOT / "docs" / f"{page}.md").read_text()
+        assert "\n## Next\n" in text, page
+        assert f"({following}.md" in text.split("\n## Next\n", 1)[1], (page, following)
+
+
+def test_every_fault_declares_what_it_needs_and_what_it_touches():
+    from drillbit.faults import registry
+
+    bare = [name for name, cls in registry().items() if not cls.needs or not cls.blast_radius]
+    assert not bare
+    assert all(f"`{name}`" in docgen.privileges() for name in registry())

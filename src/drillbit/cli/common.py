@@ -65,7 +65,7 @@ def listing(columns: tuple[str, ...], rows: list[list[str]], right: tuple[str, .
         values = [str(r[i]) for r in rows]
         name = i == 0 or not any(" " in v for v in values)  # an identifier: kept whole
         width = max([len(col)] + [len(v) for v in values])
-        table.add_column(col, no_wrap=name, min_width=width if name else None,
+        table.add_column(col, no_wrap=name, min_width=width if name else None, overflow="ellipsis" if name else "fold",
                          justify="right" if col in right else "left")
     for row in rows:
         table.add_row(*(str(v) for v in row))

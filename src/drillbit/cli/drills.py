@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from drillbit import exitcodes
-from drillbit.cli.common import drills_option, emit_json, err, json_option, listing, out, pushgateway_option, show_problems
+from drillbit.cli.common import (drills_option, emit_json, err, json_option, listing, out, problems_header,
+                                 pushgateway_option, show_problems)
 from drillbit.errors import DrillError, Problem, SpecError
 from drillbit.report.console import ConsoleUI, summary
 from drillbit.spec.load import catalogue, find_config, read_yaml, unknown
@@ -123,7 +124,10 @@ def validate(files: tuple[str, ...], config_path: str | None, as_json: bool) -> 
             problems += exc.problems
     if as_json:
         emit_json({"ok": not problems, "specs": [str(p) for p in paths], "config": str(config_file) if config_file else None,
-                   "problems": [str(p) for p in problems]})
+                   "problems": [str(p) for p in problems],
+                   **({"error": problems_header(problems).rstrip(":"), "exit": exitcodes.USAGE} if problems else {})})
+        if problems:
+            show_problems(problems)
     elif problems:
         show_problems(problems)
     else:

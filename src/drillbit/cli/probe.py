@@ -16,14 +16,16 @@ from drillbit.errors import SpecError
 @click.option("--cluster", help="cluster name from drill.yaml (default: its default_cluster, else local)")
 @click.option("--config", "config_path", help="drill.yaml path (default: ./drill.yaml or $DRILLBIT_CONFIG)")
 @drills_option
-@click.option("--steps", default=20, show_default=True, help="stop after this many steps")
-@click.option("--seconds", default=120.0, show_default=True, help="stop after this long, steps or not")
+@click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True, help="stop after this many steps")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+              help="stop after this long, steps or not")
 @click.option("--reports", "reports_dir", help="where the probe's run folder goes (default: reports/)")
 @json_option
 def probe(job: str, cluster: str | None, config_path: str | None, steps: int,
           seconds: float, reports_dir: str | None, as_json: bool) -> int:
-    """Watch a job without touching it: the ranks found, every signal that fired, the step
-    time, its checkpoints, and which drills of the catalogue it can run. Exits 2 when no step
+    """Start the job (or attach to it, with attach_pid) and watch it without touching it: the
+    ranks found, every signal that fired, the step time, its checkpoints, and which drills of
+    the catalogue it can run. The job it launched is stopped at the end. Exits 2 when no step
     signal fired (drillbit could not see the job make progress)."""
     from drillbit.onboard import load_drills, probe as run_probe
     from drillbit.session import new_run_dir

@@ -171,6 +171,10 @@ class Fault(Generic[P, S]):
     # be a network namespace of their own, apart from the agent's; where a cluster knows its
     # nodes share this machine's network, a config error before launch
     needs_node_netns: ClassVar[bool] = False
+    # What the agent must be allowed to do for it (root, CAP_NET_ADMIN, the job's user, a
+    # scheduler's operator rights) and what it touches: the catalogue's privileges page
+    needs: ClassVar[str] = "to signal the job's processes: the job's user, or root"
+    blast_radius: ClassVar[str] = ""
     # What confirm hands over as Evidence.data, as typed models (drillbit.evidence): the agent
     # validates it against the first that fits, so the checks read fields, never guessed keys
     evidence: ClassVar[tuple[type[Effect], ...]] = (Effect,)

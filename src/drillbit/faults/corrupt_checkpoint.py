@@ -101,6 +101,11 @@ def nan_filled(data: bytes) -> bytes:
 
 class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
     name = "corrupt-checkpoint"
+    needs = ("write access to the checkpoint folder and the job's signals (the job's user, or root); naming the "
+             "reader of the damaged file needs fanotify (root or CAP_SYS_ADMIN), else inotify or the job's restore "
+             'line is the witness')
+    blast_radius = ('files of one checkpoint the job wrote in this run (copied aside first, put back and '
+                    'sha256-verified), and one rank killed (then_kill)')
     binds = ("checkpoint",)
     evidence = (FileDamage,)
     needs_checkpoint = True

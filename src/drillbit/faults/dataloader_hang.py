@@ -22,6 +22,8 @@ class DataloaderHang(HangCollective):
     """Params, State, confirm and heal are hang-collective's; only the frozen process differs."""
 
     name = "dataloader-hang"
+    needs = ("to signal the job's processes: the job's user, or root")
+    blast_radius = ("one data-loader worker of a rank, stopped until the heal's SIGCONT")
     verb = "stalled in its data loader"
     detected_by = ("watchdog", "collective")  # the rank itself is alive: its heartbeat goes on
 

@@ -63,6 +63,10 @@ def _calls(shim_dir: Path) -> list[dict]:
 
 class FailNodeReplacement(Fault[ReplacementParams, ReplacementState]):
     name = "fail-node-replacement"
+    needs = ("whatever the profile's replacement.declare_dead command needs (scontrol: a Slurm operator; kubectl "
+             "cordon: RBAC on nodes), write access to replacement.shim_dir, and the job's signals")
+    blast_radius = ('one node declared dead in the scheduler (it stays so: heal does not revive it unless told), the '
+                    "job's replacement command answered by a stand-in for `count` calls")
     binds = ("replacement",)
     evidence = (ReplacementBroken,)
     fault_class = "recovery-path"

@@ -33,6 +33,8 @@ class HangState(State):
 
 class HangCollective(Fault[HangParams, HangState]):
     name = "hang-collective"
+    needs = ("to signal the job's processes: the job's user, or root")
+    blast_radius = ("one rank, stopped (SIGSTOP) until the heal's SIGCONT; its peers block in the collective")
     evidence = (ProcessStopped,)
     verb = "stopped"
     fault_class = "fail-hang"

@@ -152,6 +152,8 @@ def find(target: ProcRef, params: ControlPlaneParams) -> psutil.Process:
 
 class KillControlPlane(Fault[ControlPlaneParams, ControlPlaneState]):
     name = "kill-control-plane"
+    needs = ('to signal the control-plane process: its user, or root')
+    blast_radius = ("one process of the job's control plane (rendezvous store, lighthouse, master, etcd)")
     fault_class = "fail-stop"
     Params = ControlPlaneParams
     State = ControlPlaneState

@@ -98,6 +98,9 @@ class _Outcome:
 
 class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
     name = "kill-during-save"
+    needs = ("read access to the checkpoint folder (inotify) and the job's signals (the job's user, or root)")
+    blast_radius = ("the target rank (scope rank) or the job's processes on its node (scope node), at one point of "
+                    "one save; the save's files stay as the crash left them (a copy goes to the run folder)")
     binds = ("checkpoint", "launcher")
     evidence = (SaveCrash, SaveRecorded)
     needs_checkpoint = True

@@ -88,6 +88,9 @@ def job_tree(target: ProcRef, launcher: str, bound: ProcRef | None = None) -> li
 
 class KillNode(Fault[KillNodeParams, KillNodeState]):
     name = "kill-node"
+    needs = ("to signal the job's processes: the job's user, or root")
+    blast_radius = ("every process of the job on the target node (the launcher's tree); the host and other jobs stay "
+                    'up')
     binds = ("launcher",)
     evidence = (NodeGone,)
     verb = "killed (with its node)"

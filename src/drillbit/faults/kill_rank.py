@@ -30,6 +30,8 @@ class KillState(State):
 
 class KillRank(Fault[KillParams, KillState]):
     name = "kill-rank"
+    needs = ("to signal the job's processes: the job's user, or root")
+    blast_radius = ("the target ranks' processes (each checked by pidfd before the signal); nothing else on the node")
     evidence = (ProcessGone,)
     verb = "killed"
     fault_class = "fail-stop"

@@ -45,6 +45,9 @@ class LoseLocalTierState(State):
 
 class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
     name = "lose-local-tier"
+    needs = ("write access to the local tier's folder and the job's signals (the job's user, or root)")
+    blast_radius = ("one rank's local-tier folder (moved aside beside it, put back and verified), and that rank "
+                    'killed')
     binds = ("tier",)
     evidence = (TierLost,)
     verb = "killed (its local tier lost)"

@@ -158,6 +158,9 @@ def tables(netns: str) -> list[str]:
 
 class Partition(Fault[PartitionParams, PartitionState]):
     name = "partition"
+    needs = ("root (CAP_NET_ADMIN) inside the node's own network namespace; nftables")
+    blast_radius = ("the target node's links, inside its own network namespace; never the host's network (refused "
+                    'where the nodes share it)')
     fault_class = "fail-hang"
     Params = PartitionParams
     State = PartitionState
@@ -257,6 +260,8 @@ class LossyLink(Partition):
     """Drop a share of a node's packets: the job slows (TCP retransmits) and nothing crashes."""
 
     name = "lossy-link"
+    needs = ("root (CAP_NET_ADMIN) inside the node's own network namespace; nftables")
+    blast_radius = ("a share of the target node's packets, inside its own network namespace")
     fault_class = "fail-slow"
     Params = LossyLinkParams
     verb = "behind the lossy link"
@@ -315,6 +320,8 @@ class Flap(Partition):
     agent that died took its thread with it: its guardian deletes the table."""
 
     name = "flap"
+    needs = ("root (CAP_NET_ADMIN) inside the node's own network namespace; nftables")
+    blast_radius = ("the target node's links, cut `times` times, inside its own network namespace")
     Params = FlapParams
     verb = "flapped"
     expects = "slow"  # judged by what the flaps cost and whom the stack blamed
@@ -407,6 +414,9 @@ class SlowLink(Fault[SlowLinkParams, SlowLinkState]):
     default back); heal deletes the tbf and verifies the root qdisc is what it was."""
 
     name = "slow-link"
+    needs = ("root (CAP_NET_ADMIN) inside the node's own network namespace; iproute2's tc")
+    blast_radius = ("the bandwidth of the target node's interfaces (a tbf root qdisc), inside its own network "
+                    'namespace')
     fault_class = "fail-slow"
     Params = SlowLinkParams
     State = SlowLinkState

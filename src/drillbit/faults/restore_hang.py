@@ -49,6 +49,9 @@ class RestoreHangState(Backup):
 
 class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
     name = "restore-hang"
+    needs = ("write access to the checkpoint folder and the job's signals (the job's user, or root)")
+    blast_radius = ('one file of one checkpoint the job wrote in this run, swapped for a FIFO (the original put back '
+                    'and verified), and one rank killed')
     binds = ("checkpoint",)
     evidence = (FileDamage,)
     needs_checkpoint = True

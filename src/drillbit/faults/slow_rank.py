@@ -71,6 +71,8 @@ class SlowRank(Fault[SlowParams, SlowState]):
     instance for as long as the fault is active."""
 
     name = "slow-rank"
+    needs = ("to signal the job's processes: the job's user, or root")
+    blast_radius = ('one rank, stopped and continued on a duty cycle until the heal')
     evidence = (Slowed,)
     verb = "slowed"
     fault_class = "fail-slow"

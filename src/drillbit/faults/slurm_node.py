@@ -122,6 +122,9 @@ class SchedulerNodeFault(Fault[NodeFaultParams, S]):
 
 class NodeDown(SchedulerNodeFault[NodeDownState]):
     name = "node-down"
+    needs = ("a Slurm operator or administrator (scontrol update state=down) on the controller's machine")
+    blast_radius = ("one Slurm node: Slurm kills every job step on it, other users' jobs included; heal sets it "
+                    'state=resume')
     evidence = (NodeState,)
     State = NodeDownState
     verb = "taken down (with its node)"
@@ -236,6 +239,9 @@ def node_job_tree(job_id: str | None, node: str) -> list[psutil.Process]:
 
 class NodeCrash(SchedulerNodeFault[NodeCrashState]):
     name = "node-crash"
+    needs = ('root on the node (slurmd and every job process on it are frozen and killed)')
+    blast_radius = ("one Slurm node and everything running on it, other users' jobs included, until heal starts its "
+                    'slurmd again')
     evidence = (NodeGone,)
     State = NodeCrashState
     verb = "crashed (with its node)"

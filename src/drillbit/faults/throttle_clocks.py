@@ -99,6 +99,8 @@ class ThrottleState(State):
 
 class ThrottleClocks(Fault[ThrottleParams, ThrottleState]):
     name = "throttle-clocks"
+    needs = ("root on the host (NVML's set-clocks and power-limit calls), a NVIDIA GPU and nvidia-ml-py")
+    blast_radius = ("one GPU's locked clocks or power limit: every process on that GPU slows, not only the job's")
     evidence = (Throttled,)
     verb = "throttled"
     fault_class = "fail-slow"
