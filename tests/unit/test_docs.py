@@ -241,7 +241,7 @@ def test_every_page_renders_as_written(page):
 
 
 def test_nothing_cites_a_file_users_do_not_have():
-    """#45: the catalogue cited "shared/FACTS.md" 53 times; users have no shared/. Cite the
+    """#45: the catalogue cited the facts file under shared/ 53 times; users have no shared/. Cite the
     public source itself (the paper and its section, the logbook file, the issue)."""
     cited = [f"{p.relative_to(ROOT)}:{i}" for folder in ("src", "faults", "drills", "docs", "campaigns", "runbooks")
              for p in sorted((ROOT / folder).rglob("*")) if p.suffix in (".py", ".yaml", ".md", ".j2")

@@ -57,10 +57,11 @@ def show_problems(problems: list[Problem]) -> None:
     show_error(problems_header(problems), problems)
 
 
-def listing(columns: tuple[str, ...], rows: list[list[str]], right: tuple[str, ...] = ()) -> Table:
+def listing(columns: tuple[str, ...], rows: list[list[str]], right: tuple[str, ...] = (),
+            title: str | None = None) -> Table:
     """A listing whose names (the first column, and any column of single words: the
     names users copy) are never cut or wrapped at any terminal width; prose wraps instead."""
-    table = Table(show_edge=False)
+    table = Table(show_edge=False, title=title)
     for i, col in enumerate(columns):
         values = [str(r[i]) for r in rows]
         name = i == 0 or not any(" " in v for v in values)  # an identifier: kept whole

@@ -7,7 +7,7 @@ import click
 from rich.table import Table
 
 from drillbit import exitcodes
-from drillbit.cli.common import drills_option, emit_json, err, json_option, out
+from drillbit.cli.common import drills_option, emit_json, err, json_option, listing, out
 from drillbit.errors import SpecError
 
 
@@ -86,12 +86,9 @@ def show(f: dict) -> None:
         for c in ck["found"]:
             done = {True: "complete", False: "INCOMPLETE", None: "completeness unknown"}[c["complete"]]
             out.print(f"  step {c['step']}: {c['path']} ({done}; {len(c['data'])} data file(s))", markup=False)
-    table = Table(title="drills", show_edge=False)
-    for col in ("drill", "fault", "ready", "missing"):
-        table.add_column(col, overflow="fold")
-    for name, d in f["catalogue"].items():
-        table.add_row(name, d["fault"], "yes" if d["ready"] else "no", "; ".join(d["missing"]) or "-")
-    out.print(table)
+    out.print(listing(("drill", "fault", "ready", "missing"),
+                      [[name, d["fault"], "yes" if d["ready"] else "no", "; ".join(d["missing"]) or "-"]
+                       for name, d in f["catalogue"].items()], title="drills"))
     if not f["step_signal_fired"]:
         err.print("no step signal fired: add a preset or a `signals:` entry of kind step that matches the job's "
                   "step lines (see the unmatched lines above)", markup=False)
