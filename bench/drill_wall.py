@@ -17,7 +17,7 @@ import argparse
 import statistics
 import tempfile
 
-from drillbit.session import execute, resolve
+from drillbit.runs.session import execute, resolve
 
 PARTS = ("total", "startup", "pre-fault", "recovery", "after", "harness")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from drillbit.agent import NodeAgent
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 def one(agent: NodeAgent, fault: str, params: dict) -> float:

@@ -2,7 +2,7 @@
 
 1. False alarms: kill-rank run N times on an unchanged checkout; each run is judged against
    the others as its baseline, under the old one-sample rule (the previous passing run,
-   `max_regression` allowance) and under the distribution rule (checks/baseline.py: the
+   `max_regression` allowance) and under the distribution rule (judging/checks/baseline.py: the
    other runs' median, allowance, 3 x MAD, a floor of three step times). Prints how many of
    the N would have failed a gate under each rule, for time_to_detect and time_to_first_step.
 2. The pre-deploy gate run twice in a row on an unchanged checkout (--confirm 2): both verdicts.
@@ -21,15 +21,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from drillbit.checks.baseline import Baseline
-from drillbit.checks.recovery import Measurements
+from drillbit.judging.checks.baseline import Baseline
+from drillbit.judging.checks.recovery import Measurements
 
 GATED = ("time_to_detect", "time_to_first_step")
 ALLOWANCE = 0.5  # the pre-deploy suite's max_regression
 
 
 def drill(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "drillbit.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "drillbit.entry.cli", *args], capture_output=True, text=True)
 
 
 def false_alarms(runs: list[dict]) -> dict[str, dict[str, int]]:
@@ -94,12 +94,12 @@ def main() -> None:
         slow = Path(tmp) / "slow.yaml"
         slow.write_text(json.dumps({"jobs": {"reference": {
             "presets": ["reference", "torchrun"],
-            "launch": {"command": ["{python}", "-m", "drillbit.reference.launch", "--run-dir", "{run_dir}/job",
+            "launch": {"command": ["{python}", "-m", "drillbit.fixtures.reference.launch", "--run-dir", "{run_dir}/job",
                                    "--nnodes", "{nnodes}", "--node-rank", "{node_rank}", "--node-name", "{node}",
                                    "--rdzv-endpoint", "{head}:{port}", "--watchdog-deadline", "20"],
                        "per_node": True},
-            "ranks": {"cmdline": "-m drillbit\\.reference\\.train\\b", "exclude_cmdline": "torch\\.distributed\\.run"},
-            "launcher": "torch\\.distributed\\.run|drillbit\\.reference\\.launch",
+            "ranks": {"cmdline": "-m drillbit\\.fixtures\\.reference\\.train\\b", "exclude_cmdline": "torch\\.distributed\\.run"},
+            "launcher": "torch\\.distributed\\.run|drillbit\\.fixtures\\.reference\\.launch",
             "logs": ["{run_dir}/job/events.log", "{run_dir}/job/launcher.log"],
             "checkpoint": {"dir": "{run_dir}/job/ckpt", "layout": "reference"}}}}))
         suite = Path(tmp) / "stall.yaml"

@@ -48,7 +48,7 @@ def main() -> int:
 
     from drillbit.agent import NodeAgent
     from drillbit.faults.throttle_clocks import snapshot
-    from drillbit.proc import ProcRef
+    from drillbit.core.proc import ProcRef
 
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to throttle", file=sys.stderr)

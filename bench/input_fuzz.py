@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from drillbit.errors import SpecError  # noqa: E402
+from drillbit.core.errors import SpecError  # noqa: E402
 from drillbit.spec.load import catalogue, load_suite, suite_catalogue
-from drillbit.loading import load_config, load_drill  # noqa: E402
+from drillbit.faults.loading import load_config, load_drill  # noqa: E402
 from tests.unit.test_input_never_crashes import CONFIG, mutate  # noqa: E402
 
 

@@ -13,10 +13,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from drillbit.history import History
-from drillbit.probes.logs import EventsProbe, ProgressProbe
-from drillbit.probes.preset import signals_of
-from drillbit.reference.eventlog import parse_line
+from drillbit.core.history import History
+from drillbit.judging.probes.logs import EventsProbe, ProgressProbe
+from drillbit.judging.probes.preset import signals_of
+from drillbit.fixtures.reference.eventlog import parse_line
 
 PRESETS = ["reference", "torchrun"]
 
@@ -32,7 +32,7 @@ def run_job(steps: int, probed: bool) -> float:
         probes = [ProgressProbe(history, logs, signals), EventsProbe(history, logs, signals)]
         for probe in probes:
             probe.start()
-    subprocess.run([sys.executable, "-m", "drillbit.reference.launch", "--run-dir", str(run_dir),
+    subprocess.run([sys.executable, "-m", "drillbit.fixtures.reference.launch", "--run-dir", str(run_dir),
                     "--steps", str(steps)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for probe in probes:
         probe.stop()

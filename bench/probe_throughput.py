@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from drillbit.history import History
-from drillbit.probes.logs import LogProbe
-from drillbit.probes.preset import Matcher, signals_of
+from drillbit.core.history import History
+from drillbit.judging.probes.logs import LogProbe
+from drillbit.judging.probes.preset import Matcher, signals_of
 from drillbit.spec.signals import Signal
 
 NEEDED = 10_000  # lines/s: 10,000 ranks, one line a second each

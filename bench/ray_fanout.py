@@ -29,7 +29,7 @@ from drillbit.agent import NodeAgent
 from drillbit.agent.service import AgentService
 from drillbit.transport.inprocess import InProcessClient
 from drillbit.transport.ray import RayNodes
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 from drillbit.spec.config import RankDiscovery
 
 FAULT, PARAMS = "hang-collective", {"method": "sigstop", "confirm_timeout_s": 5.0}

@@ -1,5 +1,5 @@
 """Where a restore comes from, measured: the JAX job with Orbax's emergency (multi-tier)
-checkpoints (drillbit.stacks.jax_job: a local tier every 5 steps on the non-primary replica
+checkpoints (drillbit.fixtures.stacks.jax_job: a local tier every 5 steps on the non-primary replica
 slice, a persistent tier every 10 from the primary one) and with Orbax's P2P manager (a
 local copy on every process, served to peers over TCP), and the DLRover job with flash
 checkpoints (memory every 2 steps, disk every 10), under each tier drill, on the
@@ -22,8 +22,8 @@ import tempfile
 from collections import Counter
 from dataclasses import replace
 
-from drillbit import netns
-from drillbit.session import execute, resolve
+from drillbit.core import netns
+from drillbit.runs.session import execute, resolve
 
 # (drill, job, waits out its window or a stall's grace: run --slow-runs times)
 CASES = [("restore-tier-kill", "jax-orbax", False), ("restore-tier-kill", "jax-orbax-persistent", False),

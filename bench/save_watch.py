@@ -21,10 +21,10 @@ from pathlib import Path
 
 import psutil
 
-from drillbit.checkpoints import CheckpointSpec
-from drillbit.dirwatch import inotify_available
+from drillbit.spec.checkpoints import CheckpointSpec
+from drillbit.core.dirwatch import inotify_available
 from drillbit.faults.kill_during_save import KillDuringSave
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 WRITER = r"""
 import os, sys, time

@@ -7,7 +7,7 @@ import argparse
 import statistics
 import time
 
-from drillbit.fleet.simulate import load_scenario, params_for, simulate
+from drillbit.judging.fleet.simulate import load_scenario, params_for, simulate
 
 FIXED = dict(save_s=60.0, interval_s=3600.0, detect_s=300.0, restart_s=600.0)
 

@@ -1,5 +1,5 @@
 """Slurm's requeue path, measured: kill-rank, node-down and node-crash on the reference job
-under sbatch (reference-slurm), on a local Slurm (drillbit.slurm.local: munged, slurmctld,
+under sbatch (reference-slurm), on a local Slurm (drillbit.core.slurm.local: munged, slurmctld,
 three slurmd on 127.0.0.1) with Slurm's defaults and with the requeue hold removed.
 
   defaults  AuthInfo cred_expire=120 (the requeue hold), sched_interval=60
@@ -19,8 +19,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from drillbit.session import execute, resolve
-from drillbit.slurm.local import LocalSlurm
+from drillbit.runs.session import execute, resolve
+from drillbit.core.slurm.local import LocalSlurm
 
 SETTINGS = {"defaults": {"requeue_hold": 120, "sched_interval": 60}, "tuned": {"requeue_hold": 5, "sched_interval": 1}}
 FIELDS = ("time_to_detect", "time_to_requeue", "time_to_restart", "time_to_first_step", "lost_steps")

@@ -17,15 +17,15 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from drillbit.reference.eventlog import parse_line
-from drillbit.reference.straggler import FleetMedianDetector, NVRxRule
+from drillbit.fixtures.reference.eventlog import parse_line
+from drillbit.fixtures.reference.straggler import FleetMedianDetector, NVRxRule
 
 RANKS, HORIZON = 8, 200
 
 
 def real_deviations(steps: int) -> list[float]:
     run_dir = Path(tempfile.mkdtemp(prefix="drillbit-bench-"))
-    subprocess.run([sys.executable, "-m", "drillbit.reference.launch", "--run-dir", str(run_dir), "--steps", str(steps),
+    subprocess.run([sys.executable, "-m", "drillbit.fixtures.reference.launch", "--run-dir", str(run_dir), "--steps", str(steps),
                     "--straggler", "off", "--no-watchdog"], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     per_rank: dict[int, list[float]] = defaultdict(list)

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-MARKERS = ("drillbit.reference", "drillbit.agent", "drillbit.transport", "drillbit.stacks", "ray::", "gcs_server",
+MARKERS = ("drillbit.fixtures.reference", "drillbit.agent", "drillbit.transport", "drillbit.fixtures.stacks", "ray::", "gcs_server",
            "raylet", "ray/dashboard", "ray/autoscaler", "log_monitor.py", "sshd -D",
            "torchft_lighthouse", "ft_launcher", "dlrover-run", "dlrover.python", "slurmctld", "slurmd ", "slurmstepd",
            "munged", "etcd --name rdzv", "drillbit.transport.netcluster", "prometheus --config.file",

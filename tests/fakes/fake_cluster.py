@@ -18,9 +18,9 @@ from typing import Any
 
 from drillbit.agent import api
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
-from drillbit.history import History
+from drillbit.core.history import History
 from drillbit.transport.nodes import Nodes
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 from drillbit.spec.config import ClusterSpec, JobProfile, LaunchSpec, RankDiscovery
 from drillbit.spec.models import DrillSpec
 from drillbit.transport.client import AgentClient

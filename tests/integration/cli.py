@@ -1,4 +1,4 @@
-"""The installed ``drill`` script, as users call it (not ``python -m drillbit.cli``)."""
+"""The installed ``drill`` script, as users call it (not ``python -m drillbit.entry.cli``)."""
 from __future__ import annotations
 
 import shutil

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from drillbit.session import Resolved
+from drillbit.runs.session import Resolved
 
 LIMITS = ("detect_within", "restart_within", "restore_within", "first_step_within", "straggler_within",
           "recover_or_escalate_within")

@@ -165,7 +165,7 @@ def test_ssh_agent_refuses_bad_calls_and_other_versions(tmp_path):
 def test_ray_agent_actor_refuses_bad_calls_and_other_versions(tmp_path):
     import psutil
 
-    from drillbit.proc import ProcRef
+    from drillbit.core.proc import ProcRef
     from drillbit.transport.ray import RayNodes
 
     nodes = RayNodes(tmp_path, "api-test", address=None, nodes=1, version=OTHER)

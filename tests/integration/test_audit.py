@@ -24,11 +24,11 @@ from drillbit.agent import NodeAgent
 from drillbit.agent.deadman import heal_with_deadline
 from drillbit.agent.jobproc import job_processes, start_job
 from drillbit.agent.service import AgentService
-from drillbit.errors import ConfigError, FaultError
+from drillbit.core.errors import ConfigError
 from drillbit.faults.corrupt_checkpoint import CorruptCheckpoint
 from drillbit.faults.kill_node import TORCHRUN, job_tree
-from drillbit.proc import ProcRef
-from drillbit.statedir import private_dir
+from drillbit.core.proc import ProcRef
+from drillbit.core.statedir import private_dir
 from tests.integration.cli import drill_cli
 
 

@@ -80,7 +80,7 @@ def test_reporting_commands_speak_json(tmp_path, args):
 def test_a_busy_cluster_is_exit_2_naming_the_holder_with_no_run_folder(tmp_path):
     """#43: a drill refused by another's lease was exit 5 ("harness error"), verdict ABORTED,
     with a run folder and a results-store row that fed the aborted figures of metrics.prom."""
-    from drillbit.lease import Lease
+    from drillbit.core.lease import Lease
 
     lease = Lease("local-process", holder="game-day drill by alice")
     lease.acquire()

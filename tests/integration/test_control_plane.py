@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from drillbit.agent import NodeAgent
-from drillbit.errors import ConfigError
-from drillbit.proc import ProcRef
-from drillbit.session import execute, resolve
+from drillbit.core.errors import ConfigError
+from drillbit.core.proc import ProcRef
+from drillbit.runs.session import execute, resolve
 
 DRILLS = Path(__file__).resolve().parents[2] / "drills"
 STORE = ("import socket, sys, time\n"

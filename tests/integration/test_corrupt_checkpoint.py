@@ -13,8 +13,8 @@ import pytest
 
 from drillbit.agent import NodeAgent
 from drillbit.faults.corrupt_checkpoint import CorruptParams
-from drillbit.proc import ProcRef
-from drillbit.reference import checkpoint
+from drillbit.core.proc import ProcRef
+from drillbit.fixtures.reference import checkpoint
 
 MODES = ["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata"]
 
@@ -79,7 +79,7 @@ def test_heal_never_overwrites_a_checkpoint_the_job_rewrote(tmp_path, ckpts, ran
 
 
 def test_too_few_checkpoints_is_a_clear_error(tmp_path, rank):
-    from drillbit.errors import FaultError
+    from drillbit.core.errors import FaultError
 
     agent = NodeAgent("n0", tmp_path / "reg.json")
     target = ProcRef.of(psutil.Process(rank.pid), rank=2)
@@ -94,7 +94,7 @@ SPEC = Path(__file__).parent / "drills" / "corrupt-checkpoint-fast.yaml"
 
 
 def drill_with_mode(tmp_path: Path, mode: str, job: str) -> dict:
-    from drillbit.session import execute, resolve
+    from drillbit.runs.session import execute, resolve
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.read_text().replace("params: {mode: flip-bytes}", f"params: {{mode: {mode}}}"))

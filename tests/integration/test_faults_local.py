@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from drillbit.agent import NodeAgent
-from drillbit.errors import LeaseError
-from drillbit.lease import Lease
-from drillbit.proc import ProcRef
+from drillbit.core.errors import LeaseError
+from drillbit.core.lease import Lease
+from drillbit.core.proc import ProcRef
 from drillbit.spec.config import RankDiscovery
 
 
@@ -120,7 +120,7 @@ CONTROLLER = textwrap.dedent("""
     import sys, time, psutil
     from pathlib import Path
     from drillbit.agent import NodeAgent
-    from drillbit.proc import ProcRef
+    from drillbit.core.proc import ProcRef
     agent = NodeAgent("n0", Path(sys.argv[1]))
     agent.arm(ProcRef.of(psutil.Process()))
     target = ProcRef.of(psutil.Process(int(sys.argv[2])), rank=1)
@@ -157,7 +157,7 @@ def test_lease_refuses_second_holder_and_expires_with_dead_holder(tmp_path):
             Lease("c1", holder="drill b").acquire()
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import time
-        from drillbit.lease import Lease
+        from drillbit.core.lease import Lease
         Lease("c2", holder="doomed").acquire()
         print("held", flush=True)
         time.sleep(120)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.checkpoints import CheckpointSpec, scan
-from drillbit.probes.preset import load, matcher
-from drillbit.probes.tail import FileFollower
-from drillbit.session import execute, resolve
+from drillbit.spec.checkpoints import CheckpointSpec, scan
+from drillbit.judging.probes.preset import load, matcher
+from drillbit.judging.probes.tail import FileFollower
+from drillbit.runs.session import execute, resolve
 from tests.integration.short import short_window
 from tests.integration.ranks import NPROC
 

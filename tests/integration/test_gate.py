@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.report.store import Store
+from drillbit.runs.store import Store
 from tests.integration.cli import drill_cli
 
 HERE = Path(__file__).parent / "drills"

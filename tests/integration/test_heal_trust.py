@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from drillbit.agent import NodeAgent
-from drillbit.errors import ConfigError
+from drillbit.core.errors import ConfigError
 from drillbit.faults.ckptfile import Backup, discard
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 from tests.integration.test_audit import checkpoint_dir, custom, sha
 
 JOB_UID, JOB_GID = 4242, 4343  # a job's user, not root: the heal runs as root

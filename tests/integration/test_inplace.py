@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.saves import CrashPoint
-from drillbit.session import execute, resolve
-from drillbit.sweep import run_sweep
+from drillbit.core.saves import CrashPoint
+from drillbit.runs.session import execute, resolve
+from drillbit.runs.sweep import run_sweep
 from tests.integration.short import short_window
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """JAX with Orbax's multi-tier (emergency) checkpoints, for real on CPU: two JAX processes
-under torchrun (drillbit.stacks.jax_job), a local tier per process every 5 steps and a
+under torchrun (drillbit.fixtures.stacks.jax_job), a local tier per process every 5 steps and a
 persistent tier every 10. Where the restore came from is read from Orbax's own lines
 (``emergency.CheckpointManager: restoring step=N from local|persistent checkpoint``), and
 judged against the best copy any tier still held when the fault hit (``ckpt.tiers``, less
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from drillbit import netns
+from drillbit.core import netns
 from tests.integration.cli import drill_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.jax, pytest.mark.xdist_group("jax")]
@@ -28,7 +28,7 @@ def drill(tmp_path: Path, spec: str, job: str, timeout: float = 300, isolated: b
     if isolated and not netns.available():
         pytest.skip("Orbax's P2P server binds every interface; no private network namespace here (needs root)")
     tmp_path.mkdir(parents=True, exist_ok=True)
-    wrap = [sys.executable, "-m", "drillbit.netns"] if isolated else []
+    wrap = [sys.executable, "-m", "drillbit.core.netns"] if isolated else []
     proc = subprocess.run([*wrap, drill_script(), "run", str(HERE / spec), "--job", job, "--cluster", "local-process",
                            "--reports", str(tmp_path / "reports"), "--json"], capture_output=True, text=True,
                           timeout=timeout, cwd=tmp_path)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.saves import CrashPoint
-from drillbit.session import execute, resolve
-from drillbit.sweep import run_sweep, with_params
+from drillbit.core.saves import CrashPoint
+from drillbit.runs.session import execute, resolve
+from drillbit.runs.sweep import run_sweep, with_params
 
 pytestmark = pytest.mark.slow
 

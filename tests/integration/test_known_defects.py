@@ -17,11 +17,10 @@ known defect named by its mark, every fix a PASS)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from drillbit.session import execute, resolve
+from drillbit.runs.session import execute, resolve
 from tests.integration.cli import drill_cli
 
 pytestmark = pytest.mark.slow

@@ -18,12 +18,12 @@ import pytest
 
 from drillbit.agent import NodeAgent
 from drillbit.agent.service import AgentService
-from drillbit.errors import FaultError, LeaseError
+from drillbit.core.errors import FaultError, LeaseError
 from drillbit.faults.corrupt_checkpoint import CorruptParams
 from drillbit.faults.hang_collective import HangCollective
-from drillbit.lease import Lease
-from drillbit.proc import ProcRef
-from drillbit.reference import checkpoint
+from drillbit.core.lease import Lease
+from drillbit.core.proc import ProcRef
+from drillbit.fixtures.reference import checkpoint
 from drillbit.spec.config import RankDiscovery
 from drillbit.transport.client import AgentError
 from drillbit.transport.inprocess import InProcessClient
@@ -100,7 +100,7 @@ def test_an_agent_injects_only_into_ranks_it_found(tmp_path, sleepers):
 def test_a_stopped_lease_holder_is_named_as_stopped(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import time
-        from drillbit.lease import Lease
+        from drillbit.core.lease import Lease
         Lease("c3", holder="frozen drill").acquire()
         print("held", flush=True)
         time.sleep(120)
@@ -121,7 +121,7 @@ CONTROLLER = textwrap.dedent("""
     import sys, time, psutil
     from pathlib import Path
     from drillbit.agent import NodeAgent
-    from drillbit.proc import ProcRef
+    from drillbit.core.proc import ProcRef
     agent = NodeAgent("n0", Path(sys.argv[1]))
     agent.arm(ProcRef.of(psutil.Process()))
     target = ProcRef.of(psutil.Process(int(sys.argv[2])), rank=1)

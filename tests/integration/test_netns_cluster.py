@@ -35,8 +35,8 @@ import pytest
 
 from drillbit.faults.partition import (Flap, FlapParams, Partition, PartitionParams, SlowLink, SlowLinkParams,
                                       root_qdisc, tables)
-from drillbit.proc import ProcRef
-from drillbit.session import execute, resolve
+from drillbit.core.proc import ProcRef
+from drillbit.runs.session import execute, resolve
 from drillbit.transport import netcluster
 from drillbit.transport.netcluster import Topology
 from tests.integration import netleft

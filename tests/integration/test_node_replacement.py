@@ -11,18 +11,18 @@ import psutil
 import pytest
 
 from drillbit.agent import NodeAgent
-from drillbit.errors import FaultError
-from drillbit.proc import ProcRef
-from drillbit.reference import nodepool
+from drillbit.core.errors import FaultError
+from drillbit.core.proc import ProcRef
+from drillbit.fixtures.reference import nodepool
 
 HERE = Path(__file__).parent / "drills"
 
 
 def hook(tmp_path: Path) -> dict:
     return {"command": "drillbit-ref-nodepool", "failed_arg": "--failed", "shim_dir": str(tmp_path / "shim"),
-            "declare_dead": [sys.executable, "-m", "drillbit.reference.nodepool", "mark-bad", "--pool",
+            "declare_dead": [sys.executable, "-m", "drillbit.fixtures.reference.nodepool", "mark-bad", "--pool",
                              str(tmp_path / "pool.json"), "--active"],
-            "revive": [sys.executable, "-m", "drillbit.reference.nodepool", "mark-good", "--pool",
+            "revive": [sys.executable, "-m", "drillbit.fixtures.reference.nodepool", "mark-good", "--pool",
                        str(tmp_path / "pool.json"), "--last-marked"]}
 
 
@@ -103,7 +103,7 @@ def test_fallback_policy_recovers_within_the_slo(tmp_path):
 
 @pytest.mark.slow
 def test_naive_policy_just_waits_and_fails(tmp_path):
-    from drillbit.session import execute, resolve
+    from drillbit.runs.session import execute, resolve
 
     from tests.integration.short import short_window
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.session import execute, resolve
+from drillbit.runs.session import execute, resolve
 from tests.integration.cli import drill_cli
 from tests.integration.short import short_window
 from tests.integration.ranks import NPROC

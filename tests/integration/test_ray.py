@@ -20,7 +20,7 @@ import pytest
 
 import psutil
 
-from drillbit.session import execute, resolve
+from drillbit.runs.session import execute, resolve
 from drillbit.transport import netcluster
 from tests.integration import netleft
 from tests.integration.short import short_window

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from drillbit import netns
-from drillbit.proc import ProcRef
+from drillbit.core import netns
+from drillbit.core.proc import ProcRef
 from drillbit.transport.raycluster import EmbeddedCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
@@ -85,7 +85,7 @@ def test_the_agent_actor_answers_only_its_token_and_has_no_ray_call(tmp_path, em
     assert os.environ.get(rayauth.MODE) == "token"
     probe = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import sys
-        from drillbit.errors import ConfigError
+        from drillbit.core.errors import ConfigError
         from drillbit.transport import rayauth
         try:
             rayauth.check(sys.argv[1], "local", "no token anywhere Ray looks", sent=False)
@@ -130,7 +130,7 @@ def test_a_default_ray_start_head_with_a_token_is_drilled_and_a_wrong_token_is_e
     bindir = str(Path(sys.executable).parent)
     script = tmp_path / "head.sh"
     script.write_text(HEAD)
-    out = subprocess.run([sys.executable, "-m", "drillbit.netns", "bash", str(script), str(home), bindir, str(HERE)],
+    out = subprocess.run([sys.executable, "-m", "drillbit.core.netns", "bash", str(script), str(home), bindir, str(HERE)],
                          capture_output=True, text=True, timeout=400)
     rows = {}
     for line in out.stdout.splitlines():

@@ -11,10 +11,10 @@ import psutil
 import pytest
 
 from drillbit.transport.raycluster import EmbeddedCluster
-from drillbit.errors import ConfigError
-from drillbit.proc import ProcRef
-from drillbit.report.store import Store
-from drillbit.session import execute, resolve
+from drillbit.core.errors import ConfigError
+from drillbit.core.proc import ProcRef
+from drillbit.runs.store import Store
+from drillbit.runs.session import execute, resolve
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray cluster at a time under -n
 HERE = Path(__file__).parent / "drills"

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from drillbit.session import execute, resolve
+from drillbit.runs.session import execute, resolve
 from tests.integration.short import short_window
 
 pytestmark = pytest.mark.slow
@@ -102,7 +102,7 @@ def test_stall_nccl_fails_with_the_watchdog_off(tmp_path):
 
 def _drill_cli(tmp_path: Path, drill: str, job: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "drillbit.cli", "run", str(HERE / f"{drill}.yaml"), "--job", job,
+        [sys.executable, "-m", "drillbit.entry.cli", "run", str(HERE / f"{drill}.yaml"), "--job", job,
          "--reports", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.session import execute, resolve
+from drillbit.runs.session import execute, resolve
 
 pytestmark = pytest.mark.slow
 

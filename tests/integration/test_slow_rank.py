@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.session import execute, resolve
+from drillbit.runs.session import execute, resolve
 from tests.integration.short import short_window
 
 pytestmark = [pytest.mark.slow]

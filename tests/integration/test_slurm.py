@@ -1,5 +1,5 @@
 """Engine slurm on a real Slurm (Debian's slurm-wlm 22.05 and munge): munged, slurmctld and
-three ``slurmd -N n1|n2|n3`` from a configuration in the test's folder (drillbit.slurm.local),
+three ``slurmd -N n1|n2|n3`` from a configuration in the test's folder (drillbit.core.slurm.local),
 started and stopped by each test. Where this machine allows namespaces (root, iproute2,
 nftables) the nodes are namespace nodes, as a multi-node cluster runs: each slurmd in its
 node's namespace on the node's address (10.77.0.1-3) and hostname, slurmctld on the switch's,
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.slurm.local import LocalSlurm, missing_binaries
-from drillbit.slurm.scheduler import job_processes
+from drillbit.core.slurm.local import LocalSlurm, missing_binaries
+from drillbit.core.slurm.scheduler import job_processes
 from drillbit.transport import netcluster
 from drillbit.transport.netcluster import Topology
 from tests.integration import netleft
@@ -236,7 +236,7 @@ def test_attached_to_a_running_job_the_drill_never_cancels_it(tmp_path, slurm_cl
   mine:
     presets: [reference, torchrun]
     slurm: {{job_id: "{jid}"}}
-    ranks: {{cmdline: "-m drillbit\\\\.reference\\\\.train", exclude_cmdline: "torch\\\\.distributed\\\\.run"}}
+    ranks: {{cmdline: "-m drillbit\\\\.fixtures\\\\.reference\\\\.train", exclude_cmdline: "torch\\\\.distributed\\\\.run"}}
     logs: ["{tmp_path}/job/events.log", "{tmp_path}/job/launcher.log"]
 """)
         code, r = run(tmp_path, "kill-rank-slurm-fast.yaml", "--job", "mine")

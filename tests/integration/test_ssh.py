@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.session import execute, resolve
+from drillbit.runs.session import execute, resolve
 from drillbit.transport.netcluster import Topology
 from tests.integration import netleft
 from tests.integration.sshd import SSHD, Sshd, start_sshd, stop_sshd
@@ -138,7 +138,7 @@ def test_a_dropped_ssh_channel_heals_at_once(tmp_path, sshd, ranks):
 
     import psutil
 
-    from drillbit.proc import ProcRef
+    from drillbit.core.proc import ProcRef
     from drillbit.spec.config import RankDiscovery, SshHost
     from drillbit.transport.ssh import SshAgentClient
 
@@ -210,7 +210,7 @@ def test_drill_heal_on_an_ssh_cluster_heals_each_hosts_registry_on_that_host(tmp
         state.mkdir(mode=0o700)
         # what host-0's agent left: a rank it stopped, in a registry written on host-0
         left = ("import sys, psutil\nfrom pathlib import Path\nfrom drillbit.agent import NodeAgent\n"
-                "from drillbit.proc import ProcRef\n"
+                "from drillbit.core.proc import ProcRef\n"
                 "NodeAgent('host-0', Path(sys.argv[1])).inject('hang-collective', "
                 "ProcRef.of(psutil.Process(int(sys.argv[2])), rank=1), {})\n")
         subprocess.run(sshd.on(0, [sys.executable, "-c", left, str(state / "agent-host-0.json"), str(victim.pid)]),

@@ -2,7 +2,7 @@
 two replica groups under torchrun), NVIDIA's Resiliency Extension 0.4.1 (ft_launcher and
 rank-monitor heartbeats) and DLRover 0.6.1 (dlrover-run with its job master). Each run is
 the `drill` CLI inside a private network namespace with only loopback up
-(`python -m drillbit.netns`): torchft's manager and DLRover's master bind every interface.
+(`python -m drillbit.core.netns`): torchft's manager and DLRover's master bind every interface.
 
 What the stacks did here is what these tests pin (README, "Comparing stacks"): torchft heals
 a killed replica from its peer and blames only it; torchft's DDP wrapper takes the survivor
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from drillbit import netns
+from drillbit.core import netns
 from tests.integration.cli import drill_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.stacks, pytest.mark.xdist_group("stacks")]  # DLRover keeps fixed /tmp folders
@@ -28,7 +28,7 @@ ISOLATED = netns.available()
 
 def drill(tmp_path: Path, *args: str, timeout: float = 300) -> tuple[int, dict]:
     """`drill ARGS --json` in its own network namespace (where this machine allows one)."""
-    wrap = [sys.executable, "-m", "drillbit.netns"] if ISOLATED else []
+    wrap = [sys.executable, "-m", "drillbit.core.netns"] if ISOLATED else []
     tmp_path.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([*wrap, drill_script(), *args, "--reports", str(tmp_path / "reports"), "--json"],
                           capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
@@ -128,7 +128,7 @@ def test_dlrover_flash_checkpoints_restore_from_memory_and_old_resume_code_falls
     step 10 while memory held 16: restore_tier FAILs."""
     pytest.importorskip("dlrover")
     binds_everywhere()
-    from drillbit.stacks.dlrover_job import SHM_DIR, _shm_ours
+    from drillbit.fixtures.stacks.dlrover_job import SHM_DIR, _shm_ours
 
     fixed = ("/tmp/dlrover", "/tmp/ckpt_sock")
     before = {d: sorted(os.listdir(d)) if os.path.isdir(d) else None for d in fixed}

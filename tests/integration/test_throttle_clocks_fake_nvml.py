@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from drillbit.agent import NodeAgent
-from drillbit.errors import FaultError
-from drillbit.proc import ProcRef
+from drillbit.core.errors import FaultError
+from drillbit.core.proc import ProcRef
 from tests.fakes import fake_pynvml
 
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from drillbit.atomic import write_private
-from drillbit.errors import ConfigError, SpecError
+from drillbit.core.atomic import write_private
+from drillbit.core.errors import ConfigError, SpecError
 from drillbit.faults import slurm_node
 from drillbit.faults.base import HealReport
 from drillbit.faults.kill_node import KillNodeParams
 from drillbit.transport.slurm import batch_script
 from drillbit.spec.config import BUILTIN_JOBS, LaunchSpec
 from drillbit.spec.load import MAX_BYTES, load_suite
-from drillbit.loading import load_config, load_drill
+from drillbit.faults.loading import load_config, load_drill
 
 JOB = """\
 jobs:

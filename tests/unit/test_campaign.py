@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from drillbit.campaign import CampaignFaults, CampaignSpec, drill_spec_for, judge, load_campaign, markdown, predicted
+from drillbit.runs.campaign import CampaignFaults, CampaignSpec, drill_spec_for, judge, load_campaign, markdown, predicted
 from drillbit.loop import DrillRunner
-from drillbit.checks.goodput import BUCKETS
-from drillbit.errors import SpecError
+from drillbit.judging.checks.goodput import BUCKETS
+from drillbit.core.errors import SpecError
 from tests.fakes.fake_cluster import CLUSTER, JOB, FakeAgent, FakeJob, FakeNodes, fake_probes
 
 
@@ -66,7 +66,7 @@ def test_bad_campaign_specs_are_refused_with_every_problem(tmp_path):
 
 
 def test_a_fleet_scenarios_causes_weight_the_faults():
-    from drillbit.campaign import cause_weights
+    from drillbit.runs.campaign import cause_weights
 
     c = campaign(faults=[{"type": "kill-rank"}, {"type": "hang-collective"}, {"type": "corrupt-checkpoint"}],
                  mix={"scenario": "llama3-405b"})

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from drillbit.checks import check
-from drillbit.checks.recovery import measure
-from drillbit.checks.verdict import worst
-from drillbit.history import History
+from drillbit.judging.checks import check
+from drillbit.judging.checks.recovery import measure
+from drillbit.judging.checks.verdict import worst
+from drillbit.core.history import History
 from drillbit.spec.models import DrillSpec
 
 BASE = 1000.0
@@ -197,7 +197,7 @@ def test_a_failed_restart_quotes_the_jobs_own_error_per_attempt():
     """Restarts that never stepped: the verdict quotes what the job printed for each failed
     attempt (the first error line per rank per attempt, merged across attempts that said the
     same; ports differ), not just "no restart ever produced a step"."""
-    from drillbit.probes.preset import matcher, signals_of
+    from drillbit.judging.probes.preset import matcher, signals_of
 
     m = matcher(signals_of(["torchrun"]), kinds={"error"})
     line = ("[rank3]: RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/"
@@ -366,7 +366,7 @@ def test_observation_waits_for_a_restarted_process_to_restore_when_survivors_ste
     survivor go on alone once the dead heartbeat expired, and five survivor steps ended the
     observation before the restarted group healed from its peer. A job that tells its
     restores has recovered when the restarted process restored, not when survivors stepped."""
-    from drillbit.checks.recovery import awaiting, recovered
+    from drillbit.judging.checks.recovery import awaiting, recovered
 
     rows = prelude()
     rows[1] = (BASE + 0.1, "job.launch", {"reads": ["step", "restart", "restore"]})

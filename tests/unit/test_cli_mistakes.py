@@ -1,13 +1,13 @@
 """#45: the command line, tried with mistakes. Each is exit 2 with one error style
 (``error: …``), the option or name it concerns, and a JSON error object under ``--json``; the
-table in docs/cli.md is made from the same list (drillbit.docgen.MISTAKES)."""
+table in docs/cli.md is made from the same list (drillbit.entry.docgen.MISTAKES)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from drillbit import docgen
+from drillbit.entry import docgen
 
 
 @pytest.mark.parametrize("command,code", docgen.MISTAKES, ids=[c for c, _ in docgen.MISTAKES])
@@ -51,7 +51,7 @@ def test_listings_keep_the_names_people_copy_whole_at_80_columns(monkeypatch):
     from drillbit.spec.load import catalogue
 
     monkeypatch.setenv("COLUMNS", "80")
-    from drillbit.cli import common
+    from drillbit.entry.cli import common
 
     monkeypatch.setattr(common.out, "_width", 80)
     code, stdout, _ = docgen.answer("drill list")
@@ -72,7 +72,7 @@ def test_list_shows_suites_jobs_and_clusters():
 
 
 def test_drills_names_another_folder_on_every_command_that_looks_drills_up(tmp_path):
-    from drillbit.cli import cli
+    from drillbit.entry.cli import cli
 
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -3,7 +3,7 @@ a known defect's FAIL does not count, one that passes is pointed out, n/a is not
 and an unexpected FAIL is exit code 1."""
 from __future__ import annotations
 
-from drillbit.compare import Cell, Comparison, html, markdown
+from drillbit.runs.compare import Cell, Comparison, html, markdown
 from drillbit.spec.models import SuiteSpec
 
 
@@ -47,8 +47,8 @@ def test_tables_show_each_job_and_drill_with_whom_it_blamed():
 
 
 def test_a_drill_a_job_cannot_take_is_not_applicable():
-    from drillbit.compare import not_applicable
-    from drillbit.session import resolve
+    from drillbit.runs.compare import not_applicable
+    from drillbit.runs.session import resolve
 
     assert not_applicable(resolve("kill-node", cluster="local", job="torchft"), "torchft") is None  # one launcher per node
     assert "runs on one node" in not_applicable(resolve("kill-node", cluster="local", job="nvrx"), "nvrx")
@@ -59,7 +59,7 @@ def test_a_drill_a_job_cannot_take_is_not_applicable():
 def test_the_stacks_suite_names_known_jobs_and_a_drill_its_own_cluster(tmp_path):
     import pytest
 
-    from drillbit.errors import SpecError
+    from drillbit.core.errors import SpecError
     from drillbit.spec.config import DrillConfig, with_builtins
     from drillbit.spec.load import load_suite
 
@@ -108,10 +108,10 @@ def test_a_defect_needs_its_evidence_and_the_checker_names_it_only_on_it():
     import pytest
     from pydantic import ValidationError
 
-    from drillbit.checks.defect import recognise
-    from drillbit.checks.recovery import JobError, Measurements
-    from drillbit.checks.slo import SLOResult
-    from drillbit.history import History
+    from drillbit.judging.checks.defect import recognise
+    from drillbit.judging.checks.recovery import JobError, Measurements
+    from drillbit.judging.checks.slo import SLOResult
+    from drillbit.core.history import History
 
     with pytest.raises(ValidationError, match="needs its evidence"):
         defect(signature=None)
@@ -129,7 +129,7 @@ def test_a_defect_needs_its_evidence_and_the_checker_names_it_only_on_it():
 
 
 def test_the_known_defects_suite_runs_each_drill_on_its_affected_and_its_fixed_job():
-    from drillbit.compare import _defect_plan
+    from drillbit.runs.compare import _defect_plan
     from drillbit.spec.config import DrillConfig, with_builtins
     from drillbit.spec.load import load_suite
 
@@ -144,7 +144,7 @@ def test_the_known_defects_suite_runs_each_drill_on_its_affected_and_its_fixed_j
 
 
 def test_two_jobs_show_what_changed_in_each_verdict_and_figure():
-    from drillbit.compare import changes, versions_line
+    from drillbit.runs.compare import changes, versions_line
 
     def at(detect, first, verdict):
         p = payload(verdict)
@@ -170,7 +170,7 @@ def test_two_jobs_show_what_changed_in_each_verdict_and_figure():
 def test_a_jobs_own_interpreter_is_asked_for_its_versions_and_names_python_in_its_command():
     import sys
 
-    from drillbit.compare import versions
+    from drillbit.runs.compare import versions
     from drillbit.spec.config import LaunchSpec
     from drillbit.transport.nodes import with_python
 
@@ -185,8 +185,8 @@ def test_a_jobs_own_interpreter_is_asked_for_its_versions_and_names_python_in_it
 def test_a_suite_that_is_not_of_known_defects_needs_its_jobs():
     import pytest
 
-    from drillbit.compare import _defect_plan
-    from drillbit.errors import ConfigError
+    from drillbit.runs.compare import _defect_plan
+    from drillbit.core.errors import ConfigError
     from drillbit.spec.config import DrillConfig, with_builtins
     from drillbit.spec.load import load_suite
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from drillbit.checks import check
-from drillbit.errors import ConfigError
+from drillbit.judging.checks import check
+from drillbit.core.errors import ConfigError
 from drillbit.faults import get as get_fault
-from drillbit.history import History
+from drillbit.core.history import History
 from drillbit.loop.bind import job_params
 from drillbit.loop.schedule import select_targets
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 from drillbit.spec.config import BUILTIN_JOBS, ControlPlaneProcess, JobProfile
 from drillbit.spec.models import DrillSpec, Observe, Targets
 from tests.unit.test_checks import T_FAULT, prelude, steps
@@ -196,7 +196,7 @@ def test_a_control_plane_address_is_host_and_port(address):
 
 
 def test_a_cut_from_the_control_plane_is_predicted_from_the_quorum_timeout():
-    from drillbit.checks.predict import predict
+    from drillbit.judging.checks.predict import predict
     from drillbit.faults.partition import Partition, PartitionParams
 
     spec = cut(control_plane="lighthouse")
@@ -208,7 +208,7 @@ def test_a_cut_from_the_control_plane_is_predicted_from_the_quorum_timeout():
 
 
 def test_a_control_plane_process_named_by_its_node_index_binds_to_that_launched_node():
-    from drillbit.errors import ConfigError
+    from drillbit.core.errors import ConfigError
     from drillbit.loop.bind import BINDERS
     from drillbit.faults.kill_control_plane import ControlPlaneParams, where_node
     from drillbit.spec.config import BUILTIN_JOBS

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from drillbit.agent.deadman import DeadmanLog, backoff, orphan
 from drillbit.faults.base import Handle, HealReport
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 def handle(fault: str, pid: int, after_job: bool = False) -> Handle:

@@ -16,11 +16,11 @@ import yaml
 from markdown_it import MarkdownIt
 from pydantic import TypeAdapter
 
-from drillbit import docgen
-from drillbit.cli import cli
+from drillbit.entry import docgen
+from drillbit.entry.cli import cli
 from drillbit.spec.config import JobProfile
 from drillbit.spec.load import load_suite
-from drillbit.loading import load_config, load_drill
+from drillbit.faults.loading import load_config, load_drill
 from drillbit.spec.signals import Signal
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_every_yaml_example_loads(where, body, tmp_path):
     elif kind == "suite":
         load_suite(str(path), config)
     else:
-        from drillbit.campaign import load_campaign
+        from drillbit.runs.campaign import load_campaign
 
         load_campaign(path, config)
 
@@ -105,7 +105,7 @@ def parse_drill_command(line: str, where: str) -> None:
         args.pop(0)
     if args and args[0].endswith("/drill"):
         args[0] = "drill"
-    if args[:3] == ["python", "-m", "drillbit.netns"]:
+    if args[:3] == ["python", "-m", "drillbit.core.netns"]:
         args = args[3:]
     assert args and args[0] == "drill", f"{where}: {line}"
     ctx = cli.make_context("drill", args[1:], resilient_parsing=False)
@@ -146,7 +146,7 @@ def test_the_readme_is_a_front_page_and_its_links_resolve():
 
 
 def test_the_generated_reference_describes_every_field():
-    from drillbit.campaign import CampaignSpec
+    from drillbit.runs.campaign import CampaignSpec
     from drillbit.spec.config import DrillConfig
     from drillbit.spec.models import DrillSpec, SuiteSpec
 
@@ -205,7 +205,7 @@ def test_every_python_example_compiles_and_the_job_calls_write_what_the_preset_r
     events = tmp_path / "events.log"
     monkeypatch.setenv("DRILLBIT_EVENTS", str(events))
     exec(compile(body, where, "exec"), {"n": 7, "step": 5, "path": str(tmp_path / "ckpt" / "step_5")})
-    from drillbit.probes.preset import matcher, signals_of
+    from drillbit.judging.probes.preset import matcher, signals_of
 
     reads = matcher(signals_of(["drillbit"]))
     kinds = [kind for line in events.read_text().splitlines() for kind, _, _ in reads.match(line)]
@@ -266,9 +266,9 @@ def test_the_readme_renders_its_headings_and_links_to_every_page_of_the_path():
 def test_the_generated_parts_are_current():
     """The reference pages are committed with their generated parts, so that they read the
     same on the repository's web view as on the site; a change to the code that changes one
-    of them must come with the page (python -m drillbit.docgen --write)."""
+    of them must come with the page (python -m drillbit.entry.docgen --write)."""
     stale = [str(p.relative_to(ROOT)) for p in docgen.pages(ROOT) if docgen.fill(p.read_text()) != p.read_text()]
-    assert not stale, f"stale generated parts in {stale}: run python -m drillbit.docgen --write"
+    assert not stale, f"stale generated parts in {stale}: run python -m drillbit.entry.docgen --write"
     assert {p.name for p in docgen.pages(ROOT)} >= {"config.md", "catalogue.md", "reports.md", "architecture.md",
                                                      "cli.md", "privileges.md"}
 

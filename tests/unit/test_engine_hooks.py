@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from drillbit.errors import ConfigError
+from drillbit.core.errors import ConfigError
 from drillbit.loop import DrillRunner
 from drillbit.spec.config import JobProfile, LaunchSpec, RankDiscovery, SlurmJob
 from drillbit.transport.inprocess import InProcessNodes

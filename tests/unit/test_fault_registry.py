@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from drillbit.errors import DrillError
+from drillbit.core.errors import DrillError
 from drillbit.faults import check_plugin, registry
 from drillbit.faults.base import Fault
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 
-from drillbit.checks.fidelity import restore_fidelity
-from drillbit.checks.slo import Judging, _judge_restore_fidelity
-from drillbit.checks.recovery import Measurements
-from drillbit.history import History
+from drillbit.judging.checks.fidelity import restore_fidelity
+from drillbit.judging.checks.slo import Judging, _judge_restore_fidelity
+from drillbit.judging.checks.recovery import Measurements
+from drillbit.core.history import History
 from drillbit.spec.models import SLO
 
 FAULT, RESTORED = 45, 40
@@ -106,8 +106,8 @@ def test_a_failed_part_fails_the_slo_with_a_reason_naming_it():
 def test_figures_on_a_line_of_their_own_are_the_next_steps_as_the_trainer_prints_them():
     """The Hugging Face Trainer prints its dict before its progress bar counts the step, on a
     line of its own with no step number (the hf-trainer preset's `metrics` signal)."""
-    from drillbit.checks.fidelity import with_metrics
-    from drillbit.probes.preset import load, matcher
+    from drillbit.judging.checks.fidelity import with_metrics
+    from drillbit.judging.probes.preset import load, matcher
 
     m = matcher(load("hf-trainer").signals)
     lines = ["  0%|          | 0/40 [00:00<?, ?it/s]{'loss': '4.637', 'grad_norm': '2.6', 'learning_rate': '2e-05', "

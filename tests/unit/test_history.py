@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from drillbit.history import History
+from drillbit.core.history import History
 
 
 def test_history_is_flushed_per_event_and_reloads(tmp_path):

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drillbit.errors import SpecError
-from drillbit.history import History
+from drillbit.core.errors import SpecError
+from drillbit.core.history import History
 from drillbit.spec.load import catalogue, load_suite, suite_catalogue
-from drillbit.loading import load_config, load_drill
+from drillbit.faults.loading import load_config, load_drill
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """\

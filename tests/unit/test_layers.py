@@ -6,7 +6,7 @@ function-level import that runs up a layer is still a dependency up a layer.
 """
 from __future__ import annotations
 
-from drillbit.layers import LAYERS, PACKAGE, graph, imports, lazy_ok, layer_of
+from drillbit.entry.layers import LAYERS, PACKAGE, graph, imports, lazy_ok, layer_of
 
 
 def test_no_import_runs_up_a_layer():
@@ -67,12 +67,23 @@ def test_the_layer_map_catches_an_import_up_a_layer(tmp_path):
     """The checker itself: an import from the base layer up to the loop is found."""
     sample = tmp_path / "errors.py"
     sample.write_text("from drillbit.loop.runner import DrillRunner\n")
-    found = imports("drillbit.errors", sample, {"drillbit.loop.runner", "drillbit.errors"})
+    found = imports("drillbit.core.errors", sample, {"drillbit.loop.runner", "drillbit.core.errors"})
     assert found == [("drillbit.loop.runner", 1, False)]
-    assert layer_of("drillbit.loop.runner") > layer_of("drillbit.errors")
+    assert layer_of("drillbit.loop.runner") > layer_of("drillbit.core.errors")
 
 
 def test_every_module_is_in_a_layer():
     mods, _ = graph()
     for name in mods:
         layer_of(name)
+
+
+def test_the_folders_are_the_layers_and_the_root_holds_only_the_package_face():
+    """#46: a maintainer sees the layers in the tree: each is a folder, in LAYERS' order, and
+    src/drillbit/ itself holds only __init__.py and the public drillbit.job API."""
+    root = sorted(p.name for p in PACKAGE.iterdir() if p.suffix == ".py")
+    assert root == ["__init__.py", "job.py"], root
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert folders == sorted(name for name, _ in LAYERS), folders
+    for name, members in LAYERS:
+        assert name in members, f"layer {name} is not its own folder"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.checkpoints import CheckpointSpec, scan
-from drillbit.errors import FaultError
+from drillbit.spec.checkpoints import CheckpointSpec, scan
+from drillbit.core.errors import FaultError
 from drillbit.faults.ckptfile import data_of, marker_of, metadata_of, pick
-from drillbit.probes.preset import load, matcher
-from drillbit.probes.tail import FileFollower
+from drillbit.judging.probes.preset import load, matcher
+from drillbit.judging.probes.tail import FileFollower
 
 
 def touch(path: Path, data: bytes = b"x") -> Path:
@@ -125,8 +125,8 @@ def test_a_progress_bar_redrawn_with_carriage_returns_is_one_line_per_redraw(tmp
 
 
 def test_a_restore_that_names_no_step_counts_from_the_first_step_after_it():
-    from drillbit.checks.recovery import measure
-    from drillbit.history import History
+    from drillbit.judging.checks.recovery import measure
+    from drillbit.core.history import History
 
     rows = [(100.0 + i, "step", {"n": i}) for i in range(1, 13)]
     rows += [(112.5, "fault.confirmed", {}), (113.0, "restart", {"attempt": 1}),
@@ -172,8 +172,8 @@ def test_a_file_rewritten_in_place_is_a_layout_and_a_layout_that_fits_nothing_is
 
     import pytest as _pytest
 
-    from drillbit.checkpoints import CheckpointSpec, scan
-    from drillbit.errors import ConfigError
+    from drillbit.spec.checkpoints import CheckpointSpec, scan
+    from drillbit.core.errors import ConfigError
     from drillbit.faults.ckptfile import pick
 
     (tmp_path / "ckpt.prev.pt").write_bytes(b"older")
@@ -204,12 +204,12 @@ def test_readiness_is_what_the_drills_own_preflight_would_say(tmp_path):
     """drill probe's "ready": the fault's engine, its binding to the profile (a tier's folder),
     and saves seen as saves — not just a step signal (it once said yes to kill-during-save on a
     job whose saves it never saw, to lose-local-tier without tiers, to node-down off Slurm)."""
-    from drillbit.onboard import readiness
-    from drillbit.proc import ProcRef
+    from drillbit.runs.onboard import readiness
+    from drillbit.core.proc import ProcRef
     from drillbit.spec.config import JobProfile
     from drillbit.spec.load import catalogue
-    from drillbit.loading import load_drill
-    from drillbit.loading import load_config
+    from drillbit.faults.loading import load_drill
+    from drillbit.faults.loading import load_config
 
     config = load_config(None)
     drills = {name: load_drill(path, config) for name, path in catalogue(None).items()}
@@ -241,8 +241,8 @@ def test_the_step_a_restarted_job_steps_again_after_its_restore_line_is_a_step(t
     a row, with its restore line between. Taken for a progress bar redrawn, the new attempt's first
     step was lost (first step 22, "resumed from step 21"). The controller's progress probe reads
     only step lines, so it is told the restore lines apart."""
-    from drillbit.history import History
-    from drillbit.probes.logs import LineReader, ProgressProbe
+    from drillbit.core.history import History
+    from drillbit.judging.probes.logs import LineReader, ProgressProbe
 
     step = " [2026-12-03 09:42:30] iteration {:8d}/{:8d} |"
     lines = [step.format(20, 100), "saving checkpoint at iteration      20 to /c in torch format",

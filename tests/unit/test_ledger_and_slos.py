@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from drillbit.checks import check
-from drillbit.checks.baseline import Baseline
-from drillbit.checks.goodput import BUCKETS, ledger
-from drillbit.checks.recovery import Measurements, measure
-from drillbit.history import History
-from drillbit.fleet.simulate import load_scenario
-from drillbit.report.store import Store
+from drillbit.judging.checks import check
+from drillbit.judging.checks.baseline import Baseline
+from drillbit.judging.checks.goodput import BUCKETS, ledger
+from drillbit.judging.checks.recovery import Measurements, measure
+from drillbit.core.history import History
+from drillbit.judging.fleet.simulate import load_scenario
+from drillbit.runs.store import Store
 from drillbit.spec.models import MEASUREMENTS, DrillSpec
 from tests.unit.test_checks import BASE, T_FAULT, kill_pass_history, prelude, steps
 
@@ -217,10 +217,10 @@ class _Reading:
 
 
 def test_measurements_come_in_families_and_each_judge_reads_only_its_own():
-    from drillbit.checks.attribution import Attribution
-    from drillbit.checks.recovery import FAMILIES, Measurements
-    from drillbit.checks.witness import DamagedRestore
-    from drillbit.checks.slo import JUDGES, Judging
+    from drillbit.judging.checks.attribution import Attribution
+    from drillbit.judging.checks.recovery import FAMILIES, Measurements
+    from drillbit.judging.checks.witness import DamagedRestore
+    from drillbit.judging.checks.slo import JUDGES, Judging
     from drillbit.spec.models import SLO
 
     owners = {}

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from drillbit.exitcodes import exit_code
+from drillbit.judging.exitcodes import exit_code
 from drillbit.loop import DrillRunner
-from drillbit.report.result import build
+from drillbit.judging.report.result import build
 from drillbit.spec.signals import Signal
 from tests.fakes.fake_cluster import CLUSTER, JOB, FakeAgent, FakeJob, FakeNodes, fake_probes, spec
 

@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from drillbit.report import metrics
-from drillbit.report.store import Store
-from drillbit.session import publish_metrics
+from drillbit.judging.report import metrics
+from drillbit.runs.store import Store
+from drillbit.runs.session import publish_metrics
 
 
 def result(verdict: str = "pass", drill: str = "kill-rank", finished: str = "2026-12-01T10:00:00+00:00",

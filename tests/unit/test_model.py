@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from drillbit.fleet.cadence import cadence, daly, daly_first, expected_goodput, young
-from drillbit.fleet.simulate import Scenario, load_scenario, params_for, simulate
+from drillbit.judging.fleet.cadence import cadence, daly, daly_first, expected_goodput, young
+from drillbit.judging.fleet.simulate import Scenario, load_scenario, params_for, simulate
 
 MIN, HOUR, DAY = 60.0, 3600.0, 86400.0
 

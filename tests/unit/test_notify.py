@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from drillbit.report.notify import notify_all
+from drillbit.runs.notify import notify_all
 from drillbit.spec.config import DrillConfig, Notify
 
 

@@ -13,11 +13,11 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
-from drillbit.checks.predict import predict
-from drillbit.errors import ConfigError, FaultError
+from drillbit.judging.checks.predict import predict
+from drillbit.core.errors import ConfigError, FaultError
 from drillbit.faults import get as get_fault
 from drillbit.faults.partition import LossyLinkParams, Partition, PartitionParams, rules
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 from drillbit.spec.config import BUILTIN_JOBS, ClusterSpec
 from drillbit.spec.models import SLO
 from drillbit.transport import netcluster
@@ -178,7 +178,7 @@ def test_a_flap_must_come_back_between_cuts_and_a_slow_link_names_its_cap():
 
 
 def test_a_dry_run_prints_the_table_and_refuses_a_cluster_whose_nodes_share_a_network():
-    from drillbit.session import plan_text, resolve
+    from drillbit.runs.session import plan_text, resolve
     from tests.integration.cli import drill_cli
 
     assert "numgen random mod 100 < 5 drop;" in plan_text(resolve("lossy-link", cluster="local-netns"))

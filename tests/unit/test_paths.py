@@ -1,4 +1,4 @@
-"""Paths are absolute and resolved where they enter (drillbit.paths): the run folder, the
+"""Paths are absolute and resolved where they enter (drillbit.core.paths): the run folder, the
 config's folders (relative to the config file), a checkpoint folder of the profile (relative
 to the job's working folder), the read watch's root, and a path a job's line names."""
 from __future__ import annotations
@@ -8,12 +8,12 @@ import os
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from drillbit.loading import load_config
+from drillbit.faults.loading import load_config
 from drillbit.loop.bind import job_checkpoint
-from drillbit.paths import AbsPath, entered, is_within
-from drillbit.probes.preset import Matcher
-from drillbit.readwatch import ReadWatch
-from drillbit.runfolder import new_folder
+from drillbit.core.paths import AbsPath, entered, is_within
+from drillbit.judging.probes.preset import Matcher
+from drillbit.core.readwatch import ReadWatch
+from drillbit.core.runfolder import new_folder
 from drillbit.spec.config import JobProfile
 from drillbit.spec.signals import Signal
 
@@ -89,7 +89,7 @@ def test_a_relative_path_in_a_job_line_is_taken_against_the_jobs_folder_not_ours
     """LitGPT prints 'Resuming training from out/step-000020/lit_model.pth', relative to its own
     working folder; read from another folder, the restore-line witness took it for another
     checkpoint (found by drilling the installed litgpt, tests/integration/test_pypi_programs.py)."""
-    from drillbit.checks.witness import relation
+    from drillbit.judging.checks.witness import relation
 
     job = tmp_path / "project"
     (job / "out" / "step-000020").mkdir(parents=True)

@@ -1,9 +1,9 @@
-"""Detection predicted from a job's declared timeouts (checks/predict.py): the first timeout
+"""Detection predicted from a job's declared timeouts (judging/checks/predict.py): the first timeout
 that can see the fault, the SLOs it decides, the orderings that cannot work, and what a
 dry run prints."""
 from __future__ import annotations
 
-from drillbit.checks.predict import predict, warnings
+from drillbit.judging.checks.predict import predict, warnings
 from drillbit.faults import get as get_fault
 from drillbit.spec.config import JobTimeouts
 from drillbit.spec.models import SLO
@@ -58,7 +58,7 @@ def test_a_watchdog_slower_than_the_collective_is_a_warning():
 
 
 def test_the_dry_run_prints_the_prediction():
-    from drillbit.session import plan_text, resolve
+    from drillbit.runs.session import plan_text, resolve
 
     text = plan_text(resolve("stall-nccl", job="reference-nowatchdog", cluster="local-process"))
     assert "predicted detected within 1800 s by collective" in text
@@ -66,7 +66,7 @@ def test_the_dry_run_prints_the_prediction():
 
 
 def test_a_process_group_timeout_above_the_train_timeout_is_a_warning():
-    from drillbit.checks.predict import warnings
+    from drillbit.judging.checks.predict import warnings
     from drillbit.spec.config import BUILTIN_JOBS, JobTimeouts
 
     [note] = warnings(JobTimeouts(collective=1800, train=60))

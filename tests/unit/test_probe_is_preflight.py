@@ -6,8 +6,8 @@ preflight lets it through (#42: the probe said partition-node was ready on local
 the drill refused it)."""
 from __future__ import annotations
 
-from drillbit.errors import ConfigError
-from drillbit.loading import load_config, load_drill
+from drillbit.core.errors import ConfigError
+from drillbit.faults.loading import load_config, load_drill
 from drillbit.loop.preflight import refusals
 from drillbit.loop.runner import DrillRunner
 from drillbit.spec.load import catalogue

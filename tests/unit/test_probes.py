@@ -1,10 +1,10 @@
 """Log following and signal presets on lines the real stacks print."""
 from __future__ import annotations
 
-from drillbit.history import History
-from drillbit.probes.logs import EventsProbe, HeartbeatProbe, ProgressProbe
-from drillbit.probes.preset import available, load, matcher, signals_of
-from drillbit.probes.tail import FileFollower
+from drillbit.core.history import History
+from drillbit.judging.probes.logs import EventsProbe, HeartbeatProbe, ProgressProbe
+from drillbit.judging.probes.preset import available, load, matcher, signals_of
+from drillbit.judging.probes.tail import FileFollower
 
 REF_STEP = "t=1795955211.613786 kind=step src=rank0 n=27 rank=0 dt=0.2610 loss=20.72880"
 REF_RESTORE = "t=1795955232.573564 kind=restore src=rank0 step=10 path=/tmp/refk/ckpt/step_00000010 seconds=0.0027"

@@ -22,7 +22,7 @@ import psutil._pslinux as pslinux
 import pytest
 
 from drillbit.agent import NodeAgent
-from drillbit.proc import ProcRef, since_boot
+from drillbit.core.proc import ProcRef, since_boot
 from drillbit.spec.config import RankDiscovery
 from drillbit.transport import netcluster
 

@@ -4,9 +4,9 @@ larger step to the next, and a step read from a metric carries the look before i
 (``since``), so that an old worker's last steps are never taken for the restart's first."""
 from __future__ import annotations
 
-from drillbit.history import History
+from drillbit.core.history import History
 from drillbit.loop.watch import Progress
-from drillbit.probes import prometheus as prom
+from drillbit.judging.probes import prometheus as prom
 from drillbit.spec.config import PrometheusSignal
 
 

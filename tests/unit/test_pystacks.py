@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from drillbit.pystacks import Frame, RankStack, dump, py_spy, shared_frames, where_stuck
-from drillbit.proc import ProcRef
+from drillbit.core.pystacks import Frame, RankStack, dump, py_spy, shared_frames, where_stuck
+from drillbit.core.proc import ProcRef
 
 
 def stack(rank: int, *names: str, ok: bool = True) -> RankStack:

@@ -15,7 +15,7 @@ import pytest
 
 CHILD = """
 import sys, time
-from drillbit.reference.train import compute
+from drillbit.fixtures.reference.train import compute
 t = time.perf_counter()
 print("ready", flush=True)
 compute(float(sys.argv[1]))

@@ -2,9 +2,9 @@
 min_pass_rate), each failing run named with its reason; an error still wins the code."""
 from __future__ import annotations
 
-from drillbit.repeat import aggregate, p90, summary_markdown
-from drillbit.report import junit
-from drillbit.suite import repeated_payload
+from drillbit.runs.repeat import aggregate, p90, summary_markdown
+from drillbit.judging.report import junit
+from drillbit.runs.suite import repeated_payload
 
 
 def run(verdict: str, detect: float, reasons=(), error_kind=None) -> dict:
@@ -51,7 +51,7 @@ def regressed(verdict="fail"):
 
 
 def test_a_suspected_regression_is_confirmed_or_cleared_by_re_runs():
-    from drillbit.suite import confirm_regression, suspected
+    from drillbit.runs.suite import confirm_regression, suspected
 
     assert suspected(regressed()) and not suspected(regressed("pass"))
     other = {**regressed(), "slos": [*regressed()["slos"], {"name": "detect_within", "measurement": "time_to_detect",

@@ -8,17 +8,17 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from drillbit.checks import check
-from drillbit.errors import SpecError
-from drillbit.gameday import review_markdown
-from drillbit.history import History
-from drillbit.report import junit, render
-from drillbit.report import result as result_json
-from drillbit.report.runbook import render_runbook
-from drillbit.session import resolve
+from drillbit.judging.checks import check
+from drillbit.core.errors import SpecError
+from drillbit.runs.gameday import review_markdown
+from drillbit.core.history import History
+from drillbit.judging.report import junit, render
+from drillbit.judging.report import result as result_json
+from drillbit.judging.report.runbook import render_runbook
+from drillbit.runs.session import resolve
 from drillbit.spec.load import load_suite
-from drillbit.loading import load_config
-from drillbit.suite import SuiteRun, summary_markdown, with_regression
+from drillbit.faults.loading import load_config
+from drillbit.runs.suite import SuiteRun, summary_markdown, with_regression
 from tests.unit.test_checks import kill_pass_history, spec
 
 STEP_BLUE = (0x25, 0x63, 0xEB)
@@ -139,7 +139,7 @@ def test_runbook_renders_with_last_result():
 
 
 def test_html_measurements_carry_units_not_four_bare_decimals():
-    from drillbit.report.render import measured
+    from drillbit.judging.report.render import measured
 
     assert measured(0.53412, "time_to_detect") == "0.53 s"
     assert measured(0.9712, "goodput") == "97.12 %"
@@ -151,8 +151,8 @@ def test_html_measurements_carry_units_not_four_bare_decimals():
 def test_timeline_labels_of_close_marks_do_not_overlap():
     import re
 
-    from drillbit.history import History
-    from drillbit.report.timeline import timeline_svg
+    from drillbit.core.history import History
+    from drillbit.judging.report.timeline import timeline_svg
 
     rows = [(100.0, "drill.start"), (100.1, "job.launch")]
     rows += [(100.0 + 0.25 * i, "step", {"n": i}) for i in range(1, 41)]
@@ -179,9 +179,9 @@ def test_every_mark_on_the_timeline_is_its_measurement():
     count only when the job prints none). The chart draws the measurements, not its own picks."""
     import re
 
-    from drillbit.checks.recovery import measure
-    from drillbit.history import History
-    from drillbit.report.timeline import timeline_svg
+    from drillbit.judging.checks.recovery import measure
+    from drillbit.core.history import History
+    from drillbit.judging.report.timeline import timeline_svg
 
     rows = [(100.0, "drill.start"), (100.1, "job.launch"), (101.0, "steady", {"baseline_step_s": 0.25})]
     rows += [(100.0 + 0.25 * i, "step", {"n": i}) for i in range(1, 41)]
@@ -204,8 +204,8 @@ def test_every_mark_on_the_timeline_is_its_measurement():
 @pytest.mark.slow  # a headless chromium: seconds
 @pytest.mark.skipif(_chromium() is None, reason="Debian chromium not installed (.ci/run installs it)")
 def test_trends_page_renders_runs_and_the_baseline_in_headless_chromium(tmp_path):
-    from drillbit.report.store import Store
-    from drillbit.report.trends import BAND, COLORS, page, rows_with_measurements
+    from drillbit.runs.store import Store
+    from drillbit.judging.report.trends import BAND, COLORS, page, rows_with_measurements
 
     with Store(tmp_path / "drills.db") as store:
         for i, (verdict, detect) in enumerate([("pass", 0.2), ("pass", 0.3), ("pass", 0.25), ("fail", 2.5),
@@ -228,7 +228,7 @@ def test_trends_page_renders_runs_and_the_baseline_in_headless_chromium(tmp_path
 
 
 def test_result_json_is_a_typed_run_result_and_reads_back(tmp_path):
-    from drillbit.report.result import RunResult, write
+    from drillbit.judging.report.result import RunResult, write
 
     payload = failing_payload()
     write(tmp_path, payload)
@@ -248,7 +248,7 @@ def test_the_prediction_from_the_jobs_timeouts_sits_beside_the_measurement():
 
     from rich.console import Console
 
-    from drillbit.report.console import summary
+    from drillbit.judging.report.console import summary
 
     h = kill_pass_history()
     predicted = History.build([(h.first("drill.start").t + 0.01, "predicted",

@@ -1,4 +1,4 @@
-"""drillbit.defects.respawn, the node supervisor of the pytorch#147064 drill: it starts a
+"""drillbit.fixtures.defects.respawn, the node supervisor of the pytorch#147064 drill: it starts a
 launcher that failed again at once, up to its limit; a launcher that succeeded, or a SIGTERM
 to the supervisor, ends it."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ COUNT = "import sys, pathlib; p = pathlib.Path(sys.argv[1]); p.write_text(p.read
 
 
 def respawn(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "drillbit.defects.respawn", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "drillbit.fixtures.defects.respawn", *args], capture_output=True, text=True,
                           timeout=60)
 
 
@@ -29,7 +29,7 @@ def test_a_failing_launcher_is_started_again_up_to_the_limit_and_a_clean_exit_en
 def test_sigterm_is_passed_on_and_nothing_is_started_after_it(tmp_path):
     started = tmp_path / "started"
     script = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
-    proc = subprocess.Popen([sys.executable, "-m", "drillbit.defects.respawn", "--delay", "0", "--", sys.executable,
+    proc = subprocess.Popen([sys.executable, "-m", "drillbit.fixtures.defects.respawn", "--delay", "0", "--", sys.executable,
                              "-c", script], stdout=subprocess.PIPE, text=True)
     deadline = time.time() + 30
     while not started.exists() and time.time() < deadline:

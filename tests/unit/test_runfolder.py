@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 
-from drillbit.runfolder import new_folder, write_files
+from drillbit.core.runfolder import new_folder, write_files
 
 
 def test_folders_of_one_second_are_numbered_and_never_shared(tmp_path):
@@ -37,8 +37,8 @@ def test_a_run_folder_is_private_under_umask_002(tmp_path):
     import os
     import stat
 
-    from drillbit.runfolder import new_folder
-    from drillbit.statedir import check_private
+    from drillbit.core.runfolder import new_folder
+    from drillbit.core.statedir import check_private
 
     old = os.umask(0o002)
     try:

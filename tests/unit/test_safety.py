@@ -120,7 +120,7 @@ def test_a_heal_that_waits_for_the_job_comes_after_teardown(tmp_path):
 
 
 def test_restore_after_on_an_attached_job_is_refused_before_anything_is_touched(tmp_path):
-    from drillbit.errors import ConfigError
+    from drillbit.core.errors import ConfigError
     from drillbit.loop.runner import job_params
 
     attached = JOB.model_copy(update={"launch": None, "attach_pid": 1, "checkpoint": None})

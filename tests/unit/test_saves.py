@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.checkpoints import CheckpointSpec
-from drillbit.checks.recovery import Measurements, _judge_crash_restore, crash_class
-from drillbit.checks.slo import _crash_invariants
-from drillbit.dirwatch import DirWatch, FileEvent, inotify_available
+from drillbit.spec.checkpoints import CheckpointSpec
+from drillbit.judging.checks.recovery import Measurements, _judge_crash_restore, crash_class
+from drillbit.judging.checks.slo import _crash_invariants
+from drillbit.core.dirwatch import DirWatch, FileEvent, inotify_available
 from drillbit.faults.kill_during_save import judge_crash, restore_folder
-from drillbit.saves import CrashPoint, Save, SaveTracker, crash_points, pattern_of, sample
+from drillbit.core.saves import CrashPoint, Save, SaveTracker, crash_points, pattern_of, sample
 
 MODES = ["poll"] + (["inotify"] if inotify_available() else [])
 # Polling sees a file closed only once it sat still for an interval: on a loaded machine the
@@ -246,7 +246,7 @@ def test_restore_after_puts_the_folder_back_and_keeps_the_jobs_later_files(tmp_p
 
 
 def test_a_during_save_trigger_fires_after_the_nth_file_of_the_save(tmp_path):
-    from drillbit.history import History
+    from drillbit.core.history import History
     from drillbit.loop.schedule import describe_trigger, wait_during_save
     from drillbit.loop.watch import Progress
     from drillbit.spec.models import DuringSave, Trigger
@@ -276,7 +276,7 @@ def test_a_during_save_trigger_fires_after_the_nth_file_of_the_save(tmp_path):
 
 
 def test_a_during_save_trigger_follows_the_save_signal_where_the_folder_is_not_seen():
-    from drillbit.history import History
+    from drillbit.core.history import History
     from drillbit.loop.schedule import JobExited, wait_during_save
     from drillbit.loop.watch import Progress
     from drillbit.spec.models import DuringSave
@@ -298,7 +298,7 @@ def test_scope_ranks_takes_every_child_of_the_targets_launcher(tmp_path):
     import psutil
 
     from drillbit.faults.kill_during_save import siblings
-    from drillbit.proc import ProcRef
+    from drillbit.core.proc import ProcRef
 
     launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
                                  "ps = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']) "
@@ -323,7 +323,7 @@ def test_an_armed_fault_that_never_fires_is_unconfirmed_with_its_reason_and_heal
     import psutil
 
     from drillbit.faults.kill_during_save import KillDuringSave
-    from drillbit.proc import ProcRef
+    from drillbit.core.proc import ProcRef
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -357,7 +357,7 @@ def test_a_file_its_killed_writer_still_held_open_is_torn_although_the_kernel_cl
     import psutil
 
     from drillbit.faults.kill_during_save import held_open
-    from drillbit.proc import ProcRef
+    from drillbit.core.proc import ProcRef
 
     (tmp_path / "step_00000005.pt").write_bytes(b"an older, finished save")
     writer = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'wb'); f.write(b'half');"
@@ -402,7 +402,7 @@ def test_a_file_rewritten_in_place_is_a_save_of_its_own(tmp_path, mode):
     """ckpt.pt opened with truncate and written again on every save creates no file: the first
     write after its close begins the rewrite (a create), its close ends it; each is one save
     with its crash points."""
-    from drillbit.saves import SaveTracker, crash_points
+    from drillbit.core.saves import SaveTracker, crash_points
 
     root = tmp_path / "ckpt"
     root.mkdir()
@@ -449,8 +449,8 @@ def test_a_file_rewritten_in_place_faster_than_the_quiet_spell_is_one_save_per_r
     """#42: torch.save to ckpt.pt every step (0.2 s apart, under the 0.5 s quiet spell) was one
     save that never ended, and the sweep's record pass gave up. Each rewrite of a file the save
     already closed begins the next save."""
-    from drillbit.dirwatch import FileEvent
-    from drillbit.saves import SaveTracker, crash_points
+    from drillbit.core.dirwatch import FileEvent
+    from drillbit.core.saves import SaveTracker, crash_points
 
     tracker = SaveTracker(settle_s=0.5)
     for i in range(5):

@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from drillbit.errors import SpecError
-from drillbit.probes.preset import Matcher, load, signals_of
-from drillbit.loading import load_config
+from drillbit.core.errors import SpecError
+from drillbit.judging.probes.preset import Matcher, load, signals_of
+from drillbit.faults.loading import load_config
 from drillbit.spec.signals import Signal
 
 MEGATRON = [
@@ -153,7 +153,7 @@ def test_a_stamp_of_whole_seconds_takes_the_read_time_within_its_second():
     import time
     from datetime import datetime
 
-    from drillbit.probes.preset import load, matcher
+    from drillbit.judging.probes.preset import load, matcher
 
     match = matcher(load("megatron").signals)
     line = lambda when: f" [{when.strftime('%Y-%m-%d %H:%M:%S')}] iteration       21/     100 | lm loss: 1.0 |"  # noqa: E731

@@ -8,11 +8,11 @@ import subprocess
 
 import pytest
 
-from drillbit.checks import check
-from drillbit.checks.recovery import measure
-from drillbit.history import History
+from drillbit.judging.checks import check
+from drillbit.judging.checks.recovery import measure
+from drillbit.core.history import History
 from drillbit.transport.slurmprobe import SchedulerProbe
-from drillbit.slurm.scheduler import JobInfo, parse_fields
+from drillbit.core.slurm.scheduler import JobInfo, parse_fields
 from drillbit.transport.slurm import batch_script
 from drillbit.spec.config import BUILTIN_JOBS, ClusterSpec, LaunchSpec
 from drillbit.spec.models import DrillSpec
@@ -171,7 +171,7 @@ class _FakeSlurm:
 def test_node_down_is_confirmed_by_the_jobs_requeue_when_the_down_was_over_before_it_was_read(monkeypatch,
                                                                                               requeued):
     from drillbit.faults import slurm_node
-    from drillbit.proc import ProcRef
+    from drillbit.core.proc import ProcRef
 
     fake = _FakeSlurm(requeued)
     monkeypatch.setattr(slurm_node, "_slurm", lambda params: fake)

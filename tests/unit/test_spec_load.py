@@ -5,9 +5,9 @@ import textwrap
 
 import pytest
 
-from drillbit.errors import SpecError
+from drillbit.core.errors import SpecError
 from drillbit.spec.load import catalogue
-from drillbit.loading import load_config, load_drill
+from drillbit.faults.loading import load_config, load_drill
 from drillbit.spec.models import parse_duration
 
 
@@ -152,10 +152,10 @@ def test_bad_durations(bad):
 
 def test_every_catalogue_drill_has_a_dry_run_plan():
     """--dry-run prints every catalogue drill's plan (its trigger in words included)."""
-    from drillbit.session import plan_text, resolve
+    from drillbit.runs.session import plan_text, resolve
 
     from drillbit.faults import get as get_fault
-    from drillbit.loading import load_drill
+    from drillbit.faults.loading import load_drill
 
     for name in catalogue():
         # a drill that cuts a node's network plans on a cluster whose nodes are namespaces

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from drillbit.checks.attribution import attribute
-from drillbit.history import History
-from drillbit.probes.logs import LineReader
-from drillbit.probes.preset import load, matcher
+from drillbit.judging.checks.attribution import attribute
+from drillbit.core.history import History
+from drillbit.judging.probes.logs import LineReader
+from drillbit.judging.probes.preset import load, matcher
 from drillbit.spec.config import BUILTIN_JOBS
 from drillbit.spec.signals import Signal
 

@@ -9,10 +9,10 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from drillbit.errors import ConfigError
-from drillbit.history import History
+from drillbit.core.errors import ConfigError
+from drillbit.core.history import History
 from drillbit.loop import stop
-from drillbit.probes.prometheus import PrometheusError
+from drillbit.judging.probes.prometheus import PrometheusError
 from drillbit.spec.models import Abort, StopCondition
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from drillbit.reference.straggler import FleetMedianDetector, NVRxRule
+from drillbit.fixtures.reference.straggler import FleetMedianDetector, NVRxRule
 
 BASE = 0.2520
 NOISE = 0.003  # ~0.3% relative noise, as measured on the reference job's compute times

@@ -10,13 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from drillbit.checkpoints import CheckpointSpec, tier_steps
-from drillbit.checks import check
-from drillbit.checks.recovery import measure, restored_tier
+from drillbit.spec.checkpoints import CheckpointSpec, tier_steps
+from drillbit.judging.checks import check
+from drillbit.judging.checks.recovery import measure, restored_tier
 from drillbit.faults.lose_local_tier import LoseLocalTier, LoseLocalTierParams
-from drillbit.history import History
-from drillbit.probes.preset import load, matcher
-from drillbit.proc import ProcRef
+from drillbit.core.history import History
+from drillbit.judging.probes.preset import load, matcher
+from drillbit.core.proc import ProcRef
 from drillbit.spec.models import DrillSpec
 
 TIERS = {"local": CheckpointSpec(dir="{run_dir}/local/p{rank}", layout="orbax"),

@@ -3,9 +3,9 @@ after the damage, the step it resumed from, its restore line), compared by conta
 step, never by name; unknown when none can tell, which makes the drill inconclusive."""
 from __future__ import annotations
 
-from drillbit.checks import check
-from drillbit.checks.witness import relation, within
-from drillbit.history import History
+from drillbit.judging.checks import check
+from drillbit.judging.checks.witness import relation, within
+from drillbit.core.history import History
 from drillbit.spec.models import DrillSpec
 from tests.unit.test_checks import BASE, prelude, steps
 

@@ -7,7 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--abandon", metavar="REASON", help="give the faults up (recorded with REASON) instead of healing")
     args = p.parse_args(argv)
     if args.cmd in ("serve", "heal"):
-        from drillbit.errors import ConfigError
-        from drillbit.statedir import private_dir
+        from drillbit.core.errors import ConfigError
+        from drillbit.core.statedir import private_dir
 
         try:
             args.state_dir = private_dir(args.state_dir)

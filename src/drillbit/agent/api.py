@@ -15,8 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
-from drillbit.proc import ProcRef
-from drillbit.pystacks import RankStack
+from drillbit.core.proc import ProcRef
+from drillbit.core.pystacks import RankStack
 from drillbit.spec.config import RankDiscovery
 from drillbit.spec.signals import Signal
 

@@ -33,7 +33,7 @@ from drillbit.agent.api import Record
 from drillbit.agent.jobproc import stop_job as stop_tree
 from drillbit.agent.node import NodeAgent
 from drillbit.faults.base import Handle, HealReport
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 HEAL_DEADLINE_S = 60.0
 BACKOFF_CAP_S = 60.0

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import psutil
 
-from drillbit.errors import ConfigError
-from drillbit.proc import ProcRef
+from drillbit.core.errors import ConfigError
+from drillbit.core.proc import ProcRef
 
 
 def free_port() -> int:

@@ -23,7 +23,7 @@ from drillbit.agent.deadman import DeadmanLog, heal_with_deadline
 from drillbit.agent.jobproc import job_processes, stop_job
 from drillbit.agent.node import NodeAgent
 from drillbit.faults.base import Handle
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 class Leftover(BaseModel):

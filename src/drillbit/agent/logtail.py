@@ -13,9 +13,9 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from drillbit.probes.logs import LineReader
-from drillbit.probes.preset import Matcher
-from drillbit.probes.tail import FileFollower
+from drillbit.judging.probes.logs import LineReader
+from drillbit.judging.probes.preset import Matcher
+from drillbit.judging.probes.tail import FileFollower
 from drillbit.spec.signals import Signal
 
 CHUNK = 1 << 20  # bytes read per file per poll

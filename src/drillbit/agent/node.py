@@ -25,17 +25,17 @@ from typing import Any, Iterator
 
 import psutil
 
-from drillbit.atomic import write_private
-from drillbit import filelocks
-from drillbit.errors import ConfigError, FaultError
+from drillbit.core.atomic import write_private
+from drillbit.core import filelocks
+from drillbit.core.errors import ConfigError, FaultError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Fault, Handle, HealReport, PlanStep
-from drillbit.proc import ProcRef, named_by, started_before
+from drillbit.core.proc import ProcRef, named_by, started_before
 from drillbit.spec.config import RankDiscovery
 
 
 def typed(name: str, fault: Fault, evidence: Evidence) -> Evidence:
-    """The evidence checked against the fault's own models (drillbit.evidence) and tagged with
+    """The evidence checked against the fault's own models (drillbit.core.evidence) and tagged with
     the one it fits: a fault that hands the checks a field they do not know, or lacks one they
     need, is refused here rather than read as "nothing seen" later."""
     problems = []

@@ -28,14 +28,14 @@ from drillbit.agent.deadman import DeadmanLog, orphan, read_records
 from drillbit.agent.jobproc import LaunchedJob, free_port, start_job
 from drillbit.agent.logtail import LogTail
 from drillbit.agent.node import NodeAgent
-from drillbit.errors import ConfigError
+from drillbit.core.errors import ConfigError
 from drillbit.faults import get as get_fault
 from drillbit.faults import registry as fault_registry
-from drillbit.lease import Lease
-from drillbit.proc import ProcRef
-from drillbit import pystacks
-from drillbit.slurm.scheduler import job_processes
-from drillbit.statedir import private_dir
+from drillbit.core.lease import Lease
+from drillbit.core.proc import ProcRef
+from drillbit.core import pystacks
+from drillbit.core.slurm.scheduler import job_processes
+from drillbit.core.statedir import private_dir
 
 
 class AgentService:

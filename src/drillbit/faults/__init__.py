@@ -9,7 +9,7 @@ from functools import lru_cache
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from drillbit.errors import DrillError
+from drillbit.core.errors import DrillError
 from drillbit.faults.base import BINDING_PARAMS, Fault, Params, State
 
 # drillbit's own faults; other packages add theirs under the entry point.

@@ -24,8 +24,8 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from drillbit.evidence import Effect
-from drillbit.proc import ProcRef
+from drillbit.core.evidence import Effect
+from drillbit.core.proc import ProcRef
 from drillbit.spec.models import MAX_DURATION_S
 
 
@@ -104,7 +104,7 @@ class Evidence(BaseModel):
     t: float = Field(default_factory=time.time)
     what: str
     data: dict[str, Any] = Field(default_factory=dict)
-    kind: str | None = None  # the fault's evidence model that ``data`` fits (drillbit.evidence), set by the agent
+    kind: str | None = None  # the fault's evidence model that ``data`` fits (drillbit.core.evidence), set by the agent
 
 
 class Observation(BaseModel):
@@ -175,7 +175,7 @@ class Fault(Generic[P, S]):
     # scheduler's operator rights) and what it touches: the catalogue's privileges page
     needs: ClassVar[str] = "to signal the job's processes: the job's user, or root"
     blast_radius: ClassVar[str] = ""
-    # What confirm hands over as Evidence.data, as typed models (drillbit.evidence): the agent
+    # What confirm hands over as Evidence.data, as typed models (drillbit.core.evidence): the agent
     # validates it against the first that fits, so the checks read fields, never guessed keys
     evidence: ClassVar[tuple[type[Effect], ...]] = (Effect,)
 

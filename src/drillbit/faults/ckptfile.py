@@ -17,12 +17,12 @@ from contextlib import nullcontext
 
 from pydantic import Field
 
-from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan, unmatched, where
-from drillbit.errors import ConfigError, FaultError
+from drillbit.spec.checkpoints import Checkpoint, CheckpointSpec, scan, unmatched, where
+from drillbit.core.errors import ConfigError, FaultError
 from drillbit.faults.base import HealReport, Observation, Params, State
-from drillbit.paths import entered, is_within
-from drillbit.proc import ProcRef
-from drillbit.readwatch import ReadWatch
+from drillbit.core.paths import entered, is_within
+from drillbit.core.proc import ProcRef
+from drillbit.core.readwatch import ReadWatch
 
 
 def sha256(path: Path) -> str | None:
@@ -310,7 +310,7 @@ def wait_gone(target: ProcRef, timeout: float = 10.0) -> bool:
 
 class ReadWitness:
     """A file fault's witness of what the job read: from the damage until the heal, a
-    :class:`~drillbit.readwatch.ReadWatch` on the job's checkpoint folder (on this node, the
+    :class:`~drillbit.core.readwatch.ReadWatch` on the job's checkpoint folder (on this node, the
     one that holds the file); its reads go back with the heal report as ``ckpt.read``
     observations, and the evidence says how the reads were seen and which checkpoints (and
     steps) were there to read."""

@@ -28,12 +28,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from drillbit.evidence import FileDamage
-from drillbit.checkpoints import Checkpoint, CheckpointSpec, scan
-from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
+from drillbit.core.evidence import FileDamage
+from drillbit.spec.checkpoints import Checkpoint, CheckpointSpec, scan
+from drillbit.faults.base import Evidence, Fault, HealReport, Plan, PlanStep
 from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, this_run, data_of, discard, marker_of, metadata_of, pick, put_back,
                                       sha256, take_aside, wait_gone, write_all)
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata", "nan-fill"]
 NAN32 = struct.pack("<f", float("nan"))  # a quiet NaN, little-endian float32

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import psutil
 
-from drillbit.errors import FaultError
+from drillbit.core.errors import FaultError
 from drillbit.faults.base import Plan
 from drillbit.faults.hang_collective import HangCollective, HangParams
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 class DataloaderHang(HangCollective):

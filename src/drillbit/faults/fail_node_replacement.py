@@ -29,12 +29,12 @@ from typing import Literal
 import psutil
 from pydantic import Field
 
-from drillbit.evidence import ReplacementBroken
-from drillbit.errors import FaultError
+from drillbit.core.evidence import ReplacementBroken
+from drillbit.core.errors import FaultError
 from drillbit.faults import provider_shim
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 from drillbit.spec.config import ReplacementHook
 from drillbit.spec.placeholders import expand
 

@@ -15,9 +15,9 @@ from typing import Any, Literal
 import psutil
 from pydantic import Field
 
-from drillbit.evidence import ProcessStopped
+from drillbit.core.evidence import ProcessStopped
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, Progress, State
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 class HangParams(Params):

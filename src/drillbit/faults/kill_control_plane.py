@@ -24,13 +24,13 @@ from typing import Literal
 import psutil
 from pydantic import Field, field_validator
 
-from drillbit.errors import ConfigError, FaultError
-from drillbit.evidence import ControlPlaneDown
+from drillbit.core.errors import ConfigError, FaultError
+from drillbit.core.evidence import ControlPlaneDown
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.faults.hang_collective import resume, wait_stopped
 from drillbit.faults.kill_node import TORCHRUN, job_tree
-from drillbit.proc import ProcRef, named_by
+from drillbit.core.proc import ProcRef, named_by
 from drillbit.spec.config import ControlPlaneProcess
 from drillbit.spec.models import launcher_regex
 

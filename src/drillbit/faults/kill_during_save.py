@@ -7,7 +7,7 @@ killed an HF Trainer job at every file boundary of one save found 17 of 19 crash
 left a job that could not resume unaided (the ckpt-chaos crash-consistency study; this project's issue 14).
 
 The fault is armed on the target's node: its agent watches the job's checkpoint folder
-(inotify, or polling where there is none — :mod:`drillbit.dirwatch`) and, in the
+(inotify, or polling where there is none — :mod:`drillbit.core.dirwatch`) and, in the
 ``save``-th save that starts after arming, at the crash point (``point``: the create, close
 or publish of a named file, or ``torn``: closed and then cut to half its size), SIGKILLs
 the target rank — or, with ``scope: node``, the whole job on that node (launcher and every
@@ -34,17 +34,17 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from drillbit.evidence import SaveCrash, SaveRecorded
-from drillbit.checkpoints import CheckpointSpec, scan
-from drillbit.dirwatch import DirWatch, FileEvent
-from drillbit.errors import FaultError
+from drillbit.core.evidence import SaveCrash, SaveRecorded
+from drillbit.spec.checkpoints import CheckpointSpec, scan
+from drillbit.core.dirwatch import DirWatch, FileEvent
+from drillbit.core.errors import FaultError
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.faults.kill_node import TORCHRUN, job_tree
-from drillbit.paths import is_within
-from drillbit.proc import ProcRef, open_fds
+from drillbit.core.paths import is_within
+from drillbit.core.proc import ProcRef, open_fds
 from drillbit.spec.models import launcher_regex
-from drillbit.saves import CrashPoint, Save, SaveTracker
+from drillbit.core.saves import CrashPoint, Save, SaveTracker
 
 
 class KillDuringSaveParams(Params):

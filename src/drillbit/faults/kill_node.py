@@ -23,10 +23,10 @@ import time
 import psutil
 from pydantic import Field, field_validator
 
-from drillbit.evidence import NodeGone
+from drillbit.core.evidence import NodeGone
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 from drillbit.spec.models import launcher_regex
 
 

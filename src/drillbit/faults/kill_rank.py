@@ -12,10 +12,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from drillbit.evidence import ProcessGone
+from drillbit.core.evidence import ProcessGone
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 class KillParams(Params):

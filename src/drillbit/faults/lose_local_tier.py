@@ -22,11 +22,11 @@ from pathlib import Path
 
 from pydantic import Field
 
-from drillbit.evidence import TierLost
-from drillbit.errors import FaultError
+from drillbit.core.evidence import TierLost
+from drillbit.core.errors import FaultError
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 class LoseLocalTierParams(Params):

@@ -34,11 +34,11 @@ from typing import Any, Literal
 import psutil
 from pydantic import Field, model_validator
 
-from drillbit.errors import FaultError
-from drillbit.evidence import LinkCut
+from drillbit.core.errors import FaultError
+from drillbit.core.evidence import LinkCut
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep, Progress, State
-from drillbit.netns import inode_of
-from drillbit.proc import ProcRef
+from drillbit.core.netns import inode_of
+from drillbit.core.proc import ProcRef
 
 FAMILY = "inet"
 

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from drillbit.proc import which
+from drillbit.core.proc import which
 
 STATE, CALLS, HUNG = "state.json", "calls.jsonl", "hung"
 

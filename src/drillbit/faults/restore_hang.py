@@ -21,12 +21,12 @@ from pathlib import Path
 
 from pydantic import Field
 
-from drillbit.evidence import FileDamage
-from drillbit.checkpoints import CheckpointSpec
-from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
+from drillbit.core.evidence import FileDamage
+from drillbit.spec.checkpoints import CheckpointSpec
+from drillbit.faults.base import Evidence, Fault, HealReport, Plan, PlanStep
 from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, this_run, data_of, discard, pick, put_back, sha256, take_aside,
                                       wait_gone)
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 class RestoreHangParams(ThisRun):

@@ -19,10 +19,10 @@ import time
 
 from pydantic import Field
 
-from drillbit.evidence import Slowed
+from drillbit.core.evidence import Slowed
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.hang_collective import resume
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 class SlowParams(Params):

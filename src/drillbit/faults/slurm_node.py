@@ -24,14 +24,14 @@ from typing import Callable, Literal, TypeVar
 import psutil
 from pydantic import Field
 
-from drillbit.errors import FaultError
-from drillbit.evidence import NodeGone, NodeState
+from drillbit.core.errors import FaultError
+from drillbit.core.evidence import NodeGone, NodeState
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
 from drillbit.faults.ckptfile import wait_gone
 from drillbit.faults.partition import netns_of
-from drillbit.netns import inode_of
-from drillbit.proc import ProcRef
-from drillbit.slurm.scheduler import Slurm, job_processes
+from drillbit.core.netns import inode_of
+from drillbit.core.proc import ProcRef
+from drillbit.core.slurm.scheduler import Slurm, job_processes
 
 _UP = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING")
 S = TypeVar("S", bound=State)

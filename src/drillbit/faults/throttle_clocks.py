@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from drillbit.evidence import Throttled
-from drillbit.errors import FaultError
+from drillbit.core.evidence import Throttled
+from drillbit.core.errors import FaultError
 from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 
 def nvml() -> Any:

@@ -4,7 +4,7 @@
     nemesis.py   inject, confirm, heal — a context manager that always heals
     watch.py     the probes built from the job profile, and the progress view
     runner.py    the phases in order, composing the parts; the nodes and probes passed in
-The stop test, ``recovered(history)``, and every judgement are pure checks (drillbit.checks).
+The stop test, ``recovered(history)``, and every judgement are pure checks (drillbit.judging.checks).
 """
 from drillbit.loop.runner import DrillRunner, QuietUI, RunOutcome, UI
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from drillbit.history import History
+from drillbit.core.history import History
 from drillbit.loop.bind import job_folder
 from drillbit.transport.nodes import Nodes
-from drillbit.probes.poller import Poller
-from drillbit.probes.preset import signals_of
+from drillbit.judging.probes.poller import Poller
+from drillbit.judging.probes.preset import signals_of
 from drillbit.spec.config import JobProfile
 
 

@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from drillbit.checkpoints import CheckpointSpec
-from drillbit.errors import ConfigError
+from drillbit.spec.checkpoints import CheckpointSpec
+from drillbit.core.errors import ConfigError
 from drillbit.faults import get as get_fault
 from drillbit.spec.config import JobProfile
 from drillbit.spec.models import DrillSpec

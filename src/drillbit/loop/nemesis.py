@@ -12,10 +12,10 @@ from typing import Any
 
 from drillbit.agent.deadman import heal_with_deadline
 from drillbit.faults.base import Fault, Handle, Params, Plan, PlanStep
-from drillbit.history import History
+from drillbit.core.history import History
 from drillbit.loop.watch import Progress
 from drillbit.transport.nodes import Nodes
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 
 HARNESS = "harness"
 

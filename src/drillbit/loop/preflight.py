@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from drillbit.errors import ConfigError
+from drillbit.core.errors import ConfigError
 from drillbit.loop.bind import job_params
-from drillbit.probes.preset import signals_of
+from drillbit.judging.probes.preset import signals_of
 from drillbit.spec.config import ClusterSpec, JobProfile
 from drillbit.spec.models import DrillSpec
 

@@ -3,12 +3,12 @@ confirm, watch, settle), close (heal, teardown, check).
 
 A run is a stream of faults (:class:`Step`), as in Jepsen's generators: a drill is the
 stream of its one fault (:class:`OneFault`, due at its trigger, watched until recovery);
-a campaign is a stream of many (``drillbit.campaign.CampaignFaults``), each due at its
+a campaign is a stream of many (``drillbit.runs.campaign.CampaignFaults``), each due at its
 arrival, healed and measured before the next. The runner composes the parts and owns
 their order; each part is its own module:
 the schedule (trigger and targets), the nemesis (inject / confirm / heal, which always
 heals), the watch (probes built from the job profile, and the progress view) and the
-``recovered`` predicate of :mod:`drillbit.checks.recovery`. The nodes (the executor, any
+``recovered`` predicate of :mod:`drillbit.judging.checks.recovery`. The nodes (the executor, any
 transport) and the probe factory are passed in, so the whole loop runs in tests against a
 fake transport and a fake job.
 
@@ -30,17 +30,17 @@ from typing import Callable, Iterable, Literal, Protocol
 
 import psutil
 
-from drillbit.atomic import write_atomic
-from drillbit.checkpoints import SavedTier, tier_steps
-from drillbit.checks import CheckResult, check
-from drillbit.checks.baseline import Baseline
-from drillbit.checks.predict import predict
-from drillbit.checks.recovery import awaiting, recovered
-from drillbit.errors import ConfigError, DrillError, Inconclusive, LeaseError
+from drillbit.core.atomic import write_atomic
+from drillbit.spec.checkpoints import SavedTier, tier_steps
+from drillbit.judging.checks import CheckResult, check
+from drillbit.judging.checks.baseline import Baseline
+from drillbit.judging.checks.predict import predict
+from drillbit.judging.checks.recovery import awaiting, recovered
+from drillbit.core.errors import ConfigError, DrillError, Inconclusive, LeaseError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
-from drillbit.fleet.simulate import Scenario
-from drillbit.history import Event, History
+from drillbit.judging.fleet.simulate import Scenario
+from drillbit.core.history import Event, History
 from drillbit.loop.agentlogs import AgentLogProbe
 from drillbit.loop.bind import job_checkpoint, job_params
 from drillbit.loop.preflight import refusals
@@ -48,10 +48,10 @@ from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
 from drillbit.loop.schedule import JobExited, choose_targets, describe_trigger, wait_trigger
 from drillbit.loop.stop import UNREADABLE_S, StopWatch
 from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
-from drillbit.probes.preset import signals_of
-from drillbit.probes.prometheus import PrometheusProbe
-from drillbit.proc import ProcRef
-from drillbit.pystacks import where_stuck
+from drillbit.judging.probes.preset import signals_of
+from drillbit.judging.probes.prometheus import PrometheusProbe
+from drillbit.core.proc import ProcRef
+from drillbit.core.pystacks import where_stuck
 from drillbit.spec.config import ClusterSpec, JobProfile
 from drillbit.spec.models import DrillSpec
 from drillbit.transport.nodes import Nodes

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 
-from drillbit.errors import ConfigError, Inconclusive
+from drillbit.core.errors import ConfigError, Inconclusive
 from drillbit.loop.watch import Progress
-from drillbit.proc import ProcRef
+from drillbit.core.proc import ProcRef
 from drillbit.spec.config import JobProfile
-from drillbit.dirwatch import DirWatch
-from drillbit.saves import SaveTracker
+from drillbit.core.dirwatch import DirWatch
+from drillbit.core.saves import SaveTracker
 from drillbit.spec.models import BlastRadius, DrillSpec, DuringSave, Targets, Trigger
 
 if TYPE_CHECKING:

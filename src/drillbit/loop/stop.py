@@ -20,11 +20,11 @@ from __future__ import annotations
 import math
 import time
 
-from drillbit.errors import ConfigError
-from drillbit.history import History
+from drillbit.core.errors import ConfigError
+from drillbit.core.history import History
 from drillbit.loop.nemesis import HARNESS
-from drillbit.probes.poller import Poller
-from drillbit.probes.prometheus import PrometheusError, describe, query
+from drillbit.judging.probes.poller import Poller
+from drillbit.judging.probes.prometheus import PrometheusError, describe, query
 from drillbit.spec.models import StopCondition
 
 UNREADABLE_S = 30.0

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Callable, Protocol
 
-from drillbit.history import Event, History
-from drillbit.probes.logs import EventsProbe, HeartbeatProbe, ProgressProbe
-from drillbit.probes.preset import signals_of
+from drillbit.core.history import Event, History
+from drillbit.judging.probes.logs import EventsProbe, HeartbeatProbe, ProgressProbe
+from drillbit.judging.probes.preset import signals_of
 from drillbit.loop.bind import job_folder
 from drillbit.spec.config import JobProfile
 from drillbit.spec.placeholders import expand

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from drillbit.checkpoints import CheckpointSpec, SavedTier, Tier
+from drillbit.spec.checkpoints import CheckpointSpec, SavedTier, Tier
 from drillbit.spec.models import Duration, Span, Strict, compile_regex, launcher_regex
 from drillbit.spec.signals import Signal
 
@@ -442,12 +442,12 @@ def _reference(description: str, *flags: str) -> JobProfile:
     return JobProfile(
         description=description,
         presets=["reference", "torchrun"],
-        launch=LaunchSpec(command=["{python}", "-m", "drillbit.reference.launch", "--run-dir", "{run_dir}/job",
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.fixtures.reference.launch", "--run-dir", "{run_dir}/job",
                                    "--nnodes", "{nnodes}", "--node-rank", "{node_rank}", "--node-name", "{node}",
                                    "--rdzv-endpoint", "{head}:{port}", *flags], per_node=True),
-        ranks=RankDiscovery(cmdline=r"-m drillbit\.reference\.train\b",
+        ranks=RankDiscovery(cmdline=r"-m drillbit\.fixtures\.reference\.train\b",
                             exclude_cmdline=r"torch\.distributed\.run"),
-        launcher=r"torch\.distributed\.run|drillbit\.reference\.launch",
+        launcher=r"torch\.distributed\.run|drillbit\.fixtures\.reference\.launch",
         logs=["{run_dir}/job/events.log", "{run_dir}/job/launcher.log"],
         heartbeat_file="{run_dir}/job/heartbeat/rank0",
         checkpoint=CheckpointSpec(dir="{run_dir}/job/ckpt", layout="reference"),
@@ -456,14 +456,14 @@ def _reference(description: str, *flags: str) -> JobProfile:
         control_plane={"etcd": ControlPlaneProcess(pidfile="{run_dir}/services/etcd.pid", address="{service_host}:2379")}
         if "etcd-v2" in flags else {"rendezvous": ControlPlaneProcess(cmdline=r"torch\.distributed\.run",
                                                                       address="{head}:{port}")},
-        # the launcher's defaults (drillbit.reference.launch, train.py): gloo's 30 min collective
+        # the launcher's defaults (drillbit.fixtures.reference.launch, train.py): gloo's 30 min collective
         # timeout, the progress watchdog's 10 s deadline, torchrun polled every 0.5 s
         timeouts=JobTimeouts(collective=1800.0, monitor_interval=0.5,
                              watchdog=None if "--no-watchdog" in flags or "liveness" in flags else 10.0,
                              heartbeat=10.0 if "liveness" in flags else None),
         replacement=ReplacementHook(command="drillbit-ref-nodepool", failed_arg="--failed", declare_dead=[
-            "{python}", "-m", "drillbit.reference.nodepool", "mark-bad", "--pool", "{run_dir}/job/pool.json",
-            "--active"], revive=["{python}", "-m", "drillbit.reference.nodepool", "mark-good", "--pool",
+            "{python}", "-m", "drillbit.fixtures.reference.nodepool", "mark-bad", "--pool", "{run_dir}/job/pool.json",
+            "--active"], revive=["{python}", "-m", "drillbit.fixtures.reference.nodepool", "mark-good", "--pool",
                                  "{run_dir}/job/pool.json", "--last-marked"]),
     )
 
@@ -481,7 +481,7 @@ def _raytrain(description: str, *flags: str) -> JobProfile:
     return JobProfile(
         description=description,
         presets=["reference", "ray-train"],
-        launch=LaunchSpec(command=["{python}", "-m", "drillbit.reference.raytrain", "--run-dir", "{run_dir}/job",
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.fixtures.reference.raytrain", "--run-dir", "{run_dir}/job",
                                    "--address", "{ray_address}", *flags], stop_timeout=30.0),
         ranks=RankDiscovery(pidfiles="{run_dir}/job/pids/*.json"),
         logs=["{run_dir}/job/events.log", "{run_dir}/job.out"],
@@ -491,17 +491,17 @@ def _raytrain(description: str, *flags: str) -> JobProfile:
 
 def _torchft(description: str, *flags: str) -> JobProfile:
     """Two torchft replica groups (one rank each, each under its own torchrun) and a
-    lighthouse on node 0 (drillbit.stacks.torchft_job)."""
+    lighthouse on node 0 (drillbit.fixtures.stacks.torchft_job)."""
     return JobProfile(
         description=description,
         presets=["torchft", "torchrun"],
         signals=[Signal(kind="step", pattern=r"^step=(?P<n>\d+) replica=(?P<rank>\d+) ", ints=["n", "rank"])],
-        launch=LaunchSpec(command=["{python}", "-m", "drillbit.stacks.torchft_job", "launch", "--run-dir",
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.fixtures.stacks.torchft_job", "launch", "--run-dir",
                                    "{run_dir}/job", "--node-rank", "{node_rank}", "--nnodes", "{nnodes}",
                                    "--lighthouse", "{head}:{port}", *flags], per_node=True),
-        ranks=RankDiscovery(cmdline=r"-m drillbit\.stacks\.torchft_job train\b",
+        ranks=RankDiscovery(cmdline=r"-m drillbit\.fixtures\.stacks\.torchft_job train\b",
                             exclude_cmdline=r"torch\.distributed\.run", rank_env="REPLICA_GROUP_ID"),
-        launcher=r"torch\.distributed\.run|drillbit\.stacks\.torchft_job launch",
+        launcher=r"torch\.distributed\.run|drillbit\.fixtures\.stacks\.torchft_job launch",
         logs=["{run_dir}/job/lighthouse.log", "{run_dir}/job/group0.log", "{run_dir}/job/group1.log"],
         # torchft_job.py: ProcessGroupGloo(timeout=T) and Manager(timeout=T), both --timeout
         # and Manager(quorum_timeout=max(30 s, T))
@@ -513,7 +513,7 @@ def _torchft(description: str, *flags: str) -> JobProfile:
     )
 
 
-# The job's own lines in the stack jobs of drillbit.stacks.loop (NVRx, DLRover)
+# The job's own lines in the stack jobs of drillbit.fixtures.stacks.loop (NVRx, DLRover)
 _LOOP_SIGNALS = [
     Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) ", ints=["n", "rank"]),
     Signal(kind="ckpt.save", pattern=r"^saved step=(?P<step>\d+) path=(?P<path>\S+)", ints=["step"]),
@@ -525,14 +525,14 @@ _LOOP_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="step_
 
 
 def _loop_job(stack: str, agent: str, logs: list[str], description: str, *flags: str) -> JobProfile:
-    """Two ranks of drillbit.stacks.loop under a stack's launcher (drillbit.stacks.<stack>_job);
+    """Two ranks of drillbit.fixtures.stacks.loop under a stack's launcher (drillbit.fixtures.stacks.<stack>_job);
     ``agent`` is the launcher's command-line regex, the parent of the ranks."""
-    module = rf"drillbit\.stacks\.{stack}_job"
+    module = rf"drillbit\.fixtures\.stacks\.{stack}_job"
     return JobProfile(
         description=description,
         presets=[stack, "torchrun"],
         signals=_LOOP_SIGNALS,
-        launch=LaunchSpec(command=["{python}", "-m", f"drillbit.stacks.{stack}_job", "launch", "--run-dir",
+        launch=LaunchSpec(command=["{python}", "-m", f"drillbit.fixtures.stacks.{stack}_job", "launch", "--run-dir",
                                    "{run_dir}/job", *flags]),
         ranks=RankDiscovery(cmdline=rf"-m {module} train\b", exclude_cmdline=agent),
         launcher=rf"{agent}|{module} launch",
@@ -573,7 +573,7 @@ def _reference_slurm(description: str, *flags: str) -> JobProfile:
     job = _reference(description, *flags)
     assert job.launch is not None
     return job.model_copy(update={
-        "launch": LaunchSpec(command=["{python}", "-m", "drillbit.reference.launch", "--run-dir", "{run_dir}/job",
+        "launch": LaunchSpec(command=["{python}", "-m", "drillbit.fixtures.reference.launch", "--run-dir", "{run_dir}/job",
                                       "--nnodes", "1", "--nproc", "2", "--node-name", "{node}", *flags]),
         "slurm": SlurmJob(nodes=1, requeue=True),
         "logs": [*job.logs, "{run_dir}/job.out"],
@@ -582,17 +582,17 @@ def _reference_slurm(description: str, *flags: str) -> JobProfile:
 
 
 def _jax(description: str, *flags: str) -> JobProfile:
-    """Two JAX processes with Orbax checkpoints under torchrun (drillbit.stacks.jax_job): a
+    """Two JAX processes with Orbax checkpoints under torchrun (drillbit.fixtures.stacks.jax_job): a
     local tier per process and a persistent tier."""
     return JobProfile(
         description=description,
         presets=["orbax", "torchrun"],
         signals=[Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) ", ints=["n", "rank"]),
                  Signal(kind="restore", pattern=r"^restored step=(?P<step>\d+)(?: tier=(?P<tier>\w+))? ", ints=["step"])],
-        launch=LaunchSpec(command=["{python}", "-m", "drillbit.stacks.jax_job", "launch", "--run-dir", "{run_dir}/job",
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.fixtures.stacks.jax_job", "launch", "--run-dir", "{run_dir}/job",
                                    *flags]),
-        ranks=RankDiscovery(cmdline=r"-m drillbit\.stacks\.jax_job train\b", exclude_cmdline=r"torch\.distributed\.run"),
-        launcher=r"torch\.distributed\.run|drillbit\.stacks\.jax_job launch",
+        ranks=RankDiscovery(cmdline=r"-m drillbit\.fixtures\.stacks\.jax_job train\b", exclude_cmdline=r"torch\.distributed\.run"),
+        launcher=r"torch\.distributed\.run|drillbit\.fixtures\.stacks\.jax_job launch",
         logs=["{run_dir}/job/launcher.log"],
         checkpoint=CheckpointSpec(dir="{run_dir}/job/persistent", layout="orbax"),
         tiers={"local": CheckpointSpec(dir="{run_dir}/job/local/p{rank}", layout="orbax"),
@@ -726,7 +726,7 @@ BUILTIN_JOBS.update({
                             "--ckpt", "plain"),
     "jax-orbax-p2p": _jax("the JAX job with Orbax's P2P CheckpointManager: a local tier per process every 5 steps, "
                           "peers serving their copies over TCP, a persistent tier every 10 (its P2P server binds "
-                          "every interface: drill it under python -m drillbit.netns)", "--ckpt", "p2p"),
+                          "every interface: drill it under python -m drillbit.core.netns)", "--ckpt", "p2p"),
     "jax-orbax-p2p-unreachable": _jax("the P2P JAX job whose processes tell their peers an address the others "
                                       "cannot reach (a host name resolving to the wrong interface): a lost "
                                       "local copy cannot be fetched from a peer", "--ckpt", "p2p",
@@ -743,7 +743,7 @@ BUILTIN_JOBS.update({
 
 def _defect_job(module: str, description: str, *flags: str, presets: list[str], checkpoint: CheckpointSpec,
                 signals: list[Signal] | None = None) -> JobProfile:
-    """A job of :mod:`drillbit.defects` (drills/known-defects/): 2 ranks under torchrun
+    """A job of :mod:`drillbit.fixtures.defects` (drills/known-defects/): 2 ranks under torchrun
     (--standalone, 3 restarts, polled every 0.5 s), its output in the run folder's job.out."""
     return JobProfile(
         description=description,
@@ -751,8 +751,8 @@ def _defect_job(module: str, description: str, *flags: str, presets: list[str], 
         signals=signals or [],
         launch=LaunchSpec(command=["{python}", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                                    "--max-restarts", "3", "--monitor-interval", "0.5", "-m",
-                                   f"drillbit.defects.{module}", *flags], env={"LOGLEVEL": "INFO"}),
-        ranks=RankDiscovery(cmdline=rf"-m drillbit\.defects\.{module}\b", exclude_cmdline=r"torch\.distributed\.run"),
+                                   f"drillbit.fixtures.defects.{module}", *flags], env={"LOGLEVEL": "INFO"}),
+        ranks=RankDiscovery(cmdline=rf"-m drillbit\.fixtures\.defects\.{module}\b", exclude_cmdline=r"torch\.distributed\.run"),
         launcher=r"torch\.distributed\.run",
         logs=["{run_dir}/job.out"],
         checkpoint=checkpoint,
@@ -765,21 +765,21 @@ _REDO_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="custom", glob="ste
 
 
 def _respawned(description: str, *flags: str) -> JobProfile:
-    """The multi-node reference job with each node's launcher under drillbit.defects.respawn
+    """The multi-node reference job with each node's launcher under drillbit.fixtures.defects.respawn
     (a node supervisor that starts it again at once, as systemd's Restart=on-failure does),
     and node 1's elastic agent named as a control-plane process of its own."""
     job = _reference(description, *flags)
     assert job.launch is not None
     return job.model_copy(update={
-        "launch": job.launch.model_copy(update={"command": ["{python}", "-m", "drillbit.defects.respawn", "--",
+        "launch": job.launch.model_copy(update={"command": ["{python}", "-m", "drillbit.fixtures.defects.respawn", "--",
                                                             *job.launch.command]}),
-        "launcher": r"torch\.distributed\.run|drillbit\.reference\.launch|drillbit\.defects\.respawn",
+        "launcher": r"torch\.distributed\.run|drillbit\.fixtures\.reference\.launch|drillbit\.fixtures\.defects\.respawn",
         "control_plane": {**job.control_plane, "elastic-agent-1": ControlPlaneProcess(
             cmdline=r"torch\.distributed\.run", node=1)},
     })
 
 
-# the async-save job's lines: each save and restore with a digest of the state (drillbit.defects.async_save)
+# the async-save job's lines: each save and restore with a digest of the state (drillbit.fixtures.defects.async_save)
 _DIGEST_SIGNALS = [
     _LOOP_SIGNALS[0],  # step=N rank=R
     Signal(kind="ckpt.save", pattern=r"^saved step=(?P<step>\d+) path=(?P<path>\S+) digest=(?P<digest>\w+)",
@@ -789,7 +789,7 @@ _DIGEST_SIGNALS = [
 ]
 
 _DCP_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="dcp")
-# drillbit.defects.nan_local's two tiers share one folder (local_step_N.pt, global_step_N.pt): the
+# drillbit.fixtures.defects.nan_local's two tiers share one folder (local_step_N.pt, global_step_N.pt): the
 # newest copy is the local one a restart loads first, and the damage's read witness sees a read
 # of either tier
 _BOTH_TIERS = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="*_step_*.pt", step_regex=r"_step_(\d+)\.pt$")
@@ -799,7 +799,7 @@ _GLOBAL = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="glob", glob="global_s
 
 
 def _two_tiers(description: str, *flags: str) -> JobProfile:
-    """drillbit.defects.nan_local: a local tier every 5 steps (the one a restart loads first)
+    """drillbit.fixtures.defects.nan_local: a local tier every 5 steps (the one a restart loads first)
     and a global tier every 10; the profile's checkpoint is both, so its newest copy is local."""
     reject = Signal(kind="ckpt.reject", pattern=r"^rejected step=(?P<step>\d+) path=(?P<path>\S+) tier=(?P<tier>\w+): "
                                                  r"(?P<reason>.+)$", ints=["step"])

@@ -3,7 +3,7 @@
 YAML is composed node by node so every value keeps the line it came from; pydantic's
 errors (all of them) are mapped back to those lines. This is the bottom of the house:
 it knows the models and nothing that uses them. What needs the faults, presets or
-scenarios to check (a fault's params, a job's presets) is ``drillbit.loading``.
+scenarios to check (a fault's params, a job's presets) is ``drillbit.faults.loading``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from drillbit.errors import Problem, SpecError
+from drillbit.core.errors import Problem, SpecError
 from drillbit.spec.config import DrillConfig
 from drillbit.spec.models import SuiteSpec
 

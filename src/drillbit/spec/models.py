@@ -169,7 +169,7 @@ class Observe(Strict):
         return self
 
 
-# The measurement names an SLO may name (checks/recovery.py Measurements; a test keeps
+# The measurement names an SLO may name (judging/checks/recovery.py Measurements; a test keeps
 # the two in step).
 MEASUREMENTS = (
     "time_to_detect", "time_to_restart", "time_to_restore", "time_to_first_step", "step_at_fault",
@@ -269,7 +269,7 @@ class SLO(Strict):
     limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")
     regression: dict[str, float] = Field(
         default_factory=dict,
-        description="measurement -> allowed relative worsening against the median of the last passing runs, beyond their own spread (0.2 = 20%; checks/baseline.py)")
+        description="measurement -> allowed relative worsening against the median of the last passing runs, beyond their own spread (0.2 = 20%; judging/checks/baseline.py)")
     project: ProjectSLO | None = None
     """fail when this recovery would push fleet goodput under a floor"""
     cadence: CadenceSLO | None = None

@@ -14,11 +14,11 @@ from typing import Any
 
 import drillbit
 from drillbit.agent import api
-from drillbit.errors import ConfigError, DrillError
+from drillbit.core.errors import ConfigError, DrillError
 from drillbit.faults import registry as fault_registry
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
-from drillbit.proc import ProcRef
-from drillbit.pystacks import RankStack
+from drillbit.core.proc import ProcRef
+from drillbit.core.pystacks import RankStack
 from drillbit.spec.config import RankDiscovery
 
 

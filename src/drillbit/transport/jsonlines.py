@@ -11,7 +11,7 @@ import json
 import threading
 from typing import Any, TextIO
 
-from drillbit.errors import DrillError
+from drillbit.core.errors import DrillError
 from drillbit.transport.client import AgentClient
 
 

@@ -43,10 +43,10 @@ from typing import Callable, Sequence
 
 import psutil
 
-from drillbit.atomic import write_private
-from drillbit.errors import ConfigError, DrillError
-from drillbit.netns import inode_of
-from drillbit.proc import pidfile_identity, same_start, since_boot
+from drillbit.core.atomic import write_private
+from drillbit.core.errors import ConfigError, DrillError
+from drillbit.core.netns import inode_of
+from drillbit.core.proc import pidfile_identity, same_start, since_boot
 from drillbit.spec.config import ServiceSpec
 from drillbit.spec.placeholders import expand
 

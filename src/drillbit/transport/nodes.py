@@ -20,12 +20,12 @@ import psutil
 
 from drillbit.agent.api import Record
 from drillbit.agent.deadman import heal_with_deadline
-from drillbit.errors import ConfigError, DrillError
+from drillbit.core.errors import ConfigError, DrillError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
-from drillbit.lease import Lease
-from drillbit.proc import ProcRef
-from drillbit.pystacks import RankStack
+from drillbit.core.lease import Lease
+from drillbit.core.proc import ProcRef
+from drillbit.core.pystacks import RankStack
 from drillbit.spec.config import HEARTBEAT_S, JobProfile, RankDiscovery
 from drillbit.spec.placeholders import expand
 from drillbit.transport.client import AgentClient

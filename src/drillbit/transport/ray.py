@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from drillbit.agent.leftovers import heal_folders_here
 from drillbit.agent.rayactor import AgentActor
-from drillbit.errors import DrillError
-from drillbit.lease import Lease
-from drillbit.proc import ProcRef
+from drillbit.core.errors import DrillError
+from drillbit.core.lease import Lease
+from drillbit.core.proc import ProcRef
 from drillbit.transport import rayauth
 from drillbit.transport.client import AgentClient
-from drillbit.netns import call_in
+from drillbit.core.netns import call_in
 from drillbit.transport.netcluster import SERVICE_HOST, Topology, bring_up, take_down
 from drillbit.transport.nodes import Nodes
 from drillbit.transport.raycluster import NAMESPACE, NODE_RESOURCE, EmbeddedCluster, RayLease, _ray, reachable

@@ -20,7 +20,7 @@ import os
 import secrets
 from pathlib import Path
 
-from drillbit.errors import ConfigError
+from drillbit.core.errors import ConfigError
 from drillbit.transport.rayenv import import_ray
 
 MODE, TOKEN, TOKEN_PATH = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"

@@ -10,7 +10,7 @@ On a namespace cluster (``topology: netns``, transport/netcluster.py) the keeper
 ``ray start --block`` in each node's namespace under its hostname instead: the head (GCS
 at 10.77.0.1:6379) on node 0, a raylet on each other node at its own address, each with a
 temp dir of its own (their sockets would collide in one). The controller's driver joins
-from the switch's namespace, on a thread of its own (drillbit.netns.call_in): every thread
+from the switch's namespace, on a thread of its own (drillbit.core.netns.call_in): every thread
 Ray starts inherits that namespace, while the controller stays on this machine's network.
 
 Seen with Ray 2.60: nodes bind the machine's non-loopback address unless
@@ -39,8 +39,8 @@ from typing import Any
 import psutil
 
 from drillbit.agent.rayactor import sealed
-from drillbit.errors import DrillError, LeaseError
-from drillbit.proc import ProcRef
+from drillbit.core.errors import DrillError, LeaseError
+from drillbit.core.proc import ProcRef
 from drillbit.transport import rayauth
 from drillbit.transport.netcluster import Topology
 from drillbit.transport.rayenv import import_ray, loopback_env

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.agent.service import AgentService
-from drillbit.atomic import write_private
-from drillbit.errors import ConfigError, DrillError
+from drillbit.core.atomic import write_private
+from drillbit.core.errors import ConfigError, DrillError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
-from drillbit.history import History
-from drillbit.proc import ProcRef
-from drillbit.slurm.scheduler import JobInfo, Slurm
+from drillbit.core.history import History
+from drillbit.core.proc import ProcRef
+from drillbit.core.slurm.scheduler import JobInfo, Slurm
 from drillbit.spec.config import ENV_NAME, ClusterSpec, JobProfile, RankDiscovery, SlurmJob
 from drillbit.spec.placeholders import expand
 from drillbit.transport.inprocess import InProcessClient

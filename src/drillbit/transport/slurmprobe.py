@@ -16,8 +16,8 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from drillbit.history import History
-from drillbit.slurm.scheduler import JobInfo
+from drillbit.core.history import History
+from drillbit.core.slurm.scheduler import JobInfo
 
 SOURCE = "slurm"
 

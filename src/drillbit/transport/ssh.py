@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from drillbit.errors import DrillError
+from drillbit.core.errors import DrillError
 from drillbit.transport.nodes import Nodes
 from drillbit.spec.config import ClusterSpec, SshHost
 from drillbit.transport.client import AgentClient

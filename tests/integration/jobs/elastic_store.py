@@ -3,9 +3,9 @@ prefix per restart attempt. Under torchrun each attempt's ranks meet in the agen
 which still holds the previous attempt's keys; gloo's connectFullMesh then dials the dead
 ranks' addresses and fails on every attempt (DESIGN.md). Initialising the default group first
 is enough: the Hugging Face Trainer (accelerate) and Lightning both use a process group that
-already exists. The helper is drillbit.defects.elastic's, which its own jobs use."""
+already exists. The helper is drillbit.fixtures.defects.elastic's, which its own jobs use."""
 from __future__ import annotations
 
-from drillbit.defects.elastic import init_per_attempt
+from drillbit.fixtures.defects.elastic import init_per_attempt
 
 __all__ = ["init_per_attempt"]

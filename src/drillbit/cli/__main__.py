@@ -1,3 +1,0 @@
-from drillbit.cli import main
-
-main()

@@ -1,0 +1,3 @@
+from drillbit.entry.cli import main
+
+main()

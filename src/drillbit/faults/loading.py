@@ -1,0 +1,127 @@
+"""Loading a drill spec and drill.yaml with everything checked that the models alone cannot
+see: a fault's type and params against the fault plugin's own Params, a job's presets
+(they exist and load), the placeholders it uses, and the fleet scenarios an SLO names. It
+sits above the faults, the presets and the fleet simulator; the YAML reading and the
+models' validation it builds on are ``drillbit.spec``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from drillbit.core.errors import Problem, SpecError
+from drillbit.faults import registry
+from drillbit.judging.fleet.simulate import load_scenario
+from drillbit.core.paths import entered
+from drillbit.judging.probes.preset import load as load_preset
+from drillbit.spec.config import DrillConfig, JobProfile, with_builtins
+from drillbit.spec.load import Loc, _line, _loc_text, _suggest, read_yaml, validate
+from drillbit.spec.models import DrillSpec
+from drillbit.spec.placeholders import PLACEHOLDERS, unknown
+
+
+def fault_problems(fault: dict, path: Path, lines: dict[Loc, int], loc: Loc) -> list[Problem]:
+    """A fault entry's type (known to the registry) and params (valid for that fault), as
+    problems at ``loc`` (``fault`` in a drill spec, ``faults.N`` in a campaign)."""
+    if not isinstance(fault.get("type"), str):
+        return []
+    faults = registry()
+    cls = faults.get(fault["type"])
+    if cls is None:
+        return [Problem(str(path), _line(lines, loc + ("type",)), _loc_text(loc + ("type",)),
+                        f"unknown fault {fault['type']!r}" + _suggest(fault["type"], list(faults)))]
+    return validate(cls.Params, fault.get("params") or {}, path, lines, loc + ("params",))[1]
+
+def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
+    """Load and fully validate a drill spec, fault params and job reference included."""
+    path = Path(path)
+    data, lines = read_yaml(path)
+    problems: list[Problem] = []
+    if not isinstance(data, dict):
+        raise SpecError([Problem(str(path), 1, "", "a drill spec is a mapping (name:, fault:, ...)")])
+    spec, problems = validate(DrillSpec, data, path, lines)
+    fault = data.get("fault") if isinstance(data.get("fault"), dict) else None
+    if fault is not None:
+        problems += fault_problems(fault, path, lines, ("fault",))
+    slo = data.get("slo") if isinstance(data.get("slo"), dict) else {}
+    for key in ("project", "cadence"):
+        block = slo.get(key) if isinstance(slo.get(key), dict) else {}
+        name = block.get("scenario")
+        if isinstance(name, str):
+            try:
+                load_scenario(name)
+            except SpecError as exc:
+                problems.append(Problem(str(path), _line(lines, ("slo", key, "scenario")), f"slo.{key}.scenario",
+                                        exc.problems[0].message))
+    if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
+        problems.append(Problem(str(path), _line(lines, ("job",)), "job",
+                                f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs), "drill list --jobs")))
+    if problems:
+        raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.path)))
+    return spec
+
+def load_config(path: Path | None) -> DrillConfig:
+    """drill.yaml (if any) merged over the built-in clusters and jobs."""
+    if path is None:
+        return with_builtins(DrillConfig())
+    data, lines = read_yaml(Path(path))
+    if not isinstance(data, dict) or not data:  # an empty file is a mistake, not "no settings"
+        what = "empty" if data in (None, {}, "") else f"a {type(data).__name__}"
+        raise SpecError([Problem(str(path), 1, "", f"{what}; a drill.yaml is a mapping (reports_dir:, clusters:, "
+                                 "jobs:, ...); drop --config to use only the built-ins")])
+    config, problems = validate(DrillConfig, data, Path(path), lines)
+    if config is not None:
+        for name, job in config.jobs.items():
+            for loc, message in job_problems(job):
+                loc = ("jobs", name) + loc
+                problems.append(Problem(str(path), _line(lines, loc), _loc_text(loc), message))
+        # folders the file names relative to itself: the same wherever drill runs from
+        here = Path(path).resolve().parent
+        folders: dict[str, str | None] = {}
+        for key in ("reports_dir", "results_db"):
+            value = getattr(config, key)
+            try:
+                folders[key] = entered(value, here) if value else value
+            except (ValueError, OSError) as exc:
+                problems.append(Problem(str(path), _line(lines, (key,)), key, f"not a usable path: {exc}"))
+        config = config.model_copy(update=folders)
+    if problems:
+        raise SpecError(problems)
+    return with_builtins(config)
+
+def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
+    """What a job profile's model cannot see: presets that do not exist or do not load,
+    placeholders drillbit does not fill, and a job with no way to see its progress."""
+    out: list[tuple[Loc, str]] = []
+    signals = list(job.signals)
+    for i, name in enumerate(job.presets):
+        try:
+            signals += load_preset(name).signals
+        except SpecError as exc:
+            out.append((("presets", i), "; ".join(p.message if p.file == name else str(p) for p in exc.problems)))
+    texts: list[tuple[Loc, str]] = [(("logs", i), p) for i, p in enumerate(job.logs)]
+    if job.launch is not None:
+        texts += [(("launch", "command", i), a) for i, a in enumerate(job.launch.command)]
+        texts += [(("launch", "env", k), v) for k, v in job.launch.env.items()]
+        texts += [(("launch", "cwd"), job.launch.cwd)] if job.launch.cwd else []
+    for key in ("heartbeat_file",):
+        if getattr(job, key):
+            texts.append(((key,), getattr(job, key)))
+    if job.checkpoint is not None:
+        texts.append((("checkpoint", "dir"), job.checkpoint.dir))
+    if job.replacement is not None:
+        texts.append((("replacement", "shim_dir"), job.replacement.shim_dir))
+        texts += [(("replacement", "declare_dead", i), a) for i, a in enumerate(job.replacement.declare_dead or [])]
+    if job.ranks.pidfiles:
+        texts.append((("ranks", "pidfiles"), job.ranks.pidfiles))
+    texts += [(("tiers", name, "dir"), spec.dir.replace("{rank}", "")) for name, spec in job.tiers.items()
+              if hasattr(spec, "dir")]
+    for loc, text in texts:
+        bad = unknown(text)
+        if bad:
+            out.append((loc, f"unknown placeholder {{{bad[0]}}}; drillbit fills {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"))
+    if not any(s.kind == "step" for s in signals) and not job.heartbeat_file and \
+            not any(p.kind == "step" for p in job.prometheus):
+        out.append(((), "no step signal and no heartbeat_file: drillbit could not see the job make progress; add a "
+                        "preset that reads its step lines, a `signals:` entry of kind step with a group n, a "
+                        "heartbeat_file ('<step> <epoch>'), or a prometheus: signal of kind step"))
+    return out

@@ -1,0 +1,1 @@
+"""drillbit's judging layer."""

@@ -1,0 +1,133 @@
+"""Attribution: did the stack blame the rank the fault hurt, and only that one?
+
+The fault knows whom it hurt: its target ranks, or every rank of the target's node for a
+fault that takes a node down (``Fault.hurts``). The stack says whom it blamed in its own
+lines, read by its preset:
+
+- ``blame`` events: a rank (group ``rank``), a node (``blamed_node``; ``node`` is where a
+  line was read) or a process (``pid``, mapped
+  to its rank through the ranks the fault found, ``job.ranks``) named as failed, restarted,
+  excluded or flagged — torchrun's "failed (exitcode …) (pid: P)", a rank monitor's missing
+  heartbeat;
+- ``members`` events: the stack's membership (a torchft quorum, a worker group); a member of
+  the last membership before the fault that is missing from a later one — gone, or back as a
+  new incarnation under a new id — was blamed;
+- ``straggler`` events: the rank a straggler detector named.
+
+Only what the stack said after the fault and before observation ended counts.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from drillbit.core.history import Event
+
+
+class Attribution(BaseModel):
+    hurt: list[int] = []            # ranks the fault hurt
+    hurt_nodes: list[str] = []
+    blamed: list[int] = []          # ranks the stack blamed
+    blamed_nodes: list[str] = []    # nodes it blamed as a whole
+    correct: bool = False           # blamed exactly the hurt ranks
+    false_blames: list[int] = []    # blamed, not hurt
+    missed: list[int] = []          # hurt, never blamed
+    by: list[str] = []              # who in the stack did the blaming
+    blamed_by: dict[str, list[str]] = {}  # rank -> who blamed it
+    verb: str = "hurt"              # what the fault did, for reasons
+    text: str = ""                  # describe(), for reports
+
+    def covers(self) -> bool:
+        """Every hurt rank was blamed (others may have been too)."""
+        return not self.missed
+
+    def describe(self) -> str:
+        """'the stack blamed ranks 0 and 1; only rank 1 was stopped'."""
+        said = f"the stack blamed {_ranks(self.blamed)}" if self.blamed else "the stack blamed no rank"
+        if self.blamed and not self.correct:
+            said += " (" + "; ".join(f"{r}: {', '.join(self.blamed_by.get(str(r), ['?']))}" for r in self.blamed) + ")"
+        if self.blamed_nodes:
+            said += f" (node{'s' if len(self.blamed_nodes) > 1 else ''} {', '.join(self.blamed_nodes)})"
+        if self.correct:
+            return f"{said}, the one{'s' if len(self.hurt) > 1 else ''} {self.verb}"
+        only = "only " if self.false_blames and not self.missed else ""
+        was = "were" if len(self.hurt) > 1 else "was"
+        return f"{said}; {only}{_ranks(self.hurt)} {was} {self.verb}"
+
+
+def _ranks(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+
+
+def attribute(events: list[Event], t0: float, hurts: str = "rank", verb: str = "hurt") -> Attribution | None:
+    """The attribution of one fault; None when the stack said nothing that blames anyone
+    and printed no membership (it cannot be judged, and is not a stack that attributes)."""
+    injects = [e for e in events if e.kind == "fault.inject"]
+    table = next((e.data.get("ranks", []) for e in reversed(events) if e.kind == "job.ranks" and e.t <= t0 + 1), [])
+    rank_of_pid = {int(r["pid"]): r["rank"] for r in table if r.get("pid") is not None}
+    rank_of_pid.update({int(e.data["pid"]): e.rank for e in injects if e.data.get("pid") is not None})
+    node_of_rank = {r["rank"]: r.get("node") for r in table}
+    hurt = {e.rank for e in injects if e.rank is not None}
+    hurt_nodes = {e.node for e in injects if e.node}
+    if hurts == "node":
+        hurt |= {r for r, n in node_of_rank.items() if n in hurt_nodes}
+
+    blamed: set[int] = set()
+    blamed_nodes: set[str] = set()
+    by: set[str] = set()
+    blamed_by: dict[str, set[str]] = {}
+    saw_stack = False
+
+    def blame(rank: object, node: object, who: str) -> None:
+        if isinstance(rank, int):
+            blamed.add(rank)
+            blamed_by.setdefault(str(rank), set()).add(who)
+        elif node:
+            blamed_nodes.add(str(node))
+        else:
+            return
+        by.add(who)
+
+    last_members: dict[str | None, dict[str, dict]] = {}
+    for e in events:
+        who = str(e.data.get("by") or e.source)
+        if e.kind == "members":
+            saw_stack = True
+            items = {str(i.get("id")): i for i in e.data.get("members", []) if isinstance(i, dict)}
+            key = e.data.get("by")
+            if e.t <= t0:
+                last_members[key] = items  # the membership the fault hit
+            else:
+                for gone, item in last_members.get(key, {}).items():
+                    if gone not in items:
+                        blame(item.get("rank"), item.get("node"), who)
+            continue
+        if e.t < t0:
+            continue
+        if e.kind == "blame":
+            saw_stack = True
+            # one culprit in the event's own groups, or several in a list group (lists:)
+            named = [{"rank": e.rank, **e.data}] + [
+                item for value in e.data.values() if isinstance(value, list) for item in value if isinstance(item, dict)]
+            for c in named:
+                rank, pid = c.get("rank"), c.get("pid")
+                if rank is None and str(pid).isdigit():
+                    rank = rank_of_pid.get(int(pid))
+                blame(rank, c.get("blamed_node") if rank is None else None, who)
+        elif e.kind == "straggler":
+            saw_stack = True
+            blame(e.rank if e.rank is not None else e.data.get("rank"), e.data.get("node"), who)
+    if not saw_stack:
+        return None
+    # a whole node blamed covers its ranks
+    for node in blamed_nodes:
+        blamed |= {r for r, n in node_of_rank.items() if n == node}
+    a = Attribution(hurt=sorted(hurt), hurt_nodes=sorted(hurt_nodes), blamed=sorted(blamed),
+                    blamed_nodes=sorted(blamed_nodes), by=sorted(by), verb=verb,
+                    blamed_by={k: sorted(v) for k, v in blamed_by.items()})
+    a.false_blames = sorted(blamed - hurt)
+    a.missed = sorted(hurt - blamed)
+    a.correct = not a.false_blames and not a.missed
+    a.text = a.describe()
+    return a

@@ -1,0 +1,63 @@
+"""A failed drill that reproduces a published defect names it (``drills/known-defects/``).
+
+The name is not taken on trust. The defect's ``signature`` is looked for in the job's own
+error lines after the fault, or, for a defect that prints nothing (a hang, a silent wrong
+restore), its ``check`` must be an SLO that failed. Found, the verdict quotes the line or
+the SLO; not found, the verdict says the drill failed without the defect's mark, so something
+else may be at work (a reproduction that drifted, or a new failure)."""
+from __future__ import annotations
+
+import re
+
+from drillbit.judging.checks.recovery import Measurements
+from drillbit.judging.checks.slo import SLOResult
+from drillbit.core.history import History
+from drillbit.spec.models import Defect
+
+
+def recognise(defect: Defect, m: Measurements, history: History, slos: list[SLOResult]) -> str:
+    head = f"known defect {defect.id} ({defect.title})"
+    if defect.check is not None:
+        failed = next((s for s in slos if s.name == defect.check and s.status == "fail"), None)
+        if failed is not None:
+            said = f"{head}: {failed.name} failed" + (f" ({failed.detail})" if failed.detail else "")
+            return said + membership(m, history)
+        if defect.signature is None:
+            return (f"not clearly {defect.id}: the drill failed, but not on {defect.check}, the defect's mark; "
+                    "another failure may be at work")
+    assert defect.signature is not None
+    pattern = re.compile(defect.signature)
+    for error in m.job_errors:
+        if pattern.search(error.message):
+            who = error.quote().split(": ", 1)[0]  # attempts 1–3, rank 0
+            return f"{head}: the job said, {who}: {excerpt(error.message)}"
+    after = m.t_fault if m.t_fault is not None else float("-inf")
+    for e in history.of("error"):
+        message = str(e.data.get("message", ""))
+        if e.t >= after and pattern.search(message):
+            where = f"rank {e.rank}: " if e.rank is not None else ""
+            return f"{head}: the job said, {where}{excerpt(message)}"
+    return (f"not clearly {defect.id}: the drill failed, but none of the job's error lines after the fault "
+            f"matched the defect's signature /{defect.signature}/; another failure may be at work")
+
+
+def excerpt(message: str, most: int = 200) -> str:
+    """A long error line as evidence: the exception's name and the line's end, where a path
+    names the file (``FileNotFoundError: …/checkpoint-10/trainer_state.json'``)."""
+    if len(message) <= most:
+        return message
+    name = message.split(": ", 1)[0] if ": " in message[:80] else ""
+    keep = most - len(name) - 3
+    return f"{name}: …{message[-keep:]}" if name else f"…{message[-most:]}"
+
+
+def membership(m: Measurements, history: History) -> str:
+    """A launcher's own word that it restarted healthy workers for a node that joined (torchrun's
+    "Detected N new nodes from group_rank=G; will restart worker group"): uncounted restarts."""
+    after = m.t_fault if m.t_fault is not None else float("-inf")
+    seen = [e for e in history.of("restart") if e.t >= after and "waiting" in e.data]
+    if not seen:
+        return ""
+    e = seen[0]
+    return (f"; the launcher of group rank {e.data.get('group_rank', '?')} restarted its healthy workers for "
+            f"{e.data['waiting']} node(s) that joined, and counted no attempt")

@@ -1,0 +1,617 @@
+"""Recovery measurements from a history (DESIGN.md, Contracts / Measurements).
+
+All times are seconds from the fault's confirmed effect (t_fault). Only events before
+``observe.end`` count: what happens after the harness healed the fault is not the
+job's own recovery.
+"""
+from __future__ import annotations
+
+import os
+import re
+import statistics
+
+from pydantic import BaseModel
+
+from drillbit.judging.checks.attribution import Attribution, attribute
+from drillbit.judging.checks.fidelity import Fidelity, restore_fidelity, with_metrics
+from drillbit.judging.checks.witness import DamagedRestore, judge_damaged_restore, relation
+from drillbit.core.evidence import FileDamage, LinkCut, NodeGone, NodeState, SaveCrash, Slowed, TierLost, effects
+from drillbit.core.history import Event, History
+
+
+class JobError(BaseModel):
+    """The job's own error for one or more failed attempts (attempt 0: the run the fault hit;
+    N: the N-th restart), one rank's or an unnamed one's, deduplicated by its words."""
+
+    attempts: list[int]
+    rank: int | None = None
+    message: str
+    by: str | None = None
+
+    def quote(self) -> str:
+        a = self.attempts
+        span = (f"attempt {a[0]}" if len(a) == 1 else f"attempts {a[0]}–{a[-1]}" if a == list(range(a[0], a[-1] + 1))
+                else "attempts " + ", ".join(map(str, a)))
+        who = f", rank {self.rank}" if self.rank is not None else ""
+        text = self.message if len(self.message) <= 160 else self.message[:157] + "…"
+        return f"{span}{who}: {text}"
+
+
+class RecoveryFigures(BaseModel):
+    """Every drill: the fault, detection, restart, restore, the first step after it, what
+    was lost, the job's exit and its own errors, goodput."""
+
+    t_fault: float | None = None
+    t_observe_end: float | None = None
+    observed_s: float | None = None
+    baseline_step_s: float | None = None
+    step_at_fault: int | None = None
+    time_to_detect: float | None = None
+    time_to_restart: float | None = None
+    time_to_restore: float | None = None
+    restored_step: int | None = None
+    # the digest of the state the job printed when it restored, and when it saved that step
+    restored_digest: str | None = None
+    saved_digest: str | None = None
+    time_to_first_step: float | None = None
+    first_step: int | None = None
+    lost_steps: int | None = None
+    # the job's last save line before the fault: its step, and how long before the fault it came
+    # (a restart that restores an older step lost a checkpoint the job believed it had)
+    newest_save_step: int | None = None
+    newest_save_s: float | None = None
+    restarts: int = 0
+    steps_after_recovery: int = 0
+    last_step_s: float | None = None
+    job_exit_s: float | None = None
+    job_exit_code: int | None = None
+    goodput: float | None = None
+    expects: str | None = None                # what the fault expects of the job: stop, hang, slow
+    target_ranks: list[int] = []
+    # the event kinds the job's profile can read (None: not recorded, an older history)
+    signal_kinds: list[str] | None = None
+    # the job's own errors after the fault, the first per rank per attempt (error signals)
+    job_errors: list[JobError] = []
+    # whether what came back is what was saved: loss, learning rate, data position (judging/checks/fidelity.py)
+    fidelity: Fidelity | None = None
+
+
+class FailSlowFigures(BaseModel):
+    """A slowed rank (slow-rank, throttle-clocks): how slow, who was named, what the
+    fleet paid, and the escalation."""
+
+    target_slowdown: float | None = None
+    slowdown_achieved: float | None = None
+    time_to_straggler: float | None = None
+    straggler_rank: int | None = None
+    straggler_node: str | None = None
+    straggler_correct: bool | None = None
+    slowdown: float | None = None
+    fleet_tax: float | None = None
+    time_to_escalate: float | None = None
+    link: str | None = None  # a link fault (lossy-link): whose link, and what it dropped
+
+
+class ReplacementFigures(BaseModel):
+    """A node replacement that failed (fail-node-replacement): how often, and what came back."""
+
+    replace_failures: int = 0
+    replacement_node: str | None = None
+
+
+class DamageFigures(BaseModel):
+    """A damaged checkpoint (corrupt-checkpoint, restore-hang): which one, and whether the
+    restart loaded it (the witnesses of judging/checks/witness.py)."""
+
+    corrupted_checkpoint: str | None = None   # its name (the folder's, or the file's)
+    corrupted_path: str | None = None
+    corrupted_step: int | None = None
+    restored_path: str | None = None
+    rejected_corrupted: bool | None = None
+    damaged_restore: DamagedRestore | None = None
+
+
+class SaveCrashFigures(BaseModel):
+    """A crash inside a save (kill-during-save): where it landed and what the restart made of it."""
+
+    crash_point: str | None = None
+    crash_lag_s: float | None = None          # the crash point's file event -> the kill
+    crashed_checkpoint: str | None = None     # what the cut-short save left visible (None: nothing)
+    crashed_step: int | None = None
+    crashed_complete: bool | None = None
+    crashed_why: str | None = None
+    best_complete_step: int | None = None     # the newest complete checkpoint when the job died
+    best_complete: str | None = None
+    restored_incomplete: bool | None = None
+    fell_back_further_than_needed: bool | None = None
+
+
+class AttributionFigures(BaseModel):
+    """Whom the stack blamed, against whom the fault hurt (judging/checks/attribution.py)."""
+
+    attribution: Attribution | None = None
+
+
+class RequeueFigures(BaseModel):
+    """A scheduler's requeue (Slurm): the fault -> the job requeued -> running again, and where."""
+
+    time_to_requeue: float | None = None
+    failed_nodes: list[str] = []
+    rerun_nodes: list[str] | None = None
+    rerun_on_failed_node: bool | None = None
+
+
+class TierFigures(BaseModel):
+    """Multi-tier checkpoints: where the restore came from, against the best copy left."""
+
+    restored_from: str | None = None          # the tier the job's lines name (local, peer, persistent)
+    best_available_step: int | None = None    # the newest step any surviving copy held when the fault hit
+    best_available_tier: str | None = None
+    lost_copies: list[str] = []               # tier copies the fault took away
+    steps_behind_best: int | None = None
+    # a heal from a live peer (torchft's): how long the copy took, and from where, as the job said
+    peer_copy_s: float | None = None
+    peer_copy_from: str | None = None
+
+
+class PredictionFigures(BaseModel):
+    """Detection as the job's declared timeouts predicted it before the drill (judging/checks/predict.py),
+    beside what was measured; not judged."""
+
+    predicted_detect_s: float | None = None
+    predicted_by: str | None = None           # the timeout predicted to see the fault first
+
+
+# The families, in the order their fields are reported (result.json keeps one flat object).
+FAMILIES: tuple[type[BaseModel], ...] = (RecoveryFigures, FailSlowFigures, ReplacementFigures, DamageFigures,
+                                         SaveCrashFigures, AttributionFigures, RequeueFigures, TierFigures,
+                                         PredictionFigures)
+
+
+class Measurements(PredictionFigures, TierFigures, RequeueFigures, AttributionFigures, SaveCrashFigures,
+                   DamageFigures, ReplacementFigures, FailSlowFigures, RecoveryFigures):
+    """One drill's figures: the families above, flat (a field belongs to exactly one)."""
+
+    @staticmethod
+    def family_of(name: str) -> type[BaseModel]:
+        return next(f for f in FAMILIES if name in f.model_fields)
+
+
+def _window(history: History) -> tuple[list[Event], float | None]:
+    end = history.first("observe.end")
+    t_end = end.t if end else None
+    events = [e for e in history if t_end is None or e.t <= t_end or e.kind == "observe.end"]
+    return events, t_end
+
+
+def _from_going_back(before: list[Event], after: list[Event], recovered: list[Event], floor: int) -> list[Event]:
+    """The new attempt's steps, where the job's own numbering shows where it began: a step at or
+    below the one before it from the same rank, above the restored step, at or before the first
+    step the times put after the restore. The times alone can miss it: a stamp of whole seconds
+    (Megatron's training_log) read after its second is the start of that second, earlier than a
+    restore line that has no stamp and gets the time it was read (a CI run: "resumed from step
+    21" with step 20 restored, the line for step 21 put before the restore). Steps come from
+    each log in the order written, so the going-back is the restart whatever the stamps say."""
+    end = recovered[0].seq if recovered else None
+    last: dict[int | None, int] = {e.rank: int(e.data["n"]) for e in before}
+    back: int | None = None
+    for i, e in enumerate(after):
+        if end is not None and e.seq > end:
+            break
+        n, prev = int(e.data["n"]), last.get(e.rank)
+        if prev is not None and n <= prev and n > floor:
+            back = i
+        last[e.rank] = n
+    if back is None:
+        return recovered
+    return [e for e in after[back:] if e.data["n"] > floor]
+
+
+def measure(history: History) -> Measurements:
+    events, t_end = _window(history)
+    steady = next((e for e in events if e.kind == "steady"), None)
+    confirmed = next((e for e in events if e.kind == "fault.confirmed"), None)
+    m = Measurements(baseline_step_s=steady.data.get("baseline_step_s") if steady else None, t_observe_end=t_end)
+    predicted = next((e for e in events if e.kind == "predicted"), None)
+    if predicted is not None:
+        m.predicted_detect_s, m.predicted_by = predicted.data.get("detect_s"), predicted.data.get("by")
+    launch = next((e for e in events if e.kind in ("job.launch", "job.attach")), None)
+    if launch is not None and isinstance(launch.data.get("reads"), list):
+        m.signal_kinds = [str(k) for k in launch.data["reads"]]
+    if confirmed is None:
+        return m
+    t0 = confirmed.t
+    m.t_fault = t0
+    last_t = t_end if t_end is not None else max(e.t for e in events)
+    m.observed_s = max(0.0, last_t - t0)
+
+    steps = [e for e in events if e.kind == "step"]
+    # A stall is confirmed only after a quiet spell; a step that was already in flight
+    # when the rank froze may land inside it and still belongs before the fault.
+    settle = float(confirmed.data.get("progress_quiet_s", 0.0))
+    # the first step after a restart or restore line, read after the fault was confirmed, is after
+    # it whatever its stamp says: a stamp of whole seconds (Megatron's) can put it up to 1 s earlier
+    late = {e.seq for e in steps if e.data.get("new_attempt") and e.seq > confirmed.seq and e.t >= t0 - 1.0}
+    before = [e for e in steps if e.t < t0 + settle and e.seq not in late]
+    after = [e for e in steps if (e.t >= t0 or e.seq in late) and e not in before]
+    m.step_at_fault = before[-1].data["n"] if before else None
+    saves = [e for e in events if e.kind == "ckpt.save" and e.t <= t0 and str(e.data.get("step", "")).isdigit()]
+    if saves:
+        m.newest_save_step, m.newest_save_s = int(saves[-1].data["step"]), t0 - saves[-1].t
+
+    def first(kind: str) -> Event | None:
+        return next((e for e in events if e.kind == kind and e.t >= t0), None)
+
+    detect, restore = first("detect"), first("restore")
+    # Restarts as the job announces them; a launcher's lines (torchrun's restart_count, with
+    # `by`) count only for a job that announces none itself — on several nodes each launcher
+    # numbers its own attempts — and one attempt number is one restart.
+    restarts = [e for e in events if e.kind == "restart" and e.t >= t0]
+    restarts = [e for e in restarts if e.data.get("by") is None] or restarts
+    # a launcher that restarts its healthy workers because another node joined (torchrun's
+    # "Detected N new nodes") is part of that node's recovery when another launcher counted
+    # an attempt within seconds of it; alone (a node that left and came straight back), it
+    # is a restart of its own, which no attempt count shows
+    counted = [e.t for e in restarts if "attempt" in e.data]
+    restarts = [e for e in restarts if "waiting" not in e.data or not any(abs(t - e.t) <= 10.0 for t in counted)]
+    restart = restarts[0] if restarts else None
+    m.restarts = len({e.data.get("attempt", f"event-{e.seq}") for e in restarts})
+    m.job_errors = job_errors(events, t0, [e.t for e in restarts])
+    if detect:
+        m.time_to_detect = detect.t - t0
+    if restart:
+        m.time_to_restart = restart.t - t0
+    exit_ = first("job.exit")
+    if exit_:
+        m.job_exit_s = exit_.t - t0
+        m.job_exit_code = exit_.data.get("code")
+
+    m.expects = confirmed.data.get("expects")
+    m.target_ranks = sorted({e.rank for e in events if e.kind == "fault.inject" and e.rank is not None})
+    m.attribution = attribute(events, t0, confirmed.data.get("hurts", "rank"), confirmed.data.get("verb", "hurt"))
+    # when the fault was injected: a scheduler can requeue, and a reader can open the damaged
+    # file, before the harness has recorded the fault's confirmation
+    injected = next((e.t for e in events if e.kind == "fault.inject" and e.t <= t0), t0)
+    _measure_requeue(m, events, confirmed, t0, injected)
+    if m.expects == "slow":
+        _measure_slow(m, events, confirmed, t0)
+        return m
+    damaged: FileDamage | None = None
+    crash_dir, crash_names = "", []
+    for effect in effects(confirmed.data):
+        if isinstance(effect, FileDamage):
+            damaged = effect
+            m.corrupted_path = effect.checkpoint.rstrip("/")
+            m.corrupted_checkpoint = os.path.basename(m.corrupted_path)
+            m.corrupted_step = effect.step
+        elif isinstance(effect, SaveCrash):
+            m.crash_point, m.crash_lag_s = effect.point, effect.lag_s
+            m.crashed_checkpoint, m.crashed_step = effect.crashed, effect.crashed_step
+            m.crashed_complete, m.crashed_why = effect.crashed_complete, effect.crashed_why or None
+            m.best_complete_step, m.best_complete = effect.best_complete_step, effect.best_complete
+            crash_dir = effect.dir or ""
+            crash_names = [str(c.get("name")) for c in effect.checkpoints]
+    if m.corrupted_path is not None and m.corrupted_step is None:
+        # a checkpoint with no step in its name (one file rewritten in place): the step the
+        # job's last save line before the damage named
+        m.corrupted_step = saved_step(events, m.corrupted_path, injected)
+        if damaged is not None:
+            damaged = damaged.model_copy(update={"step": m.corrupted_step})
+    if m.crash_point is not None and m.crashed_checkpoint is not None and m.crashed_step is None:
+        # the save the crash cut short: the step its begin line named
+        m.crashed_step = saved_step(events, os.path.join(crash_dir, m.crashed_checkpoint), t0, "ckpt.save.begin")
+    if m.crash_point is not None and m.best_complete is not None and m.best_complete_step is None:
+        m.best_complete_step = (m.crashed_step if m.best_complete == m.crashed_checkpoint else
+                                saved_step(events, os.path.join(crash_dir, m.best_complete), injected, "ckpt.save"))
+    if m.corrupted_path is not None and (m.signal_kinds is None or "ckpt.reject" in m.signal_kinds):
+        # the job's own word that it refused the damaged one; a profile that reads no reject
+        # line cannot say either way (the witnesses still judge what was loaded)
+        m.rejected_corrupted = any(e.data.get("path") and relation(str(e.data["path"]), m.corrupted_path) == "same"
+                                   for e in events if e.kind == "ckpt.reject" and e.t >= t0)
+    escalate = first("escalate")
+    if escalate:
+        m.time_to_escalate = escalate.t - t0
+    m.replace_failures = sum(1 for e in events if e.kind == "replace.failed" and e.t >= t0)
+    done = first("replace.done")
+    if done:
+        m.replacement_node = done.data.get("node_name")
+    if restore:
+        m.restored_path = str(restore.data["path"]) if restore.data.get("path") else None
+        m.time_to_restore = restore.t - t0
+        step = restore.data.get("step")  # a stack that names only the path (Lightning's last.ckpt)
+        m.restored_step = int(step) if step is not None else None
+        marker, floor = restore.t, m.restored_step if step is not None else 0
+        if restore.data.get("digest") and m.restored_step is not None:
+            m.restored_digest = str(restore.data["digest"])
+            saved = [e for e in events if e.kind == "ckpt.save" and e.t <= restore.t and e.data.get("digest")
+                     and e.data.get("step") is not None and int(e.data["step"]) == m.restored_step]
+            m.saved_digest = str(saved[-1].data["digest"]) if saved else None
+    elif restart:
+        marker, floor = restart.t, 0  # restarted without a restore: from wherever it began
+    else:
+        # a step number at or below the one at the fault is a restart the job did not
+        # announce (its supervisor printed nothing we read): it began again from there
+        back = next((e for e in after if m.step_at_fault is not None and e.data["n"] <= m.step_at_fault), None)
+        if back is not None:
+            restart = back
+            m.restarts = max(m.restarts, 1)
+            marker, floor = back.t, 0
+        else:
+            marker, floor = t0, m.step_at_fault if m.step_at_fault is not None else -1
+    # a step read from a metric happened somewhere after its ``since``: across a restart it
+    # counts only when that whole span is after the restart (the old workers' last steps are not)
+    recovered = [e for e in after if e.data.get("since", e.t) >= marker and e.data["n"] > floor]
+    if restart or restore:
+        recovered = _from_going_back(before, after, recovered, floor)
+    first_at = None  # when the first step after recovery was made
+    if recovered:
+        # no earlier than the line that began its attempt, where its own stamp is coarser
+        first_at = max(recovered[0].t, marker) if recovered[0].seq in late else recovered[0].t
+        m.time_to_first_step = first_at - t0
+        m.first_step = recovered[0].data["n"]
+        m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
+        if m.restored_step is None and (restart or restore):
+            m.restored_step = m.first_step - 1
+    if restart or restore:
+        m.fidelity = restore_fidelity(with_metrics(before, events), with_metrics(recovered, events), m.restored_step)
+    if damaged is not None:
+        m.damaged_restore = judge_damaged_restore(events, injected, damaged, restore, recovered[0] if recovered else None,
+                                                  restart is not None, first_at)
+    if m.crash_point is not None:
+        _judge_crash_restore(m, restore is not None or restart is not None, crash_dir, crash_names)
+    _measure_tiers(m, events, confirmed, t0, restore)
+    if m.step_at_fault is not None and m.restored_step is not None:
+        m.lost_steps = max(0, m.step_at_fault - m.restored_step)
+    elif m.step_at_fault is not None and m.time_to_first_step is not None:
+        m.lost_steps = 0  # progress resumed without a restart
+    if after:
+        m.last_step_s = after[-1].t - t0
+    return m
+
+
+def saved_step(events: list[Event], path: str, before: float, kind: str = "ckpt.save") -> int | None:
+    """The step of the job's last save line (``kind``) before ``before`` that names ``path``
+    (or, where the lines name no path, the last one with a step)."""
+    saves = [e for e in events if e.kind == kind and e.t <= before and e.data.get("step") is not None]
+    named = [e for e in saves if e.data.get("path") and relation(str(e.data["path"]), path) == "same"]
+    pick = (named or [e for e in saves if not e.data.get("path")] or [None])[-1]
+    return int(pick.data["step"]) if pick is not None else None
+
+
+def job_errors(events: list[Event], t0: float, restarts_at: list[float]) -> list[JobError]:
+    """The first error line per rank per attempt after the fault, merged across attempts that
+    said the same (digits aside: ports, pids and addresses change between attempts)."""
+    first: dict[tuple[int, int | None], Event] = {}
+    for e in events:
+        if e.kind != "error" or e.t < t0:
+            continue
+        attempt = sum(1 for t in restarts_at if t <= e.t)
+        rank = e.rank if e.rank is not None else e.data.get("rank")
+        first.setdefault((attempt, rank if isinstance(rank, int) else None), e)
+    merged: dict[tuple[int | None, str], JobError] = {}
+    for (attempt, rank), e in sorted(first.items(), key=lambda kv: (kv[0][0], kv[1].t)):
+        message = str(e.data.get("message", ""))
+        key = (rank, re.sub(r"\d+", "#", message))
+        if key in merged:
+            merged[key].attempts.append(attempt)
+        else:
+            merged[key] = JobError(attempts=[attempt], rank=rank, message=message, by=e.data.get("by"))
+    return list(merged.values())
+
+
+def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0: float, injected: float) -> None:
+    """A scheduler that requeued the job: how soon, and whether the rerun's allocation kept a
+    node the fault took down."""
+    m.failed_nodes = sorted({str(e.node) for e in effects(confirmed.data)
+                             if isinstance(e, (NodeState, NodeGone)) and e.node}
+                            if confirmed.data.get("hurts") == "node" else set())
+    # the scheduler can requeue before the harness has recorded its own confirmation (node-down:
+    # scontrol's DOWN and the requeue land in the same few milliseconds): from the injection on
+    requeue = next((e for e in events if e.kind == "requeue" and e.t >= injected), None)
+    if requeue is None:
+        return
+    m.time_to_requeue = max(0.0, requeue.t - t0)
+    rerun = next((e for e in events if e.kind == "job.nodes" and e.t >= requeue.t), None)
+    if rerun is not None:
+        m.rerun_nodes = list(rerun.data.get("nodes", []))
+        if m.failed_nodes:
+            m.rerun_on_failed_node = bool(set(m.rerun_nodes) & set(m.failed_nodes))
+
+
+def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: float,
+                   restore: Event | None) -> None:
+    """Which tier the restore came from, and how far behind the best copy that survived the
+    fault (the tiers as they were when it hit, less the copies it took away)."""
+    copy = next((e for e in events if e.kind == "restore.copy" and e.t >= t0 and e.data.get("seconds") is not None),
+                None)
+    if copy is not None:
+        m.peer_copy_s = float(copy.data["seconds"])
+        m.peer_copy_from = str(copy.data["peer"]) if copy.data.get("peer") is not None else None
+    snapshot = next((e for e in reversed(events) if e.kind == "ckpt.tiers" and e.t <= t0), None)
+    order = list((snapshot.data.get("tiers") or {}) if snapshot is not None else {})
+    if restore is not None and m.time_to_first_step is not None:
+        # between the restart's first restore and its first step (DESIGN); a restore that never
+        # led to a step restored nothing the job trained from: one process of a restart that
+        # hangs may have named its tier while another never got that far
+        m.restored_from = restored_tier(events, restore, t0 + m.time_to_first_step, order)
+    if snapshot is None:
+        return
+    lost: set[str] = set()
+    for effect in effects(confirmed.data):
+        if isinstance(effect, TierLost):
+            lost.add(effect.lost.rstrip("/"))
+    tiers = {name: dict(copies) for name, copies in (snapshot.data.get("tiers") or {}).items()}
+    for name, lost_with in (snapshot.data.get("saved") or {}).items():
+        # a tier with no folder (shared memory): the newest step the job said it saved there
+        saves = [e for e in events if e.kind == "ckpt.save" and e.t <= t0 and e.data.get("tier") == name
+                 and e.data.get("step") is not None]
+        copy = f"{name} (the job's saves)"
+        tiers[name] = {copy: max(int(e.data["step"]) for e in saves)} if saves else {}
+        took_node = confirmed.data.get("hurts") == "node"
+        if saves and (took_node or (lost_with == "process" and confirmed.data.get("expects") == "crash")):
+            lost.add(copy)
+    m.lost_copies = sorted(lost)
+    best: tuple[int, str] | None = None
+    for tier, copies in tiers.items():
+        for path, step in copies.items():
+            if step is not None and path.rstrip("/") not in lost and (best is None or step > best[0]):
+                best = (int(step), tier)
+    if best is not None:
+        m.best_available_step, m.best_available_tier = best
+        if m.restored_step is not None:
+            m.steps_behind_best = max(0, best[0] - m.restored_step)
+
+
+def tier_rank(tier: str, order: list[str]) -> int:
+    """How far a tier is from the job: the profile's tiers in their order, nearest first; a
+    peer's copy (fetched from another process's local tier) just after the nearest tier."""
+    if tier in order:
+        i = order.index(tier)
+        return i if i == 0 else i + 1
+    return 1 if tier == "peer" else len(order) + 1
+
+
+def restored_tier(events: list[Event], restore: Event, until: float | None, order: list[str]) -> str | None:
+    """The tier one restart restored from: each process may name its own (one its local copy,
+    another a peer's), and a fallback of all of them names another; the farthest tier named
+    between the first restore and the first step after it, less a tier whose restore then
+    failed (restore.failed), is where the job's state came from."""
+    named: list[tuple[float, str]] = []
+    failed_at = None
+    for e in events:
+        if e.t < restore.t or (until is not None and e.t > until) or not e.data.get("tier"):
+            continue
+        if e.kind == "restore":
+            named.append((e.t, str(e.data["tier"])))
+        elif e.kind == "restore.failed":
+            named = [(t, tier) for t, tier in named if tier != str(e.data["tier"])]
+            failed_at = e.t
+    if until is None and failed_at is not None and all(t < failed_at for t, _ in named):
+        return None  # a restore failed, nothing was tried after it, and the job never stepped again
+    if not named:
+        return None
+    return max((tier for _, tier in named), key=lambda tier: tier_rank(tier, order))
+
+
+def _judge_crash_restore(m: Measurements, restarted: bool, crash_dir: str = "",
+                         crash_names: list[str] | None = None) -> None:
+    """kill-during-save: did the restart load what the crash left incomplete, and did it
+    fall back further than the newest complete checkpoint? The restore line's path is compared
+    by containment (a restore from the folder above it, at its step, is it), then by step; a
+    job with one checkpoint only (a file rewritten in place) restored that one if it restored."""
+    if not restarted and m.time_to_first_step is None:
+        return  # never came back: nothing was restored, rightly or wrongly
+    if m.crashed_checkpoint is not None and m.crashed_complete is False:
+        crashed = os.path.join(crash_dir, m.crashed_checkpoint) if crash_dir else m.crashed_checkpoint
+        rel = relation(m.restored_path, crashed) if m.restored_path else None
+        by_step = (m.restored_step == m.crashed_step if m.restored_step is not None and m.crashed_step is not None
+                   else None)
+        if rel == "same" or (crash_names is not None and crash_names == [m.crashed_checkpoint]):
+            m.restored_incomplete = True
+        elif rel == "other":
+            m.restored_incomplete = False
+        else:  # a folder above it, or no path: the step decides, where both are known
+            m.restored_incomplete = by_step
+    elif m.restored_path is not None or m.restored_step is not None:
+        m.restored_incomplete = False
+    if m.best_complete_step is None:
+        m.fell_back_further_than_needed = False  # nothing complete to fall back to: any restart is as good
+    elif m.restored_step is not None:
+        m.fell_back_further_than_needed = m.restored_step < m.best_complete_step
+
+
+def crash_class(m: Measurements, verdict: str) -> str:
+    """A kill-during-save run in one word, for the sweep's matrix: pass; silent (resumed from
+    a checkpoint the crash left incomplete); hard-fail (never stepped again); lost-work (fell
+    back further than needed); fail (another SLO)."""
+    if m.restored_incomplete and m.time_to_first_step is not None:
+        return "silent"
+    if m.time_to_first_step is None:
+        return "hard-fail"
+    if m.fell_back_further_than_needed:
+        return "lost-work"
+    return "pass" if verdict == "pass" else "fail"
+
+
+def _measure_slow(m: Measurements, events: list[Event], confirmed: Event, t0: float) -> None:
+    """A fail-slow fault: was the right rank named, how fast, and what did it cost the fleet."""
+    slowed = [e for e in effects(confirmed.data) if isinstance(e, Slowed)]
+    cut = next((e for e in effects(confirmed.data) if isinstance(e, LinkCut)), None)
+    if cut is not None:
+        nodes = sorted({e.node for e in events if e.kind == "fault.inject" and e.node})
+        what = (f"capped at {cut.rate_mbit:g} Mbit/s" if cut.rate_mbit is not None
+                else f"{cut.loss_pct:g}% of packets dropped" + (f" to and from {cut.endpoint}" if cut.endpoint else ""))
+        m.link = f"the link of {', '.join(nodes) or 'the target node'} ({what})"
+    m.slowdown_achieved = next((e.slowdown_achieved for e in slowed if e.slowdown_achieved is not None), None)
+    m.target_slowdown = next((e.target_slowdown for e in slowed), None)
+    steps = [e for e in events if e.kind == "step"]
+    before = [e for e in steps if e.t < t0]
+    m.step_at_fault = before[-1].data["n"] if before else None
+    named = next((e for e in events if e.kind == "straggler" and e.t >= t0), None)
+    after = [e for e in steps if e.t >= t0]
+    if named is not None:
+        m.time_to_straggler = named.t - t0
+        m.straggler_rank = named.rank
+        m.straggler_node = named.node or named.data.get("node")
+        m.straggler_correct = named.rank in m.target_ranks
+        m.steps_after_recovery = sum(1 for e in after if e.t > named.t)
+    dts = [float(e.data["dt"]) for e in after if "dt" in e.data]
+    # compare with the steps just before the fault when there are enough of them: the
+    # warm-up baseline is taken right after start, when steps are still settling
+    steady = next((e for e in events if e.kind == "steady"), None)
+    pre = [float(e.data["dt"]) for e in before if "dt" in e.data and (steady is None or e.t > steady.t)]
+    reference = statistics.median(pre) if len(pre) >= 5 else m.baseline_step_s
+    if dts and reference:
+        m.slowdown = statistics.median(dts) / reference
+        m.fleet_tax = m.slowdown - 1.0
+    m.lost_steps = 0
+
+
+def quiet_after_fault(history: History, m: Measurements) -> float | None:
+    """Longest stretch without a step from the fault to the end of observation."""
+    if m.t_fault is None or m.t_observe_end is None:
+        return None
+    times = [m.t_fault] + [e.t for e in history.of("step") if m.t_fault <= e.t <= m.t_observe_end] + [m.t_observe_end]
+    return max(b - a for a, b in zip(times, times[1:]))
+
+
+def recovered(history: History, until_steps: int) -> bool:
+    """The observe phase's stop test: the job recovered from the fault (the straggler was
+    named, for a fail-slow fault) and made ``until_steps`` more steps. Pure."""
+    m = measure(history)
+    if awaits_restore(m, history):
+        return False
+    done = m.time_to_straggler if m.expects == "slow" else m.time_to_first_step
+    return done is not None and m.steps_after_recovery >= until_steps
+
+
+def awaits_restore(m: Measurements, history: History) -> bool:
+    """Survivors stepping on while the restarted process is still on its way back: a restart
+    was announced, the job tells its restores and none has come, and every step since the
+    restart went forward from the step at the fault (a restarted process that started over
+    would have stepped from the beginning again). torchft's lighthouse forms a quorum without
+    the dead group once its heartbeat expires: the survivor's steps are not the recovery of
+    the group that torchrun restarted, whose heal from a peer is (ci)."""
+    if (m.expects == "slow" or m.time_to_restart is None or m.time_to_restore is not None
+            or m.signal_kinds is None or "restore" not in m.signal_kinds or m.step_at_fault is None
+            or m.t_fault is None):
+        return False
+    events, _ = _window(history)
+    after = [e for e in events if e.kind == "step" and e.t >= m.t_fault + m.time_to_restart]
+    return bool(after) and all(e.data["n"] > m.step_at_fault for e in after)
+
+
+def awaiting(history: History, until_steps: int) -> str:
+    """What the observe phase is waiting for, in words, for the live status line."""
+    m = measure(history)
+    if m.expects == "slow":
+        return "the straggler to be named" if m.time_to_straggler is None else f"{until_steps} more steps"
+    if m.time_to_detect is None:
+        return "detection"
+    if m.time_to_restart is None and m.time_to_first_step is None:
+        return "restart"
+    if m.time_to_first_step is None:
+        return "first step after recovery"
+    if awaits_restore(m, history):
+        return "the restarted process's restore"
+    return f"{until_steps - m.steps_after_recovery} more steps"

@@ -1,0 +1,105 @@
+"""The tri-state verdict (plus aborted) and the reasons a human can act on.
+
+Combining ranks fail > aborted > inconclusive > pass.
+"""
+from __future__ import annotations
+
+from drillbit.judging.checks.recovery import Measurements, quiet_after_fault
+from drillbit.judging.checks.slo import SLOResult
+from drillbit.core.history import History
+from drillbit.core.verdicts import RANK, Verdict, worst
+
+__all__ = ["RANK", "Verdict", "worst", "combine", "interrupted"]
+
+
+def _diagnosis(history: History, m: Measurements) -> str | None:
+    """One sentence on what went wrong in the recovery, from the measurements."""
+    if m.time_to_first_step is not None or m.expects == "slow":
+        return None
+    quiet = quiet_after_fault(history, m)
+    if m.time_to_detect is None and m.restarts == 0:
+        return (f"no step for {quiet:.0f} s after the fault; the stall was never detected"
+                if quiet is not None else "the fault was never detected")
+    parts = []
+    if m.time_to_detect is not None:
+        parts.append(f"detected after {m.time_to_detect:.1f} s")
+    if m.restarts:
+        parts.append(f"restarted {m.restarts} time{'s' if m.restarts > 1 else ''}")
+    said = ", ".join(parts)
+    tail = "but no restart ever produced a step" if m.restarts else "but the job never made a step again"
+    if m.job_exit_s is not None:
+        tail += f"; the job exited (code {m.job_exit_code}) {m.job_exit_s:.0f} s after the fault"
+    return f"{said} {tail}".strip() + _quoted(m)
+
+
+def _quoted(m: Measurements, most: int = 3) -> str:
+    """The job's own words for why its attempts failed: the restarts' errors where it
+    restarted (the run the fault hit fails by design), else that run's."""
+    errors = ([e.model_copy(update={"attempts": [a for a in e.attempts if a >= 1]}) for e in m.job_errors
+               if any(a >= 1 for a in e.attempts)] if m.restarts else m.job_errors)
+    if not errors:
+        return ""
+    said = "; ".join(e.quote() for e in errors[:most])
+    more = f" (and {len(errors) - most} more)" if len(errors) > most else ""
+    return f". The job said — {said}{more}"
+
+
+def _left_in_place(event) -> str:
+    where = f"rank {event.rank} on {event.node}" if event.rank is not None else f"node {event.node or '?'}"
+    what = event.data.get("fault", "a fault")
+    return f"{what} on {where}: {event.data.get('detail', 'heal failed')}"
+
+
+def interrupted(payload: dict) -> bool:
+    """The operator stopped this drill (Ctrl-C, SIGTERM): a suite, repeat or sweep stops
+    too, rather than start the next drill."""
+    return payload.get("verdict") == "aborted" and any(r.startswith("aborted: interrupted by")
+                                                        for r in payload.get("reasons", []))
+
+
+def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reasons: list[str]) -> tuple[Verdict, list[str]]:
+    reasons: list[str] = []
+    verdict: Verdict = "pass"
+    left = history.of("heal.failed")
+    if left:  # a drill that leaves its fault behind has failed, whatever the job did
+        verdict = "fail"
+        reasons += [f"fault left in place: {_left_in_place(e)}" for e in left]
+    aborts = history.of("abort")
+    if aborts:
+        verdict = worst(verdict, "aborted")
+        reasons += [f"aborted: {a.data.get('reason', 'unknown')}" for a in aborts]
+    undecided = history.of("inconclusive")
+    if undecided:
+        verdict = worst(verdict, "inconclusive")
+        reasons += [f"inconclusive: {e.data.get('reason', 'unknown')}" for e in undecided]
+    if history.first("steady") is None:
+        verdict = worst(verdict, "inconclusive")
+        reasons.append("the job never reached steady state, so there is no baseline")
+    unconfirmed = history.of("fault.unconfirmed")
+    if m.t_fault is None:
+        verdict = worst(verdict, "inconclusive")
+        if unconfirmed:
+            reasons += [f"the fault could not be confirmed: {e.data.get('reason')}" for e in unconfirmed]
+        elif history.first("fault.inject") is not None:
+            reasons.append("the fault was injected but never confirmed to take effect")
+        elif not aborts and history.first("steady") is not None:
+            reasons.append("the fault was never injected")
+        return verdict, reasons
+    failed = [s for s in slos if s.status == "fail"]
+    unknown = [s for s in slos if s.status == "unknown"]
+    if failed:
+        verdict = worst(verdict, "fail")
+        diagnosis = _diagnosis(history, m)
+        if diagnosis:
+            reasons.append(diagnosis)
+        reasons += slo_reasons
+    if unknown:
+        verdict = worst(verdict, "inconclusive")
+        reasons += [f"{s.name}: not measured ({s.detail or 'signal missing'})" for s in unknown]
+    if not history.of("step"):
+        verdict = worst(verdict, "inconclusive")
+        reasons.append("no step signal was ever read from the job")
+    stuck = history.last("stacks")
+    if stuck is not None and verdict in ("fail", "inconclusive") and stuck.data.get("where"):
+        reasons.append(f"where the job was stuck when the window closed: {stuck.data['where']} (stacks.json)")
+    return verdict, reasons

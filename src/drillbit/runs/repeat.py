@@ -1,0 +1,88 @@
+"""Repeats: one drill run N times, each with a fresh job, judged as a whole.
+
+Every drill is one sample of a random process (scheduling, a launcher's monitor interval);
+a repeated drill reports each measurement's median, p90, min and max over its runs, and
+passes only when every run passed — or at least ``min_pass_rate`` of them — listing each
+failing run with its reason. The results store keeps every run.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from drillbit.judging import exitcodes
+from drillbit.judging.checks.verdict import interrupted, worst
+from drillbit.judging.report import multirun
+from drillbit.judging.report.multirun import Bullets, Page, Table
+from drillbit.core.runfolder import new_folder
+from drillbit.runs.session import execute
+
+# measurements summarised (numbers only)
+STATS = ("time_to_detect", "time_to_restart", "time_to_restore", "time_to_first_step", "lost_steps", "restarts",
+         "goodput", "baseline_step_s", "time_to_straggler", "slowdown", "time_to_escalate")
+
+
+def p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]  # nearest rank
+
+
+def aggregate(drill: str, payloads: list[dict[str, Any]], run_dirs: list[str],
+              min_pass_rate: float | None = None) -> dict[str, Any]:
+    n = len(payloads)
+    passes = sum(1 for p in payloads if p["verdict"] == "pass")
+    need = n if min_pass_rate is None else math.ceil(min_pass_rate * n - 1e-9)
+    kinds = [p.get("error_kind") or ("harness" if p.get("error") else None) for p in payloads]
+    if passes >= need and not any(kinds):
+        verdict = "pass"
+    else:
+        verdict = worst(*[p["verdict"] for p in payloads if p["verdict"] != "pass"]) if passes < n else "pass"
+    code = exitcodes.suite_exit_code([(verdict, k) for k in kinds]) if any(kinds) else exitcodes.BY_VERDICT[verdict]
+    stats = {}
+    for name in STATS:
+        values = [float(v) for p in payloads if isinstance(v := p["measurements"].get(name), (int, float))]
+        if values:
+            stats[name] = {"n": len(values), "median": statistics.median(values), "p90": p90(values),
+                           "min": min(values), "max": max(values)}
+    failing = [{"run": i + 1, "run_dir": d, "verdict": p["verdict"], "reasons": p["reasons"],
+                "error": p.get("error")} for i, (p, d) in enumerate(zip(payloads, run_dirs)) if p["verdict"] != "pass"]
+    rule = "every run" if min_pass_rate is None else f"at least {min_pass_rate:.0%} of the runs ({need} of {n})"
+    reasons = [] if verdict == "pass" else [f"{passes} of {n} runs passed; the drill needs {rule} to pass"]
+    reasons += [f"run {f['run']}: {f['verdict']}: {'; '.join(f['reasons'][:2]) or f['error'] or '-'}"
+                for f in failing]
+    return {"drill": drill, "repeat": n, "passes": passes, "min_pass_rate": min_pass_rate, "verdict": verdict,
+            "exit_code": code, "reasons": reasons, "stats": stats, "failing": failing, "run_dirs": run_dirs,
+            "cluster": payloads[0]["cluster"] if payloads else None, "job": payloads[0]["job"] if payloads else None}
+
+
+def page(agg: dict[str, Any]) -> Page:
+    head = ("measurement", "median", "p90", "min", "max", "runs")
+    rows = [[name, f"{st['median']:.3g}", f"{st['p90']:.3g}", f"{st['min']:.3g}", f"{st['max']:.3g}", str(st["n"])]
+            for name, st in agg["stats"].items()]
+    blocks: list = [Table(head, rows, right=frozenset(head[1:]))]
+    if agg["reasons"]:
+        blocks.append(Bullets(list(agg["reasons"])))
+    return Page(f"{agg['drill']} x {agg['repeat']}: {agg['verdict'].upper()} ({agg['passes']} of {agg['repeat']} "
+                "passed)", blocks)
+
+
+def summary_markdown(agg: dict[str, Any]) -> str:
+    return page(agg).markdown()
+
+
+def run_repeated(resolved, n: int, *, min_pass_rate: float | None = None, reports_dir: str | None = None,
+                 db: str | None = None, ui=None) -> tuple[dict[str, Any], Path]:
+
+    payloads, dirs = [], []
+    for _ in range(n):
+        payload, outcome = execute(resolved, reports_dir=reports_dir, db=db, ui=ui)
+        payloads.append(payload)
+        dirs.append(str(outcome.run_dir))
+        if interrupted(payload):
+            break
+    agg = aggregate(resolved.spec.name, payloads, dirs, min_pass_rate)
+    out = new_folder(reports_dir or resolved.config.reports_dir, resolved.spec.name, kind="repeat")
+    multirun.write(out, page(agg), md="summary.md", html="summary.html", data=agg, json_name="repeat.json")
+    return agg, out
