@@ -58,7 +58,7 @@ def descendants(pid: int) -> list[int]:
 
 def _reap() -> list[tuple[int, int]]:
     """Every child that has ended, without blocking."""
-    ended = []
+    ended: list[tuple[int, int]] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -124,11 +124,11 @@ def main(argv: list[str]) -> int:
     if status is None:
         return 1
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig in PASSED_ON:
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        return 128 + sig
+        ended_by = os.WTERMSIG(status)
+        if ended_by in PASSED_ON:
+            signal.signal(ended_by, signal.SIG_DFL)
+        os.kill(os.getpid(), ended_by)
+        return 128 + ended_by
     return os.waitstatus_to_exitcode(status)
 
 

@@ -89,7 +89,7 @@ def heal_registry(path: Path, force: bool = False, abandon: str | None = None) -
     armed = payload.get("armed") or {}
     watch = armed.get("watch")
     status = ProcRef.model_validate(watch).status() if watch else None
-    if status is not None and status != psutil.STATUS_STOPPED and not force:
+    if watch and status is not None and status != psutil.STATUS_STOPPED and not force:
         out.skipped = (f"its drill is still running (pid {watch['pid']}); it heals for itself "
                        "(--force to heal now anyway)")
         return out

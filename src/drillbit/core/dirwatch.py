@@ -144,6 +144,7 @@ class DirWatch:
         self._writing: set[str] = set()  # inotify: files created (or rewritten) and not closed since
         self._started = False
         if self.mode == "inotify":
+            assert libc is not None  # the mode is inotify only where libc has it
             self._fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
             if self._fd < 0:
                 raise OSError(ctypes.get_errno(), "inotify_init1 failed")
@@ -176,7 +177,7 @@ class DirWatch:
             left = deadline - time.monotonic()
             if out or left <= 0:
                 return out
-            if self.mode == "inotify" and self._started:
+            if self.mode == "inotify" and self._started and self._fd is not None:
                 select.select([self._fd], [], [], min(left, 0.5))
             else:
                 time.sleep(min(left, self.interval))
@@ -198,6 +199,7 @@ class DirWatch:
     # --- inotify --------------------------------------------------------------------------
     def _add(self, rel: str) -> None:
         path = self.root / rel if rel else self.root
+        assert self._libc is not None
         wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), MASK)
         if wd >= 0:
             self._wds[wd] = rel
@@ -241,6 +243,7 @@ class DirWatch:
         return out
 
     def _read_inotify(self) -> list[FileEvent]:
+        assert self._fd is not None  # inotify mode: opened in __init__
         try:
             data = os.read(self._fd, 65536)
         except BlockingIOError:

@@ -2,11 +2,11 @@
 inconclusive > pass. Below everything, so the exit codes need nothing of the checks."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 Verdict = Literal["pass", "fail", "inconclusive", "aborted"]
 RANK: dict[str, int] = {"pass": 0, "inconclusive": 1, "aborted": 2, "fail": 3}
 
 
-def worst(*verdicts: Verdict) -> Verdict:
-    return max(verdicts, key=lambda v: RANK[v]) if verdicts else "pass"
+def worst(*verdicts: str) -> Verdict:
+    return cast(Verdict, max(verdicts, key=lambda v: RANK[v])) if verdicts else "pass"

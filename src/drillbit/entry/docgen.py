@@ -23,7 +23,7 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import click
 from pydantic import BaseModel, SecretStr
@@ -130,7 +130,7 @@ def model_rows(model: type[BaseModel], prefix: str = "", seen: tuple[type, ...] 
     return rows
 
 
-def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+def table(rows: Sequence[Sequence[Any]], header: tuple[str, ...]) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         out.append("| " + " | ".join(_cell(c) if i else f"`{c}`" for i, c in enumerate(row)) + " |")

@@ -219,7 +219,7 @@ class Fault(Generic[P, S]):
         """The intent was refused before anything was touched: drop what prepare made (a
         backup copy). Default: nothing to drop."""
 
-    def act(self, target: ProcRef, params: P, intent: S | None) -> S:
+    def act(self, target: ProcRef, params: P, intent: S) -> S:
         """Do it, from the recorded intent; returns the State with what was done."""
         return self.inject(target, params)
 

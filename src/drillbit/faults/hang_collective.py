@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import psutil
 from pydantic import Field
@@ -41,7 +41,7 @@ class HangCollective(Fault[HangParams, HangState]):
     Params = HangParams
     State = HangState
     expects = "stall"
-    detected_by = ("watchdog", "collective", "heartbeat")  # a stopped process stops heartbeating too
+    detected_by: ClassVar[tuple[str, ...] | None] = ("watchdog", "collective", "heartbeat")  # a stopped process stops heartbeating too
 
     def plan(self, targets: list[ProcRef], params: HangParams) -> Plan:
         return Plan(fault=self.name, targets=targets, action="SIGSTOP each target",

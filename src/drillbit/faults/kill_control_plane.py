@@ -79,6 +79,8 @@ def _pidfile(path: str) -> psutil.Process | None:
     except ValueError:
         return None
     pid, named = (info.get("pid"), info) if isinstance(info, dict) else (info, {})
+    if pid is None:
+        return None
     try:
         proc = psutil.Process(int(pid))
         if not named_by(proc, named):
@@ -165,7 +167,7 @@ class KillControlPlane(Fault[ControlPlaneParams, ControlPlaneState]):
     # heartbeat to it sees it too
     detected_by = ("monitor_interval", "heartbeat")
 
-    def hurts(self, params: ControlPlaneParams) -> str:
+    def hurts(self, params: ControlPlaneParams) -> Literal["rank", "node"]:
         return "node"
 
     def target_nodes(self, params: ControlPlaneParams) -> list[str] | None:

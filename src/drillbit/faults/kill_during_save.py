@@ -106,7 +106,7 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
     needs_checkpoint = True
     verb = "killed during a save"
 
-    def hurts(self, params: KillDuringSaveParams) -> str:
+    def hurts(self, params: KillDuringSaveParams) -> Literal["rank", "node"]:
         return "rank" if params.scope == "rank" else "node"
     fault_class = "recovery-path"
     Params = KillDuringSaveParams
@@ -321,8 +321,10 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
 def siblings(target: ProcRef) -> list[ProcRef]:
     """The other ranks its launcher runs on this node: the target's parent's other children."""
     proc = target.process()
+    if proc is None:
+        return []
     try:
-        parent = proc.parent() if proc is not None else None
+        parent = proc.parent()
         return [ProcRef.of(p, node=target.node) for p in (parent.children() if parent else []) if p.pid != proc.pid]
     except Exception:
         return []
@@ -421,7 +423,7 @@ def judge_crash(ckpt_dir: str, spec: CheckpointSpec | None, save: Save, torn: di
     complete = [c for c in found if (c.step is not None or spec.layout == "file") and c.complete is not False
                 and not (c is crashed and reasons)]
     # newest first: by step; a file rewritten in place has none, and scan() put the newest first
-    best = (max(complete, key=lambda c: c.step) if spec.layout != "file" else complete[0]) if complete else None
+    best = (max(complete, key=lambda c: c.step or 0) if spec.layout != "file" else complete[0]) if complete else None
     return {"dir": ckpt_dir, "crashed": crashed.name if crashed else None,
             "crashed_step": crashed.step if crashed else None,
             "crashed_complete": None if crashed is None else not reasons,

@@ -15,6 +15,8 @@ Nothing to heal: the node stays down until the drill ends, as a dead host would.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import os
 import re
 import signal
@@ -95,7 +97,7 @@ class KillNode(Fault[KillNodeParams, KillNodeState]):
     evidence = (NodeGone,)
     verb = "killed (with its node)"
 
-    def hurts(self, params: KillNodeParams) -> str:
+    def hurts(self, params: KillNodeParams) -> Literal["rank", "node"]:
         return "node"
     fault_class = "fail-stop"
     Params = KillNodeParams

@@ -42,9 +42,9 @@ def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
     fault = data.get("fault") if isinstance(data.get("fault"), dict) else None
     if fault is not None:
         problems += fault_problems(fault, path, lines, ("fault",))
-    slo = data.get("slo") if isinstance(data.get("slo"), dict) else {}
+    slo: dict = data["slo"] if isinstance(data.get("slo"), dict) else {}
     for key in ("project", "cadence"):
-        block = slo.get(key) if isinstance(slo.get(key), dict) else {}
+        block: dict = slo[key] if isinstance(slo.get(key), dict) else {}
         name = block.get("scenario")
         if isinstance(name, str):
             try:

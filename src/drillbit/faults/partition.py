@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import psutil
 from pydantic import Field, model_validator
@@ -167,11 +167,11 @@ class Partition(Fault[PartitionParams, PartitionState]):
     evidence = (LinkCut,)
     binds = ("control_plane_address",)
     verb = "cut off"
-    expects = "stall"
+    expects: ClassVar[Literal["crash", "stall", "slow"]] = "stall"
     needs_node_netns = True
     # every process stays alive and heartbeating: only a watch of progress, or the collective
     # the peers wait in, can see it
-    detected_by = ("watchdog", "collective")
+    detected_by: ClassVar[tuple[str, ...] | None] = ("watchdog", "collective")
 
     def hurts(self, params: PartitionParams) -> Literal["rank", "node"]:
         return "node"

@@ -108,11 +108,11 @@ class SchedulerNodeFault(Fault[NodeFaultParams, S]):
     fault_class = "fail-stop"
     Params = NodeFaultParams
     expects = "crash"
-    acts_through: Literal["scheduler"] = "scheduler"
+    acts_through = "scheduler"
     needs_engine = "slurm"
     max_targets = 1
 
-    def hurts(self, params: NodeFaultParams) -> str:
+    def hurts(self, params: NodeFaultParams) -> Literal["rank", "node"]:
         return "node"
 
     @staticmethod

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel
 
 from drillbit.spec.checkpoints import CheckpointSpec
 from drillbit.core.errors import ConfigError
@@ -167,7 +166,7 @@ BINDERS: dict[str, Callable[[Any, JobProfile, Path, str, Launched], Any]] = {
 
 
 def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path,
-               launched: dict[str, dict[str, str]] | None = None) -> BaseModel:
+               launched: dict[str, dict[str, str]] | None = None) -> Any:
     """The fault's params: the drill's, then what the fault takes from the job profile (once
     the job is launched, ``launched`` holds each node's placeholder values: a control plane's
     ``{port}``), then what a during_save trigger hands a fault that waits for the save itself."""
@@ -179,7 +178,7 @@ def job_params(spec: DrillSpec, job: JobProfile, run_dir: Path,
         raise ConfigError(f"{spec.fault.type}: its heal waits for the job to stop (restore_after puts the checkpoint "
                           "folder back), and a drill never stops a job it attached to; drop restore_after, or "
                           "let the drill launch the job")
-    if fault.needs_checkpoint and params.checkpoint is None:
+    if fault.needs_checkpoint and getattr(params, "checkpoint", None) is None:
         raise ConfigError(f"{spec.fault.type} needs the job's checkpoints: the job profile has no checkpoint: "
                           "{dir, layout}, and the drill's params name none")
     during = spec.fault.trigger.during_save

@@ -26,7 +26,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Literal, Protocol
+from typing import Any, Callable, Iterable, Literal, Protocol
 
 import psutil
 
@@ -161,7 +161,7 @@ class DrillRunner:
         self.handles: list[Handle] = []  # every fault's, in the order they were injected
         self.use(spec)
         self.progress = Progress(self.history, self.tick)
-        self.launched = None
+        self.launched: Any = None  # the job the drill started (NodeJobs, a Slurm job), if it did
         self.attached: ProcRef | None = None
         self.probes: list[Probe] = []
         self.targets: list[ProcRef] = []
@@ -171,7 +171,7 @@ class DrillRunner:
         self.held_signals: list[tuple[float, str]] = []
 
     # --- helpers -------------------------------------------------------------------------
-    def record(self, kind: str, **data: object) -> Event:
+    def record(self, kind: str, **data: Any) -> Event:
         return self.history.record(HARNESS, kind, **data)
 
     def job_exit_code(self) -> int | None:
@@ -267,12 +267,12 @@ class DrillRunner:
                         else traceback.format_exception(exc, limit=12))
         finally:
             self._holding = True
-            for step, action in (("teardown", self.teardown), ("heal", self.nemesis.heal), ("close", self._close)):
+            for phase, action in (("teardown", self.teardown), ("heal", self.nemesis.heal), ("close", self._close)):
                 try:
                     action()
                 except Exception as exc:  # recorded; the steps after it still run
-                    text = f"{step}: {exc.__class__.__name__}: {exc}"
-                    self.record("harness.error", phase=step, detail=text)
+                    text = f"{phase}: {exc.__class__.__name__}: {exc}"
+                    self.record("harness.error", phase=phase, detail=text)
                     if error is None:
                         error, kind = text, "harness"
             # after teardown: a Ctrl-C held while the job was being stopped counts too (a suite,

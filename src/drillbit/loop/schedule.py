@@ -34,11 +34,11 @@ def select_targets(ranks: list[ProcRef], targets: Targets, on_nodes: list[str] |
         missing = wanted - {r.rank for r in chosen}
         if missing:  # the drill's targets do not fit this job: a description problem (exit 2)
             raise ConfigError(f"target ranks {sorted(missing)} not found; the job has ranks "
-                              f"{sorted(r.rank for r in ranks)} (set the drill's targets for this job)")
+                              f"{sorted(r.rank for r in ranks if r.rank is not None)} (set the drill's targets for this job)")
         return chosen
     if len(pool) < targets.count:
         raise ConfigError(f"{targets.count} target(s) wanted but only {len(pool)} eligible rank(s) were found: the job "
-                          f"has ranks {sorted(r.rank for r in ranks)}, and the drill excludes ranks "
+                          f"has ranks {sorted(r.rank for r in ranks if r.rank is not None)}, and the drill excludes ranks "
                           f"{sorted(targets.exclude_ranks)} and nodes {sorted(targets.exclude_nodes)} (set the drill's "
                           "targets for this job, e.g. targets: {ranks: [0]})")
     if targets.select == "first":
@@ -69,7 +69,7 @@ def check_blast_radius(targets: list[ProcRef], ranks: list[ProcRef], radius: Bla
 
 
 def choose_targets(nodes: "Nodes", job: JobProfile, spec: DrillSpec, attach: ProcRef | None,
-                   max_targets: int | None, found: Callable[[list[ProcRef]], None] | None = None,
+                   max_targets: int | None, found: Callable[[list[ProcRef]], object] | None = None,
                    on_nodes: list[str] | None = None) -> list[ProcRef]:
     """Find the job's ranks on every node and pick the fault's targets, refusing a choice
     wider than the drill's blast radius — the same for a drill and for its --dry-run."""

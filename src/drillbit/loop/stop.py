@@ -17,6 +17,8 @@ every condition to be live, and the drill is aborted with nothing injected when 
 """
 from __future__ import annotations
 
+from typing import Any
+
 import math
 import time
 
@@ -111,7 +113,7 @@ class StopWatch(Poller):
         """The conditions that have not read healthy since the steady state (they cannot brake yet)."""
         return [label(c) for c, live in zip(self.conditions, self._live) if not live]
 
-    def _fire(self, cond: StopCondition, reason: str, **data: object) -> str:
+    def _fire(self, cond: StopCondition, reason: str, **data: Any) -> str:
         self.fired = reason
         self.history.record(HARNESS, "stop.fired", condition=label(cond), query=cond.prometheus, reason=reason, **data)
         return reason

@@ -85,7 +85,7 @@ class Arrival(Strict):
         return self
 
     def gap(self, rng: random.Random) -> float:
-        return float(self.interval) if self.process == "fixed" else rng.expovariate(1.0 / float(self.mtbi or 1.0))
+        return float(self.interval or 0.0) if self.process == "fixed" else rng.expovariate(1.0 / float(self.mtbi or 1.0))
 
 
 class CauseMix(Strict):
@@ -111,8 +111,8 @@ def cause_weights(c: "CampaignSpec") -> tuple[list[float], dict[str, Any]]:
 
     scenario = load_scenario(c.mix.scenario)
     listed = {f.type for f in c.faults}
-    by_fault: dict[str, int] = {}
-    undrilled: dict[str, int] = {}
+    by_fault: dict[str, float] = {}
+    undrilled: dict[str, float] = {}
     for cause, info in scenario.causes.items():
         fault = c.mix.map.get(cause) or next(t for key, t in DEFAULT_CAUSE_FAULTS if key in cause)
         if fault in listed:

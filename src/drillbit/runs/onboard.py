@@ -119,7 +119,7 @@ class Watcher:
                     if tally.sample is None:
                         tally.sample, tally.fields = line.strip()[:300], data
                     if tally.kind == "step" and isinstance(data.get("n"), int):
-                        n = data["n"]
+                        n = int(data["n"])
                         if not self.steps or self.steps[-1][1] != n:
                             self.steps.append((t, n))
                 if not matched and len(self.unmatched) < 5 and line.strip():

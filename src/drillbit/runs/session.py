@@ -234,6 +234,8 @@ def rerender(run_dir: Path) -> dict[str, Any]:
         baseline = Baseline.from_json(json.loads((run_dir / "baseline.json").read_text()))
     result = check(spec, history, baseline=baseline, scenarios=scenarios_for(spec))
     start = history.first("drill.start")
+    if start is None:
+        raise DrillError(f"{run_dir}: its history has no drill.start; it is not a drill's run folder")
     end = history.last("drill.end")
     inject = history.first("fault.inject")  # the params the drill really used (paths filled in)
     params = inject.data.get("params", spec.fault.params) if inject else spec.fault.params

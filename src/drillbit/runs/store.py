@@ -70,6 +70,7 @@ class Store:
                 (payload["drill"], payload["cluster"], payload["job"], payload["verdict"], payload.get("started_at"),
                  payload.get("finished_at"), run_dir, m.get("time_to_detect"), m.get("time_to_first_step"),
                  m.get("lost_steps"), m.get("goodput"), json.dumps(payload)))
+        assert cur.lastrowid is not None  # an INSERT just ran
         return int(cur.lastrowid)
 
     def baseline(self, drill: str, cluster: str, job: str, runs: int = RUNS) -> Baseline | None:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from drillbit.core.verdicts import Verdict
 from drillbit.spec.checkpoints import CheckpointSpec, SavedTier, Tier
 from drillbit.spec.models import Duration, Span, Strict, compile_regex, launcher_regex
 from drillbit.spec.signals import Signal
@@ -27,6 +28,8 @@ def _regex(name: str, value: str | None) -> None:
     if value is not None:
         compile_regex(value, name)
 
+
+_ALL_BUT_PASS: list[Verdict] = ["fail", "inconclusive", "aborted"]
 
 class SshHost(Strict):
     name: str = Field(description="the node's name in reports (e.g. the Slurm node name)")
@@ -400,8 +403,8 @@ class Notify(Strict):
     webhook: str = Field(description="the URL posted to (http or https; a Slack hook's URL holds its secret: the "
                                      "run folder records only its host)")
     format: Literal["json", "slack"] = Field("json", description="json: drillbit's own body; slack: {text: ...}")
-    send_on: list[Literal["pass", "fail", "inconclusive", "aborted"]] = Field(
-        default_factory=lambda: ["fail", "inconclusive", "aborted"],
+    send_on: list[Verdict] = Field(
+        default_factory=lambda: _ALL_BUT_PASS.copy(),
         description="the verdicts that are sent (default: all but pass; named send_on, since YAML reads a bare on: as true)")
     report_url: str | None = Field(None, description="where the reports folder is served: the message links "
                                                      "REPORT_URL/RUN_FOLDER/report.html instead of the local path")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, TextIO
+from typing import IO, Any
 
 from drillbit.core.errors import DrillError
 from drillbit.transport.client import AgentClient
@@ -25,7 +25,7 @@ class JsonLinesClient(AgentClient):
         self._waiting: dict[int, tuple[threading.Event, list]] = {}
         self.closed = threading.Event()
 
-    def _begin(self, out: TextIO, inp: TextIO, greeting_timeout: float = 60.0) -> None:
+    def _begin(self, out: IO[str], inp: IO[str], greeting_timeout: float = 60.0) -> None:
         """Start reading ``inp``; wait for the server's greeting (id 0): it started."""
         self._out, self._in = out, inp
         first: tuple[threading.Event, list] = (threading.Event(), [])
@@ -45,7 +45,7 @@ class JsonLinesClient(AgentClient):
                     reply = json.loads(line)
                 except ValueError:
                     continue
-                slot = self._waiting.pop(reply.get("id"), None) if isinstance(reply, dict) else None
+                slot = self._waiting.pop(reply.get("id", -1), None) if isinstance(reply, dict) else None
                 if slot is not None:
                     slot[1].append(reply)
                     slot[0].set()

@@ -75,7 +75,7 @@ def use(token: str) -> None:
     _USED = token
     try:
         import_ray()  # Ray's environment before Ray: this may be the first import of it
-        from ray._raylet import Config
+        from ray._raylet import Config  # type: ignore[attr-defined]  # Ray's compiled module
 
         Config.initialize("")  # Ray's RayConfig read again, so this process is in token mode too
     except (ImportError, AttributeError):  # an older Ray without token authentication
@@ -92,7 +92,7 @@ def check(address: str, cluster: str, source: str, sent: bool) -> None:
     (``ray.init`` would retry for 20 s, then report a lost connection)."""
     try:
         import_ray()
-        from ray._raylet import GcsClient
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]
         from ray.exceptions import AuthenticationError
     except ImportError:
         return

@@ -340,14 +340,12 @@ class SlurmNodes(Nodes):
         still runs there left the fault in place, and that is said."""
         node = handle.target.node or "?"
         try:
-            info = self.slurm.job(self.job_id)
+            info = self.slurm.job(self.job_id or "")
         except DrillError as exc:
             return HealReport(healed=False, verified=False, t=time.time(),
                               detail=f"the agent on {node} is gone and Slurm could not be asked about job "
                                      f"{self.job_id} ({exc}); check the node by hand")
-        running_there = info is not None and info.state in ("RUNNING", "SUSPENDED", "COMPLETING") \
-            and node in info.nodes
-        if running_there:
+        if info is not None and info.state in ("RUNNING", "SUSPENDED", "COMPLETING") and node in info.nodes:
             return HealReport(healed=False, verified=False, t=time.time(),
                               detail=f"the agent on {node} is gone but job {self.job_id} still runs there "
                                      f"({info.state}): {handle.fault} may still be in place; run `python -m "

@@ -36,10 +36,10 @@ def cadence(save_seconds: float, mtbf_text: str, detect_text: str, restart_text:
     """Young's and Daly's optimal checkpoint intervals, overhead and expected lost work."""
     from drillbit.judging.fleet.cadence import cadence as compute
 
-    mtbf = _duration(mtbf_text, "--mtbf")
+    mtbf = _duration(mtbf_text, "--mtbf") or 0.0
     try:
-        c = compute(save_seconds, mtbf, detect_s=_duration(detect_text, "--detect"),
-                    restart_s=_duration(restart_text, "--restart"),
+        c = compute(save_seconds, mtbf, detect_s=_duration(detect_text, "--detect") or 0.0,
+                    restart_s=_duration(restart_text, "--restart") or 0.0,
                     actual_interval_s=_duration(interval_text, "--interval"))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

@@ -18,6 +18,8 @@ Only what the stack said after the fault and before observation ended counts.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
 from drillbit.core.history import Event
@@ -64,7 +66,7 @@ def attribute(events: list[Event], t0: float, hurts: str = "rank", verb: str = "
     """The attribution of one fault; None when the stack said nothing that blames anyone
     and printed no membership (it cannot be judged, and is not a stack that attributes)."""
     injects = [e for e in events if e.kind == "fault.inject"]
-    table = next((e.data.get("ranks", []) for e in reversed(events) if e.kind == "job.ranks" and e.t <= t0 + 1), [])
+    table: list[dict[str, Any]] = next((e.data.get("ranks", []) for e in reversed(events) if e.kind == "job.ranks" and e.t <= t0 + 1), [])
     rank_of_pid = {int(r["pid"]): r["rank"] for r in table if r.get("pid") is not None}
     rank_of_pid.update({int(e.data["pid"]): e.rank for e in injects if e.data.get("pid") is not None})
     node_of_rank = {r["rank"]: r.get("node") for r in table}
@@ -112,7 +114,7 @@ def attribute(events: list[Event], t0: float, hurts: str = "rank", verb: str = "
                 item for value in e.data.values() if isinstance(value, list) for item in value if isinstance(item, dict)]
             for c in named:
                 rank, pid = c.get("rank"), c.get("pid")
-                if rank is None and str(pid).isdigit():
+                if rank is None and pid is not None and str(pid).isdigit():
                     rank = rank_of_pid.get(int(pid))
                 blame(rank, c.get("blamed_node") if rank is None else None, who)
         elif e.kind == "straggler":

@@ -105,7 +105,7 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
     for save in history.of("ckpt.save"):
         t1, t0 = save.t, save.t - float(save.data.get("seconds", 0.0))
         inside = _overlap(t0, t1, start, end)
-        if d0 is not None:
+        if d0 is not None and d1 is not None:
             inside -= _overlap(t0, t1, max(d0, start), min(d1, end))
         led.checkpoint_save_s += max(0.0, inside)
     slowdown = 0.0

@@ -320,7 +320,7 @@ def measure(history: History) -> Measurements:
         m.time_to_restore = restore.t - t0
         step = restore.data.get("step")  # a stack that names only the path (Lightning's last.ckpt)
         m.restored_step = int(step) if step is not None else None
-        marker, floor = restore.t, m.restored_step if step is not None else 0
+        marker, floor = restore.t, (m.restored_step or 0) if step is not None else 0
         if restore.data.get("digest") and m.restored_step is not None:
             m.restored_digest = str(restore.data["digest"])
             saved = [e for e in events if e.kind == "ckpt.save" and e.t <= restore.t and e.data.get("digest")
@@ -374,8 +374,8 @@ def saved_step(events: list[Event], path: str, before: float, kind: str = "ckpt.
     (or, where the lines name no path, the last one with a step)."""
     saves = [e for e in events if e.kind == kind and e.t <= before and e.data.get("step") is not None]
     named = [e for e in saves if e.data.get("path") and relation(str(e.data["path"]), path) == "same"]
-    pick = (named or [e for e in saves if not e.data.get("path")] or [None])[-1]
-    return int(pick.data["step"]) if pick is not None else None
+    picked = named or [e for e in saves if not e.data.get("path")]
+    return int(picked[-1].data["step"]) if picked else None
 
 
 def job_errors(events: list[Event], t0: float, restarts_at: list[float]) -> list[JobError]:
@@ -445,11 +445,11 @@ def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: f
         # a tier with no folder (shared memory): the newest step the job said it saved there
         saves = [e for e in events if e.kind == "ckpt.save" and e.t <= t0 and e.data.get("tier") == name
                  and e.data.get("step") is not None]
-        copy = f"{name} (the job's saves)"
-        tiers[name] = {copy: max(int(e.data["step"]) for e in saves)} if saves else {}
+        said = f"{name} (the job's saves)"
+        tiers[name] = {said: max(int(e.data["step"]) for e in saves)} if saves else {}
         took_node = confirmed.data.get("hurts") == "node"
         if saves and (took_node or (lost_with == "process" and confirmed.data.get("expects") == "crash")):
-            lost.add(copy)
+            lost.add(said)
     m.lost_copies = sorted(lost)
     best: tuple[int, str] | None = None
     for tier, copies in tiers.items():

@@ -236,7 +236,7 @@ def judge_damaged_restore(events: list[Event], t_damage: float, evidence: FileDa
     yes = [w for w in witnesses if w.loaded is True]
     no = [w for w in witnesses if w.loaded is False]
     resumed_ok = first_step is not None
-    reads = witnesses[0]
+    first = witnesses[0]  # the reads witness, always first
     past = _resumed_past(step, restore, first_step)
     if no and not yes and evidence.saved_since and past is not None:
         saved = ", ".join(f"{_short(p, root)}" + (f" (step {s})" if s is not None else "")
@@ -252,9 +252,9 @@ def judge_damaged_restore(events: list[Event], t_damage: float, evidence: FileDa
         why = "; ".join(w.says for w in yes) + silent
     elif no and not yes:
         answer, why = False, "; ".join(w.says for w in no) + silent
-    elif yes and no and reads.loaded is False and reads.says.startswith("no process opened"):
+    elif yes and no and first.loaded is False and first.says.startswith("no process opened"):
         answer = False
-        why = f"{reads.says}, so it cannot have loaded it (although " + "; ".join(f"{w.name}: {w.says}" for w in yes) + ")"
+        why = f"{first.says}, so it cannot have loaded it (although " + "; ".join(f"{w.name}: {w.says}" for w in yes) + ")"
     elif yes and no:
         answer = None
         why = ("the witnesses disagree: " + "; ".join(f"{w.name} says {'loaded' if w.loaded else 'not loaded'} "

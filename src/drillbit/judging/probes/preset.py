@@ -62,7 +62,7 @@ class Matcher:
         """(kind, time from the line or None, data) for every signal the line matches. The
         data says where the time came from (t_source: line or read); a line whose time
         cannot be read is kept, with the time it was read."""
-        hits = []
+        hits: list[tuple[str, float | None, dict]] = []
         for sig, rx, lists in self._signals:
             if sig.kind == "error" and any(kind == "error" for kind, _, _ in hits):
                 continue  # one error per line: the first pattern that names it

@@ -63,6 +63,7 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
     table = Table(title="Recovery", show_edge=False)
     table.add_column("measurement")
     table.add_column("value", justify="right")
+    rows: tuple[tuple[str, str], ...]
     if m.get("expects") == "slow":
         rows = (("target_slowdown", ""), ("slowdown_achieved", ""), ("time_to_straggler", "s"),
                 ("straggler_rank", ""), ("straggler_node", ""), ("target_ranks", ""), ("fleet_tax", ""),

@@ -80,7 +80,8 @@ class Family:
     kind: str  # gauge, counter, stateset
     help: str
     unit: str = ""
-    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+    # (labels, value) or, in a backfill, (labels, value, the time of its run)
+    samples: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 def _epoch(iso: str | None) -> float | None:
@@ -161,7 +162,7 @@ def families(latest: list[dict[str, Any]], counts: dict[tuple[str, ...], dict[st
     return list(out.values())
 
 
-def series_key(result: dict[str, Any]) -> tuple[str, str, str, str]:
+def series_key(result: dict[str, Any]) -> tuple[str, ...]:
     return (result["drill"], result["job"], result["cluster"], (result.get("fault") or {}).get("type", ""))
 
 

@@ -30,7 +30,7 @@ class Heading:
 @dataclass
 class Table:
     head: Sequence[str]
-    rows: list[Sequence[str]]
+    rows: Sequence[Sequence[Any]]
     right: frozenset[str] = frozenset()   # columns of numbers, aligned right
     tones: list[str | None] | None = None  # per row
 
