@@ -47,7 +47,7 @@ def stream(devs: list[float], rng: random.Random, slow: int | None, slowdown: fl
 
 def named_within(rule, devs, rng, slow, slowdown) -> bool:
     det = rule()
-    for n, row in enumerate(stream(devs, rng, slow, slowdown, HORIZON)):
+    for _n, row in enumerate(stream(devs, rng, slow, slowdown, HORIZON)):
         for r, t in enumerate(row):
             det.observe(r, t)
         hits = det.evaluate()
@@ -74,7 +74,8 @@ def main() -> None:
     devs = real_deviations(args.steps)
     spread = statistics.pstdev(devs)
     print(f"noise from {len(devs)} real compute times of the reference job: sd {spread:.3%}")
-    print(f"{'slowdown':>9}  {'fleet-median named':>19}  {'NVRx (0.75) named':>18}   ({args.runs} runs, 1 of {RANKS} ranks, within {HORIZON} steps)")
+    print(f"{'slowdown':>9}  {'fleet-median named':>19}  {'NVRx (0.75) named':>18}   "
+          f"({args.runs} runs, 1 of {RANKS} ranks, within {HORIZON} steps)")
     rules = {"fleet-median": FleetMedianDetector, "nvrx": NVRxRule}
     for slowdown in (0.01, 0.02, 0.03, 0.05, 0.10):
         shares = {}

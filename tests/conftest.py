@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-MARKERS = ("drillbit.fixtures.reference", "drillbit.agent", "drillbit.transport", "drillbit.fixtures.stacks", "ray::", "gcs_server",
+MARKERS = ("drillbit.fixtures.reference", "drillbit.agent", "drillbit.transport", "drillbit.fixtures.stacks", "ray::",
+    "gcs_server",
            "raylet", "ray/dashboard", "ray/autoscaler", "log_monitor.py", "sshd -D",
            "torchft_lighthouse", "ft_launcher", "dlrover-run", "dlrover.python", "slurmctld", "slurmd ", "slurmstepd",
            "munged", "etcd --name rdzv", "drillbit.transport.netcluster", "prometheus --config.file",
@@ -116,7 +117,7 @@ def alone_or_together(request):
     if run is None:
         folder = _lock_folder(RUN)
         folder.mkdir(mode=0o700, exist_ok=True)
-        run = open(folder / "run.lock", "a+")
+        run = open(folder / "run.lock", "a+")  # noqa: SIM115 (held, with its lock, for the test's life)
         with open(folder / "gate.lock", "a+") as gate:
             fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
             try:

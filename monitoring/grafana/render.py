@@ -121,7 +121,7 @@ class Renderer:
             y = 4 + i * lane
             name = legend(p["targets"][0].get("legendFormat", ""), s["metric"])
             points = [(float(t), v) for t, v in s["values"]]
-            for (t, v), nxt in zip(points, points[1:] + [(self.end, None)]):
+            for (t, v), nxt in zip(points, points[1:] + [(self.end, None)], strict=False):
                 color = maps.get(v, (v, "#555"))[1]
                 x0, x1 = self.x(t, w) + 120, self.x(nxt[0], w) + 120
                 parts.append(f'<rect x="{min(x0, w - 2):.1f}" y="{y:.1f}" width="{max(1.0, min(x1, w) - x0):.1f}" '
@@ -163,7 +163,8 @@ class Renderer:
                     color, dash = PALETTE[color_i % len(PALETTE)], ""
                     color_i += 1
                 parts.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
-                legends.append(f'<span style="color:{color}">&#9632; {html.escape(legend(target.get("legendFormat", ""), s["metric"]))}</span>')
+                name = html.escape(legend(target.get("legendFormat", ""), s["metric"]))
+                legends.append(f'<span style="color:{color}">&#9632; {name}</span>')
         if band:
             legends.append('<span style="color:#73bf69">&#9632; baseline band</span>')
         parts.append(self.axis(w, h) + "</svg>")
@@ -213,7 +214,8 @@ body {{ background:#111217; color:#ccccdc; font:13px -apple-system, 'Segoe UI', 
 table {{ width:100%; border-collapse:collapse; font-size:12px; }} th, td {{ padding:3px 6px; text-align:left;
   border-bottom:1px solid #2c2f36; }} th {{ color:#8e8e9e; font-weight:500; }}
 .tick {{ fill:#8e8e9e; font-size:10px; }} .label {{ fill:#ccccdc; font-size:11px; }} .grid {{ stroke:#2c2f36; }}
-.legend {{ padding:0 8px 2px; font-size:11px; height:16px; overflow:hidden; white-space:nowrap; }} .legend span {{ margin-right:10px; }}
+.legend {{ padding:0 8px 2px; font-size:11px; height:16px; overflow:hidden; white-space:nowrap; }} .legend span {{
+margin-right:10px; }}
 .stat {{ display:inline-block; margin:6px 24px; text-align:center; }} .big {{ font-size:34px; font-weight:600; }}
 </style></head><body><div class="head">{html.escape(self.dashboard["title"])}<small>{span} · drawn by
 monitoring/grafana/render.py from the dashboard JSON, each query run on a real Prometheus</small></div>

@@ -122,7 +122,8 @@ class FakeAgent:
                 raise RuntimeError(f"fake failure in {method}")
             reply = getattr(self, f"_{method}")(request)
         except Exception as exc:
-            return api.Envelope(error=api.RemoteError(kind="failed", message=f"{type(exc).__name__}: {exc}")).model_dump(mode="json")
+            return api.Envelope(error=api.RemoteError(kind="failed",
+                message=f"{type(exc).__name__}: {exc}")).model_dump(mode="json")
         assert isinstance(reply, spec.reply)
         return api.Envelope(ok=reply.model_dump(mode="json")).model_dump(mode="json")
 

@@ -86,9 +86,8 @@ class PromStack:
         return f"http://127.0.0.1:{self.ports['prometheus']}"
 
     def _start(self, argv: list[str], log: str, ready: str) -> None:
-        out = open(self.folder / log, "w")
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.folder)
-        out.close()
+        with open(self.folder / log, "w") as out:  # the server keeps its own copy
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.folder)
         self.procs.append(proc)
         _wait_http(ready, proc)
 

@@ -59,8 +59,8 @@ UsePAM no
     name = listen if port == 22 else f"[{listen}]:{port}"
     (base / "known_hosts").write_text(f"{name} {host_pub[0]} {host_pub[1]}\n")
     argv = [SSHD, "-D", "-e", "-f", str(base / "sshd_config")]
-    proc = subprocess.Popen(wrap(argv) if wrap else argv, stdout=open(base / "sshd.log", "ab"),
-                            stderr=subprocess.STDOUT)
+    with open(base / "sshd.log", "ab") as log:  # sshd keeps its own copy
+        proc = subprocess.Popen(wrap(argv) if wrap else argv, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 15
     while time.time() < deadline:
         if (reachable or _answers)(listen, port):

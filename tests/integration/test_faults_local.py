@@ -152,9 +152,8 @@ def test_dead_mans_switch_heals_after_controller_sigkill(tmp_path, ranks):
 
 
 def test_lease_refuses_second_holder_and_expires_with_dead_holder(tmp_path):
-    with Lease("c1", holder="drill a"):
-        with pytest.raises(LeaseError, match="held by drill a"):
-            Lease("c1", holder="drill b").acquire()
+    with Lease("c1", holder="drill a"), pytest.raises(LeaseError, match="held by drill a"):
+        Lease("c1", holder="drill b").acquire()
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import time
         from drillbit.core.lease import Lease

@@ -26,7 +26,8 @@ def config(tmp_path: Path, *extra: str, step_signal: bool = True) -> Path:
     job = {"presets": ["drillbit", "torchrun"] if step_signal else ["torchrun"],
            "launch": {"command": command, "env": {"DRILLBIT_EVENTS": "{run_dir}/events.log", "LOGLEVEL": "INFO"}},
            "ranks": {"cmdline": "own_loop\\.py", "exclude_cmdline": "torch\\.distributed\\.run"},
-           "logs": ["{run_dir}/events.log", "{run_dir}/job.out"], "checkpoint": {"dir": "{run_dir}/ckpt", "layout": "glob", "glob": "step_*.json", "step_regex": "step_(\\d+)"}}
+           "logs": ["{run_dir}/events.log", "{run_dir}/job.out"], "checkpoint": {"dir": "{run_dir}/ckpt",
+               "layout": "glob", "glob": "step_*.json", "step_regex": "step_(\\d+)"}}
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "drill.yaml"
     path.write_text(json.dumps({"jobs": {"mine": job}}))

@@ -168,8 +168,8 @@ def test_deadman_heals_when_the_controller_is_sigkilled(tmp_path):
     assert heal["t"] - killed_at < 3 + 5  # the dead-man deadline plus a poll and a heal (controller's clock)
     # the job recovers: steps after the heal, made by the ranks the controller left stopped
     events = run_dir / "job" / "events.log"
-    _wait_for(lambda: any(l.startswith("t=") and " kind=step " in l and float(l.split()[0][2:]) > heal["t"]
-                          for l in events.read_text().splitlines()), 30, "a step after the heal")
+    _wait_for(lambda: any(line.startswith("t=") and " kind=step " in line and float(line.split()[0][2:]) > heal["t"]
+                          for line in events.read_text().splitlines()), 30, "a step after the heal")
     # then the agents stop the job, and the keeper takes the cluster down
     for node in ("node-0", "node-1"):
         _wait_for(lambda n=node: (run_dir / f"agent-{n}.deadman.jsonl").exists() and "orphan.done" in

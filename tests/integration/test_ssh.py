@@ -103,7 +103,7 @@ def run(drill: str, tmp_path: Path, config: Path, job: str = "reference") -> tup
 def test_kill_rank_over_ssh_passes_like_the_other_engines(tmp_path, sshd):
     payload, run_dir = run("kill-rank-fast", tmp_path, ssh_config(tmp_path, sshd, password="hunter2-not-used"))
     assert payload["verdict"] == "pass", payload["reasons"]
-    events = [json.loads(l) for l in (run_dir / "history.jsonl").read_text().splitlines()]
+    events = [json.loads(line_) for line_ in (run_dir / "history.jsonl").read_text().splitlines()]
     assert {e["node"] for e in events if e["kind"] == "agent.ready"} == {"host-0", "host-1"}
     inject = next(e for e in events if e["kind"] == "fault.inject")
     assert inject["rank"] == 2 and inject["node"] in ("host-0", "host-1")  # rendezvous order places ranks
@@ -126,7 +126,7 @@ def test_unknown_host_key_is_refused_and_nothing_runs(tmp_path, sshd):
     assert payload["verdict"] in ("aborted", "error")
     text = " ".join(payload["reasons"]) + (payload.get("error") or "")
     assert "host-0" in text and "known_hosts" in text
-    kinds = [json.loads(l)["kind"] for l in (run_dir / "history.jsonl").read_text().splitlines()]
+    kinds = [json.loads(line_)["kind"] for line_ in (run_dir / "history.jsonl").read_text().splitlines()]
     assert "job.launch" not in kinds
 
 

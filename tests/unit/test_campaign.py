@@ -37,7 +37,7 @@ def test_a_campaign_injects_heals_and_measures_each_fault(tmp_path):
     assert outcome.error is None and agent.active == {} and agent.stopped
     segs = faults.segments
     assert len(segs) >= 3 and all(s["confirmed"] for s in segs)
-    assert all(a["t_end"] <= b["t_start"] for a, b in zip(segs, segs[1:]))  # sequential: one fault at a time
+    assert all(a["t_end"] <= b["t_start"] for a, b in zip(segs, segs[1:], strict=False))  # sequential: one fault at a time
     report = judge(c, outcome.history, segs)
     assert report["faults"] == len(segs) and report["verdict"] == "pass", report["per_fault"]
     assert all(r["lost_steps"] is not None and r["lost_steps"] < 5 for r in report["per_fault"])

@@ -130,7 +130,7 @@ def drill_lines() -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("where,line", drill_lines(), ids=[f"{w}:{l[:40]}" for w, l in drill_lines()])
+@pytest.mark.parametrize("where,line", drill_lines(), ids=[f"{w}:{line[:40]}" for w, line in drill_lines()])
 def test_every_drill_command_shown_parses(where, line, monkeypatch):
     monkeypatch.chdir(ROOT)
     parse_drill_command(line, where)
@@ -283,7 +283,7 @@ def test_fill_replaces_between_the_marks_and_adds_a_missing_end_mark():
 
 def test_the_learning_path_pages_each_end_with_their_next_step():
     path = ["getting-started", "own-job", "gating", "gameday", "prometheus"]
-    for page, following in zip(path, path[1:]):
+    for page, following in zip(path, path[1:], strict=False):
         text = (ROOT / "docs" / f"{page}.md").read_text()
         assert "\n## Next\n" in text, page
         assert f"({following}.md" in text.split("\n## Next\n", 1)[1], (page, following)

@@ -36,7 +36,8 @@ jobs:
     ranks: {cmdline: 'train\\.py'}
     logs: ["{run_dir}/job.out"]
     launcher: 'torchrun'
-    checkpoint: {dir: "{run_dir}/ckpt", layout: custom, glob: "step_*", step_regex: 'step_(\\d+)', marker: done, metadata: meta.json}
+    checkpoint:
+      {dir: "{run_dir}/ckpt", layout: custom, glob: "step_*", step_regex: 'step_(\\d+)', marker: done, metadata: meta.json}
     signals:
       - kind: step
         pattern: '^(?P<t>\\S+ \\S+) step (?P<n>\\d+)'
@@ -169,7 +170,7 @@ def test_a_second_cluster_key_does_not_silently_drop_protected(tmp_path):
 
 def test_an_alias_bomb_is_refused_in_under_a_second(tmp_path):
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=False))
     assert len(bomb.encode()) < 400
     t0 = time.perf_counter()
     [msg] = problems(load_config, tmp_path, bomb)

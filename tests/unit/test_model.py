@@ -1,4 +1,5 @@
-"""Checkpoint cadence and the fleet simulator against the published numbers (Daly 2006; BLOOM's chronicles; OPT-175B's logbook)."""
+"""Checkpoint cadence and the fleet simulator against the published numbers (Daly 2006; BLOOM's chronicles;
+OPT-175B's logbook)."""
 from __future__ import annotations
 
 import math

@@ -86,8 +86,8 @@ def test_html_report_renders_timeline_in_headless_chromium(tmp_path):
     history = kill_pass_history()
     render.write_all(tmp_path, payload_for(history), history)
     pixels = _screenshot(tmp_path / "report.html", "1000,700")
-    blue = sum(1 for p in pixels if all(abs(a - b) < 40 for a, b in zip(p, STEP_BLUE)))
-    shaded = sum(1 for p in pixels if all(abs(a - b) < 12 for a, b in zip(p, (0xFE, 0xCA, 0xCA))))
+    blue = sum(1 for p in pixels if all(abs(a - b) < 40 for a, b in zip(p, STEP_BLUE, strict=False)))
+    shaded = sum(1 for p in pixels if all(abs(a - b) < 12 for a, b in zip(p, (0xFE, 0xCA, 0xCA), strict=False)))
     distinct = len(set(pixels[:: 7]))
     assert distinct > 20, "the page rendered blank"
     assert blue > 500, f"the step line is not drawn ({blue} step-blue pixels)"
@@ -220,7 +220,7 @@ def test_trends_page_renders_runs_and_the_baseline_in_headless_chromium(tmp_path
 
     def near(hex_color: str, tol: int) -> int:
         rgb = tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-        return sum(1 for p in pixels if all(abs(a - b) < tol for a, b in zip(p, rgb)))
+        return sum(1 for p in pixels if all(abs(a - b) < tol for a, b in zip(p, rgb, strict=False)))
 
     assert near(COLORS["pass"], 30) > 200, "the passing runs' dots are not drawn"
     assert near(COLORS["fail"], 30) > 40, "the failing run's dot is not drawn"

@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-COUNT = "import sys, pathlib; p = pathlib.Path(sys.argv[1]); p.write_text(p.read_text() + 'x') if p.exists() else p.write_text('x'); sys.exit(int(sys.argv[2]))"
+COUNT = ("import sys, pathlib; p = pathlib.Path(sys.argv[1]); "
+         "p.write_text(p.read_text() + 'x') if p.exists() else p.write_text('x'); sys.exit(int(sys.argv[2]))")
 
 
 def respawn(*args: str) -> subprocess.CompletedProcess:

@@ -135,7 +135,7 @@ def test_a_save_between_the_choice_and_the_kill_makes_a_skip_unknown_not_a_pass(
     def with_save(since: dict) -> History:
         h = history(25, [read(T + 3, f"{newer}/mp_rank_00/model_optim_rng.pt")], {"path": ROOT, "step": 25})
         rows = [(e.t, e.kind, {**e.data, **({"rank": e.rank} if e.rank is not None else {})}) for e in h]
-        for i, (t, kind, data) in enumerate(rows):
+        for _i, (_t, kind, data) in enumerate(rows):
             if kind == "fault.confirmed":
                 damage = data["evidence"][0]["data"]
                 damage["checkpoints"] = {**damage["checkpoints"], newer: 25}

@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import time
+import contextlib
 
 PR_SET_CHILD_SUBREAPER = 36
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -98,10 +99,8 @@ def main(argv: list[str]) -> int:
 
     def pass_on(sig: int, _frame: object) -> None:
         if launcher:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(launcher[0], sig)
-            except ProcessLookupError:
-                pass
 
     for sig in PASSED_ON:
         signal.signal(sig, pass_on)

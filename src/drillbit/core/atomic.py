@@ -3,6 +3,7 @@ renamed over it. A reader (``drill report``, the guardian, ``drill heal``) never
 a result.json, report or registry, even when the writer is killed mid-write."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -12,10 +13,8 @@ def write_atomic(path: Path | str, text: str, mode: int = 0o644) -> Path:
     chmodded after). A link at the temporary name is refused (O_EXCL does not follow it)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # a leftover of a writer killed mid-write
-    except FileNotFoundError:
-        pass
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w") as fh:
         fh.write(text)
         fh.flush()

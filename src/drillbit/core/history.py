@@ -33,7 +33,7 @@ class History:
     def __init__(self, path: Path | None = None, events: Iterable[Event] = ()) -> None:
         self._events: list[Event] = list(events)
         self._lock = threading.Lock()
-        self._fh = open(path, "a", buffering=1) if path is not None else None
+        self._fh = open(path, "a", buffering=1) if path is not None else None  # noqa: SIM115 (open for the history's life)
         self._listeners: list[Any] = []
 
     def record(self, source: str, kind: str, *, t: float | None = None, node: str | None = None,

@@ -104,7 +104,7 @@ def shared_frames(stacks: list[RankStack], depth: int = 3) -> list[Frame]:
     if not paths:
         return []
     common: list[Frame] = []
-    for frames in zip(*paths):
+    for frames in zip(*paths, strict=False):
         first = frames[0]
         if all((f.name, f.file) == (first.name, first.file) for f in frames):
             common.append(first)

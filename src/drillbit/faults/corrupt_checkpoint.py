@@ -31,7 +31,8 @@ from pydantic import Field
 from drillbit.core.evidence import FileDamage
 from drillbit.spec.checkpoints import Checkpoint, CheckpointSpec, scan
 from drillbit.faults.base import Evidence, Fault, HealReport, Plan, PlanStep
-from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, this_run, data_of, discard, marker_of, metadata_of, pick, put_back,
+from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, this_run, data_of, discard,
+    marker_of, metadata_of, pick, put_back,
                                       sha256, take_aside, wait_gone, write_all)
 from drillbit.core.proc import ProcRef
 

@@ -37,6 +37,7 @@ from drillbit.faults.ckptfile import wait_gone
 from drillbit.core.proc import ProcRef
 from drillbit.spec.config import ReplacementHook
 from drillbit.spec.placeholders import expand
+import contextlib
 
 
 class ReplacementParams(Params):
@@ -198,8 +199,6 @@ class FailNodeReplacement(Fault[ReplacementParams, ReplacementState]):
             (shim_dir / name).unlink(missing_ok=True)
         shutil.rmtree(shim_dir / provider_shim.HUNG, ignore_errors=True)
         if state.created_dir:
-            try:
+            with contextlib.suppress(OSError):
                 shim_dir.rmdir()
-            except OSError:
-                pass
 

@@ -2,7 +2,8 @@
 
 SIGSTOP the rank: its peers wait in the all-reduce and spin, and no collective timeout
 fires for 10 min (NCCL) or 30 min (gloo) — BLOOM's 2022-04-30 hang cost ~18 h this way
-(bigscience train/tr11-176B-ml/chronicles.md; the NCCL and gloo process-group timeouts are PyTorch's defaults). Confirmed when the rank is in the stopped state and (``confirm_progress``)
+(bigscience train/tr11-176B-ml/chronicles.md; the NCCL and gloo process-group timeouts are PyTorch's defaults).
+Confirmed when the rank is in the stopped state and (``confirm_progress``)
 when the job's global progress stalls too. Heal: SIGCONT, then verify it runs again; a
 no-op when the rank is gone, and never sent to a process that reused its pid.
 """
@@ -41,7 +42,8 @@ class HangCollective(Fault[HangParams, HangState]):
     Params = HangParams
     State = HangState
     expects = "stall"
-    detected_by: ClassVar[tuple[str, ...] | None] = ("watchdog", "collective", "heartbeat")  # a stopped process stops heartbeating too
+    # a stopped process stops heartbeating too
+    detected_by: ClassVar[tuple[str, ...] | None] = ("watchdog", "collective", "heartbeat")
 
     def plan(self, targets: list[ProcRef], params: HangParams) -> Plan:
         return Plan(fault=self.name, targets=targets, action="SIGSTOP each target",

@@ -16,7 +16,8 @@ file events: the first pass of a sweep.
 
 The crash is the fault, so heal leaves the job's files as the crash left them. Right after
 the crash what the cut-short save wrote is copied into the drill's run folder, with a listing
-of the whole checkpoint folder (``keep_copy``), for the post-mortem, and the folder is judged: which checkpoints were complete when the job died (the newest of
+of the whole checkpoint folder (``keep_copy``), for the post-mortem, and the folder is judged: which checkpoints were
+complete when the job died (the newest of
 them is the best a restart could restore) and whether the save that was cut short left a
 visible, incomplete checkpoint. ``restore_after: true`` puts the folder back as it was when
 the fault was armed, after the drill (the job's later files are kept aside, not deleted).

@@ -1,7 +1,8 @@
 """kill-rank (fail-stop): SIGKILL or SIGTERM one or more rank processes.
 
 Models the ~2 machine losses a day on OPT-175B's 128 hosts and Llama 3's 419 unexpected
-interruptions in 54 days (metaseq projects/OPT/chronicles; the Llama 3 paper, arXiv 2407.21783, interruption table). Confirmed when the process is gone. Nothing to heal:
+interruptions in 54 days (metaseq projects/OPT/chronicles; the Llama 3 paper, arXiv 2407.21783, interruption table).
+Confirmed when the process is gone. Nothing to heal:
 bringing the rank back is the job's recovery path, which the drill judges.
 """
 from __future__ import annotations

@@ -54,7 +54,8 @@ def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
                                         exc.problems[0].message))
     if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
         problems.append(Problem(str(path), _line(lines, ("job",)), "job",
-                                f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs), "drill list --jobs")))
+                                f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs),
+                                    "drill list --jobs")))
     if problems:
         raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.path)))
     return spec
@@ -118,7 +119,8 @@ def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
     for loc, text in texts:
         bad = unknown(text)
         if bad:
-            out.append((loc, f"unknown placeholder {{{bad[0]}}}; drillbit fills {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"))
+            known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+            out.append((loc, f"unknown placeholder {{{bad[0]}}}; drillbit fills {known}"))
     if not any(s.kind == "step" for s in signals) and not job.heartbeat_file and \
             not any(p.kind == "step" for p in job.prometheus):
         out.append(((), "no step signal and no heartbeat_file: drillbit could not see the job make progress; add a "

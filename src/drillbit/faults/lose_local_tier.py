@@ -92,9 +92,9 @@ class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
     def confirm(self, target: ProcRef, params: LoseLocalTierParams, state: LoseLocalTierState) -> Evidence | None:
         if not wait_gone(target, params.confirm_timeout_s) or not os.path.isdir(state.aside):
             return None
-        return Evidence(t=state.t_killed or time.time(), what=f"rank {target.rank} is gone and its {params.tier} tier ({len(state.entries)} "
-                             f"entries) with it", data={"lost": state.folder, "tier": params.tier,
-                                                        "entries": state.entries})
+        return Evidence(t=state.t_killed or time.time(),
+                        what=f"rank {target.rank} is gone and its {params.tier} tier ({len(state.entries)} entries) with it",
+                        data={"lost": state.folder, "tier": params.tier, "entries": state.entries})
 
     def distrust(self, params: LoseLocalTierParams, state: LoseLocalTierState, scratch: Path | None, told: bool) -> str | None:
         """The folder is the one its params name; what was moved aside lies beside it, by the

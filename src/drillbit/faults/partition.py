@@ -3,7 +3,8 @@ on and off, or cap its bandwidth.
 
 Every process stays alive and heartbeating while a collective never completes: the hang that
 cost BLOOM ~18 h, and the network causes Llama 3 counts among its 419 unexpected
-interruptions (bigscience train/tr11-176B-ml/chronicles.md; the Llama 3 paper, arXiv 2407.21783, interruption table). A SIGSTOP (hang-collective) freezes the heartbeat threads too, so
+interruptions (bigscience train/tr11-176B-ml/chronicles.md; the Llama 3 paper, arXiv 2407.21783, interruption table).
+A SIGSTOP (hang-collective) freezes the heartbeat threads too, so
 only a partition tells a progress watchdog from a liveness one.
 
 The fault adds one nftables table of its own, ``inet drillbit_<id>``, in the network
@@ -45,11 +46,15 @@ FAMILY = "inet"
 
 class PartitionParams(Params):
     scope: Literal["node", "endpoint", "data"] = "node"
-    """node: every packet of the target's namespace except loopback; endpoint: only those to and from ``endpoint``; data: every packet except loopback and those to and from ``endpoint`` (the data network cut, the control plane still reachable)"""
+    """node: every packet of the target's namespace except loopback; endpoint: only those to and from ``endpoint``;
+    data: every packet except loopback and those to and from ``endpoint`` (the data network cut, the control plane
+    still reachable)"""
     endpoint: str | None = None
-    """scope endpoint: ``host`` or ``host:port`` (an IPv4 address) cut off from the target's node; scope data: the one left reachable"""
+    """scope endpoint: ``host`` or ``host:port`` (an IPv4 address) cut off from the target's node; scope data: the
+    one left reachable"""
     control_plane: str | None = None
-    """scope endpoint or data: instead of ``endpoint``, the job profile's control_plane entry of this name (the rendezvous store, a lighthouse, a master): its ``address``, filled in as ``endpoint`` once the job is launched"""
+    """scope endpoint or data: instead of ``endpoint``, the job profile's control_plane entry of this name (the
+    rendezvous store, a lighthouse, a master): its ``address``, filled in as ``endpoint`` once the job is launched"""
     direction: Literal["both", "in", "out"] = "both"
     """both ways, or only what the node receives (in) or sends (out)"""
     loss_pct: float = Field(100.0, gt=0, le=100)

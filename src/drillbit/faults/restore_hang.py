@@ -24,7 +24,8 @@ from pydantic import Field
 from drillbit.core.evidence import FileDamage
 from drillbit.spec.checkpoints import CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Plan, PlanStep
-from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, this_run, data_of, discard, pick, put_back, sha256, take_aside,
+from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, this_run, data_of, discard, pick,
+    put_back, sha256, take_aside,
                                       wait_gone)
 from drillbit.core.proc import ProcRef
 

@@ -75,13 +75,13 @@ class Nemesis:
         deadline = time.time() + self.fault.confirm_wait(self.params)
         while any(e is None for e in evidence) and time.time() < deadline:  # an armed fault: ask again
             progress.tick(0.1)
-            evidence = [e if e is not None else self.nodes.confirm(h) for h, e in zip(self.handles, evidence)]
+            evidence = [e if e is not None else self.nodes.confirm(h) for h, e in zip(self.handles, evidence, strict=False)]
         said = [e.data["unconfirmed"] for e in evidence if e is not None and e.data.get("unconfirmed")]
         if said:
             self.history.record(HARNESS, "fault.unconfirmed", reason="; ".join(said))
             return False
         if any(e is None for e in evidence):
-            missing = [h.target.rank for h, e in zip(self.handles, evidence) if e is None]
+            missing = [h.target.rank for h, e in zip(self.handles, evidence, strict=False) if e is None]
             self.history.record(HARNESS, "fault.unconfirmed", reason=f"no evidence of effect on rank(s) {missing}")
             return False
         t_effect = max(e.t for e in evidence if e is not None)

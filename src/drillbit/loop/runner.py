@@ -502,7 +502,8 @@ class DrillRunner:
 
     def dump_stacks(self, t_fault: float) -> None:
         """The live ranks' Python stacks (py-spy, by the agent on each rank's node), after the
-        window (its time is not the job's) and before the heal and the teardown change them: stacks.json in the run folder, and a ``stacks``
+        window (its time is not the job's) and before the heal and the teardown change them: stacks.json in the run
+        folder, and a ``stacks``
         event with where the ranks of the attempt now running are stuck (pystacks.where_stuck)."""
         self.ui.phase("observe", "no recovery: dumping the live ranks' stacks")
         restarts = [e for e in self.history.of("restart") if e.t >= t_fault]

@@ -111,7 +111,7 @@ class StopWatch(Poller):
 
     def not_live(self) -> list[str]:
         """The conditions that have not read healthy since the steady state (they cannot brake yet)."""
-        return [label(c) for c, live in zip(self.conditions, self._live) if not live]
+        return [label(c) for c, live in zip(self.conditions, self._live, strict=False) if not live]
 
     def _fire(self, cond: StopCondition, reason: str, **data: Any) -> str:
         self.fired = reason

@@ -66,20 +66,21 @@ class Progress:
         seen at once (every rank's series in one scrape), is not a step: only a later sight
         of a larger number counts."""
         deltas: list[float] = []
-        for a, b in zip(reversed(self.steps[:-1]), reversed(self.steps[1:])):
+        for a, b in zip(reversed(self.steps[:-1]), reversed(self.steps[1:]), strict=False):
             if int(b.data["n"]) > int(a.data["n"]) and b.t > a.t:
                 deltas.append(b.t - a.t)
                 if len(deltas) == last_n:
                     break
         if not deltas:  # every step seen was the same number (a job whose steps do not count up)
             recent = self.steps[-(last_n + 1):]
-            deltas = [b.t - a.t for a, b in zip(recent, recent[1:])]
+            deltas = [b.t - a.t for a, b in zip(recent, recent[1:], strict=False)]
         return statistics.median(deltas), int(self.steps[-1].data["n"])
 
     def advances(self) -> int:
         """How many times the step number grew: steps, not lines (several ranks may report
         the same step)."""
-        return sum(1 for a, b in zip(self.steps, self.steps[1:]) if int(b.data["n"]) > int(a.data["n"]) and b.t > a.t)
+        return sum(1 for a, b in zip(self.steps, self.steps[1:],
+            strict=False) if int(b.data["n"]) > int(a.data["n"]) and b.t > a.t)
 
     def rate(self, window: float = 5.0) -> float:
         now = time.time()

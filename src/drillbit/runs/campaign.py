@@ -297,7 +297,8 @@ def judge(campaign: CampaignSpec, history: History, segments: list[dict[str, Any
     return {
         "campaign": campaign.name, "faults": len(rows), "kinds": sorted({r["fault"] for r in rows}),
         "verdict": worst(*verdicts) if verdicts else "inconclusive", "per_fault": rows,
-        "time_to_recover": ({"n": len(ttr), "median": statistics.median(ttr), "p90": sorted(ttr)[max(0, -(-9 * len(ttr) // 10) - 1)],
+        "time_to_recover": ({"n": len(ttr), "median": statistics.median(ttr), "p90": sorted(ttr)[max(0,
+            -(-9 * len(ttr) // 10) - 1)],
                              "min": min(ttr), "max": max(ttr)} if ttr else None),
         "ledger": total.model_dump() | {"goodput": total.goodput} if total.wall_s else None,
         "baseline_step_s": base,
@@ -322,7 +323,7 @@ def predicted(report: dict[str, Any], history: History, trials: int = 2000) -> d
     # uniform over it): steps between saves x the step time, not the wall time, which holds
     # the campaign's own disruptions
     saves = [int(e.data["step"]) for e in history.of("ckpt.save") if isinstance(e.data.get("step"), int)]
-    gaps = [b - a for a, b in zip(saves, saves[1:]) if b > a]
+    gaps = [b - a for a, b in zip(saves, saves[1:], strict=False) if b > a]
     if gaps and report.get("baseline_step_s"):
         interval_s = statistics.median(gaps) * float(report["baseline_step_s"])
     wall = led["wall_s"]

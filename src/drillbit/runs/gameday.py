@@ -65,7 +65,7 @@ def review_page(run: SuiteRun, specs: dict[str, Resolved], run_dirs: list[Path])
     outcome = summary_page(run, "Outcome" if run.complete else "Outcome of the drills that ran")
     blocks += [Heading(outcome.title), *outcome.blocks]
     follow_ups: list[str] = []
-    for payload, run_dir in zip(run.results, run_dirs):
+    for payload, run_dir in zip(run.results, run_dirs, strict=False):
         spec = specs[payload["drill"]].spec
         m = payload["measurements"]
         rows = []

@@ -30,6 +30,7 @@ from drillbit.spec.load import catalogue
 from drillbit.spec.models import DrillSpec
 from drillbit.spec.placeholders import expand
 from drillbit.transport import connect
+import contextlib
 
 # what each SLO is measured from (judging/checks/slo.py): a drill with the SLO needs the event kind
 SLO_NEEDS = {"detect_within": "detect", "restart_within": "restart", "restore_within": "restore",
@@ -102,10 +103,8 @@ class Watcher:
                     data = {k: v for k, v in m.groupdict().items() if v is not None}
                     for k in (*sig.ints, *sig.floats):
                         if k in data:
-                            try:
+                            with contextlib.suppress(ValueError):
                                 data[k] = (int if k in sig.ints else float)(data[k])
-                            except ValueError:
-                                pass
                     t = now
                     if "t" in data:  # shown parsed: a wrong time_format is seen here, not in a verdict
                         try:
@@ -129,7 +128,7 @@ class Watcher:
         return len({n for _, n in self.steps})
 
     def step_time(self) -> float | None:
-        gaps = [(t1 - t0) / (n1 - n0) for (t0, n0), (t1, n1) in zip(self.steps, self.steps[1:]) if n1 > n0]
+        gaps = [(t1 - t0) / (n1 - n0) for (t0, n0), (t1, n1) in zip(self.steps, self.steps[1:], strict=False) if n1 > n0]
         return statistics.median(gaps) if gaps else None
 
 

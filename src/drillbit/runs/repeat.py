@@ -47,7 +47,8 @@ def aggregate(drill: str, payloads: list[dict[str, Any]], run_dirs: list[str],
             stats[name] = {"n": len(values), "median": statistics.median(values), "p90": p90(values),
                            "min": min(values), "max": max(values)}
     failing = [{"run": i + 1, "run_dir": d, "verdict": p["verdict"], "reasons": p["reasons"],
-                "error": p.get("error")} for i, (p, d) in enumerate(zip(payloads, run_dirs)) if p["verdict"] != "pass"]
+                "error": p.get("error")} for i, (p, d) in enumerate(zip(payloads, run_dirs,
+                    strict=False)) if p["verdict"] != "pass"]
     rule = "every run" if min_pass_rate is None else f"at least {min_pass_rate:.0%} of the runs ({need} of {n})"
     reasons = [] if verdict == "pass" else [f"{passes} of {n} runs passed; the drill needs {rule} to pass"]
     reasons += [f"run {f['run']}: {f['verdict']}: {'; '.join(f['reasons'][:2]) or f['error'] or '-'}"

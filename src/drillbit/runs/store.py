@@ -109,7 +109,7 @@ class Store:
         query += " ORDER BY id DESC LIMIT ?"
         cols = ("id", "drill", "cluster", "job", "verdict", "started_at", "time_to_detect", "time_to_first_step",
                 "lost_steps", "goodput", "run_dir")
-        return [dict(zip(cols, row)) for row in self._db.execute(query, args + (limit,))]
+        return [dict(zip(cols, row, strict=False)) for row in self._db.execute(query, args + (limit,))]
 
     def series(self) -> tuple[list[dict[str, Any]], dict[tuple[str, ...], dict[str, int]]]:
         """Each drill's latest result on each cluster and job, and the runs of each by verdict

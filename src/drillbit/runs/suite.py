@@ -72,7 +72,7 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
     resolved_all = [resolve(e.drill, cluster=explicit or e.cluster or suite.cluster, job=job or e.job or suite.job,
                             config_path=config_path)
                     for e in entries]  # every input error before anything runs
-    for entry, resolved in zip(entries, resolved_all):
+    for entry, resolved in zip(entries, resolved_all, strict=False):
         if run is None:
             run = SuiteRun(suite=suite, cluster=resolved.cluster)
         if before is not None and not before(resolved):
@@ -88,7 +88,7 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
             payload, outcome = execute(with_regression(resolved, allowed), reports_dir=reports_dir, db=db, ui=ui)
             tries = confirm if confirm is not None else suite.confirm
             if tries and suspected(payload):
-                payload = confirm_regression(payload, tries, lambda: execute(
+                payload = confirm_regression(payload, tries, lambda resolved=resolved: execute(
                     with_regression(resolved, allowed), reports_dir=reports_dir, db=db, ui=ui)[0])
             run.results.append(payload)
             run.run_dirs.append(outcome.run_dir)

@@ -98,7 +98,8 @@ def run_sweep(resolved, *, points: list[CrashPoint] | None = None, n: int | None
     kinds = [(r["verdict"], r["error_kind"]) for r in rows]
     code = exitcodes.suite_exit_code(kinds)  # 1 only when a crash point failed an SLO
     report = {"drill": resolved.spec.name, "cluster": resolved.cluster, "job": resolved.job,
-              "verdict": worst(*[r["verdict"] for r in rows]) if rows else "inconclusive", "exit_code": code, "counts": counts, "rows": rows,
+              "verdict": worst(*[r["verdict"] for r in rows]) if rows else "inconclusive", "exit_code": code,
+                  "counts": counts, "rows": rows,
               "recorded": recorded, "versions": versions()}
     out = new_folder(reports_dir or resolved.config.reports_dir, resolved.job, kind="sweep")
     multirun.write(out, page(report), md="sweep.md", html="sweep.html", data=report, json_name="sweep.json")

@@ -66,7 +66,8 @@ class ServiceSpec(Strict):
 
 class ClusterSpec(Strict):
     engine: Literal["process", "ray", "ssh", "slurm"] = "ray"
-    """ray: one agent actor per node of a Ray cluster; ssh: one agent per host over SSH; slurm: the job submitted with sbatch, one agent per node of its allocation (srun --overlap); process: the agent in drillbit's own process"""
+    """ray: one agent actor per node of a Ray cluster; ssh: one agent per host over SSH; slurm: the job submitted
+    with sbatch, one agent per node of its allocation (srun --overlap); process: the agent in drillbit's own process"""
     description: str = ""
     """one line, shown by drill list"""
     protected: bool = Field(False, description="refuse every drill (e.g. production)")
@@ -75,9 +76,14 @@ class ClusterSpec(Strict):
                                                   "local cluster, started and stopped by the drill")
     nodes: int | None = Field(None, ge=1, description="nodes to use (embedded: nodes to simulate, default 2)")
     topology: Literal["host", "netns"] = "host"
-    """process, or ray without an address: netns simulates ``nodes`` nodes (default 2), each a network namespace with its own address and hostname on a private bridge, so a partition cuts one node off from the others (needs root, iproute2 and nftables); on engine ray each node is a ``ray start`` in its namespace (the head, the GCS, on node 0). host: this machine's network (process: one node; ray: simulated nodes on 127.0.0.1)"""
+    """process, or ray without an address: netns simulates ``nodes`` nodes (default 2), each a network namespace with
+    its own address and hostname on a private bridge, so a partition cuts one node off from the others (needs root,
+    iproute2 and nftables); on engine ray each node is a ``ray start`` in its namespace (the head, the GCS, on node
+    0). host: this machine's network (process: one node; ray: simulated nodes on 127.0.0.1)"""
     frontend_mbit: float | None = Field(None, gt=0, le=100_000)
-    """topology netns: a second network per node, the frontend (eth1, 10.78.0.x), capped at this many Mbit/s into each node, and the nodes' hostnames resolve to it; eth0 stays the fast backend that gloo and NCCL are pinned to (torchft#329's cluster: hostnames on the Ethernet, collectives on InfiniBand). None: one network"""
+    """topology netns: a second network per node, the frontend (eth1, 10.78.0.x), capped at this many Mbit/s into
+    each node, and the nodes' hostnames resolve to it; eth0 stays the fast backend that gloo and NCCL are pinned to
+    (torchft#329's cluster: hostnames on the Ethernet, collectives on InfiniBand). None: one network"""
     services: list[ServiceSpec] = Field(default_factory=list)
     """topology netns: processes started on the service address before the job and stopped after it"""
     prometheus: str | None = Field(None, description="the Prometheus that watches this cluster's jobs (http://host:9090): "
@@ -594,7 +600,8 @@ def _jax(description: str, *flags: str) -> JobProfile:
                  Signal(kind="restore", pattern=r"^restored step=(?P<step>\d+)(?: tier=(?P<tier>\w+))? ", ints=["step"])],
         launch=LaunchSpec(command=["{python}", "-m", "drillbit.fixtures.stacks.jax_job", "launch", "--run-dir", "{run_dir}/job",
                                    *flags]),
-        ranks=RankDiscovery(cmdline=r"-m drillbit\.fixtures\.stacks\.jax_job train\b", exclude_cmdline=r"torch\.distributed\.run"),
+        ranks=RankDiscovery(cmdline=r"-m drillbit\.fixtures\.stacks\.jax_job train\b",
+            exclude_cmdline=r"torch\.distributed\.run"),
         launcher=r"torch\.distributed\.run|drillbit\.fixtures\.stacks\.jax_job launch",
         logs=["{run_dir}/job/launcher.log"],
         checkpoint=CheckpointSpec(dir="{run_dir}/job/persistent", layout="orbax"),

@@ -289,7 +289,8 @@ def load_suite(name_or_path: str, config: DrillConfig | None = None) -> SuiteSpe
                 if config is not None and known not in config.jobs:
                     problems.append(Problem(str(candidate), _line(lines, ("drills", i, "known_defects", known)),
                                             f"drills.{i}.known_defects",
-                                            f"unknown job profile {known!r}" + _suggest(known, list(config.jobs), "drill list --jobs")))
+                                            f"unknown job profile {known!r}" + _suggest(known, list(config.jobs),
+                                                "drill list --jobs")))
             job = entry.job or suite.job
             if config is not None and job is not None and job not in config.jobs:
                 problems.append(Problem(str(candidate), _line(lines, ("drills", i)), f"drills.{i}",

@@ -269,7 +269,8 @@ class SLO(Strict):
     limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")
     regression: dict[str, float] = Field(
         default_factory=dict,
-        description="measurement -> allowed relative worsening against the median of the last passing runs, beyond their own spread (0.2 = 20%; judging/checks/baseline.py)")
+        description="measurement -> allowed relative worsening against the median of the last passing runs, beyond "
+                    "their own spread (0.2 = 20%; judging/checks/baseline.py)")
     project: ProjectSLO | None = None
     """fail when this recovery would push fleet goodput under a floor"""
     cadence: CadenceSLO | None = None

@@ -1,7 +1,8 @@
 """A local cluster whose nodes are network namespaces (``topology: netns``).
 
 Every simulated node gets a network namespace of its own (``dbit-<id>-node-<i>``), an address
-(10.77.0.<i+1>/24 on its ``eth0``) and a hostname (``node-<i>``, as the embedded Ray cluster names its nodes, in a UTS namespace of the
+(10.77.0.<i+1>/24 on its ``eth0``) and a hostname (``node-<i>``, as the embedded Ray cluster names its nodes, in a
+UTS namespace of the
 launch, resolvable from every node through ``/etc/netns/<ns>/hosts``, which ``ip netns exec``
 mounts over ``/etc/hosts``). The other end of each node's veth pair sits on a bridge in a
 private outer namespace (``dbit-<id>-sw``): nothing is routed out of it, so a server that
@@ -198,7 +199,8 @@ class Topology:
             raise TopologyError(f"{STATE_DIR} must belong to uid {os.geteuid()} and be writable by it alone")
         owner = psutil.Process(self.owner_pid)
         data = {"run_id": self.run_id, "nodes": self.nodes, "owner_pid": self.owner_pid,
-                "owner_start": owner.create_time(), "owner_boot_start": since_boot(self.owner_pid), "namespaces": self.namespaces(), "created": time.time(),
+                "owner_start": owner.create_time(), "owner_boot_start": since_boot(self.owner_pid),
+                    "namespaces": self.namespaces(), "created": time.time(),
                 "services": [_ref(p.pid) for p in self.services.values() if _ref(p.pid)]}
         tmp = self.manifest.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))

@@ -29,6 +29,7 @@ from drillbit.core.pystacks import RankStack
 from drillbit.spec.config import HEARTBEAT_S, JobProfile, RankDiscovery
 from drillbit.spec.placeholders import expand
 from drillbit.transport.client import AgentClient
+import contextlib
 
 # a placeholder only some engine fills: (what the job runs on, a cluster that has it)
 PLACEHOLDER_ENGINES = {"ray_address": ("Ray", "local"),
@@ -241,10 +242,8 @@ class Nodes:
     def _beat(self) -> None:
         while self._beating.is_set():
             for client in list(self.clients.values()):
-                try:
+                with contextlib.suppress(Exception):  # a missed beat is what the dead-man's switch is for
                     client.beat()
-                except Exception:  # a missed beat is what the dead-man's switch is for
-                    pass
             self.on_beat()
             time.sleep(self.heartbeat_s)
 
@@ -267,10 +266,8 @@ class Nodes:
             except Exception as exc:
                 self.note("heal.failed", {"node": client.node, "detail": f"agent unreachable at close: {exc}"})
                 continue
-            try:
+            with contextlib.suppress(Exception):
                 client.disarm()
-            except Exception:
-                pass
         self.flush()
         self._beating.clear()
         if self._beater is not None:

@@ -25,6 +25,7 @@ from drillbit.core.netns import call_in
 from drillbit.transport.netcluster import SERVICE_HOST, Topology, bring_up, take_down
 from drillbit.transport.nodes import Nodes
 from drillbit.transport.raycluster import NAMESPACE, NODE_RESOURCE, EmbeddedCluster, RayLease, _ray, reachable
+import contextlib
 
 if TYPE_CHECKING:
     from drillbit.spec.config import ClusterSpec
@@ -222,10 +223,8 @@ class RayNodes(Nodes):
                 except Exception:
                     pass
             if self.lease is not None:
-                try:
+                with contextlib.suppress(Exception):
                     self.lease.release()
-                except Exception:
-                    pass
         finally:
             if ray.is_initialized():
                 ray.shutdown()

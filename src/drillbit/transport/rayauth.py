@@ -66,7 +66,7 @@ def use(token: str) -> None:
     """This process (and every process it starts) sends ``token``. Once only: Ray keeps the
     first token a process loads, so a second, different one is refused here, by name."""
     global _USED
-    if _USED is not None and _USED != token:
+    if _USED is not None and token != _USED:
         raise ConfigError("this process already talks to a Ray cluster with another token; Ray keeps one token per "
                           "process: run the drills against each cluster from their own `drill` command")
     os.environ[MODE] = "token"

@@ -38,6 +38,7 @@ from drillbit.transport.inprocess import InProcessClient
 from drillbit.transport.jsonlines import JsonLinesClient
 from drillbit.transport.nodes import Nodes, with_python
 from drillbit.transport.slurmprobe import SchedulerProbe
+import contextlib
 
 SCHEDULER = "slurmctld"  # the scheduler agent's name among the nodes
 # Placeholders that name a node: in a batch script they are the node's own Slurm variables
@@ -92,10 +93,8 @@ class SrunAgentClient(JsonLinesClient):
                 self.proc.wait()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             self._post("exit", {})
-        except (OSError, ValueError):
-            pass
         self._end()
 
 
@@ -187,7 +186,8 @@ class SlurmNodes(Nodes):
     def connect(self) -> dict[str, Any]:
         why = self.slurm.reachable()
         if why is not None:
-            raise DrillError(f"Slurm does not answer ({'SLURM_CONF=' + self.slurm.conf if self.slurm.conf else 'its default configuration'}): {why}")
+            conf = f"SLURM_CONF={self.slurm.conf}" if self.slurm.conf else "its default configuration"
+            raise DrillError(f"Slurm does not answer ({conf}): {why}")
         return {SCHEDULER: InProcessClient(AgentService(SCHEDULER, self.run_dir, scheduler=True))}
 
     def node_agents(self) -> dict[str, Any]:

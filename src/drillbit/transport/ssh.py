@@ -9,6 +9,7 @@ reads end of input, and its dead-man's switch heals what it holds.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from pathlib import Path
@@ -167,10 +168,8 @@ class SshLease:
         self.client.lease_acquire(self.cluster, self.holder)
 
     def release(self) -> None:
-        try:
+        with contextlib.suppress(DrillError):  # the connection is gone, and the lock with it
             self.client.lease_release()
-        except DrillError:
-            pass  # the connection is gone, and the lock with it
 
 
 class SshNodes(Nodes):

@@ -55,7 +55,8 @@ def main() -> None:
     targs = TrainingArguments(output_dir=args.out, max_steps=args.max_steps, per_device_train_batch_size=4,
                               save_steps=args.save_steps, save_total_limit=3, logging_steps=1,
                               use_cpu=True, report_to=[], disable_tqdm=False, log_level="info",
-                              log_level_replica="warning", ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
+                              log_level_replica="warning", ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE",
+                                  "1")) > 1 else None,
                               dataloader_num_workers=0)
     trainer = Trainer(model=model, args=targs, train_dataset=Tokens(4096, 16, 128), callbacks=[Pace(args.step_time)])
     last = None if args.no_resume or not os.path.isdir(args.out) else get_last_checkpoint(args.out)

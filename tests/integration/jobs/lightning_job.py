@@ -50,7 +50,8 @@ def main() -> None:
     ckpt = ModelCheckpoint(dirpath=os.path.join(args.out, "checkpoints"), every_n_train_steps=args.save_steps,
                            save_top_k=-1, save_last=True)
     trainer = L.Trainer(accelerator="cpu", devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")), strategy="ddp",
-                        max_steps=args.max_steps, callbacks=[ckpt, TQDMProgressBar(refresh_rate=1)], default_root_dir=args.out, log_every_n_steps=1,
+                        max_steps=args.max_steps, callbacks=[ckpt, TQDMProgressBar(refresh_rate=1)],
+                            default_root_dir=args.out, log_every_n_steps=1,
                         enable_model_summary=False, logger=False)
     last = os.path.join(args.out, "checkpoints", "last.ckpt")
     trainer.fit(Tiny(args.step_time), loader, ckpt_path=None if args.no_resume or not os.path.exists(last) else last)

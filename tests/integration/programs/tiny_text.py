@@ -4,7 +4,8 @@
 sys.path as the script's own)."""
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-WORDS = "the quick brown fox jumps over a lazy dog while seven small robots count numbers and sing".split()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "small", "robots",
+    "count", "numbers", "and", "sing"]
 
 
 def corpus(lines: int, length: int) -> list[str]:

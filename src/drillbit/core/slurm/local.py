@@ -2,7 +2,8 @@
 slurmctld, and one ``slurmd -N NAME`` per node, all on 127.0.0.1 (Debian's ``slurm-wlm``
 and ``munge``); or, given a namespace cluster's ``Topology``, each slurmd in its node's
 namespace on the node's address and slurmctld on the switch's (10.77.0.254), so the nodes
-are apart on the network as real ones are (munged's Unix socket is shared). The tests drill it; ``python -m drillbit.core.slurm.local up DIR`` starts one
+are apart on the network as real ones are (munged's Unix socket is shared). The tests drill it; ``python -m
+drillbit.core.slurm.local up DIR`` starts one
 for a person to try the engine on (``down DIR`` stops it).
 
 Two settings are what the drills are about (measured on Slurm 22.05):
@@ -161,7 +162,7 @@ class LocalSlurm:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
         ]
-        for name, port, addr in zip(names, slurmd, addrs):
+        for name, port, addr in zip(names, slurmd, addrs, strict=False):
             lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr={addr} Port={port} "
                          f"CPUs={self.cpus} State=UNKNOWN")
         lines.append(f"PartitionName={self.partition} Nodes={','.join(names)} Default=YES MaxTime=INFINITE "
@@ -169,10 +170,9 @@ class LocalSlurm:
         self.conf.write_text("\n".join(line for line in lines if line) + "\n")
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.root / "log" / f"{name}.stderr", "ab")
-        proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)
-        log.close()
+        with open(self.root / "log" / f"{name}.stderr", "ab") as log:  # the daemon keeps its own copy
+            proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    start_new_session=True)
         self.procs[name] = proc
         return proc
 

@@ -189,7 +189,7 @@ def _list_names(what: str, config_path: str | None, as_json: bool) -> int:
         for name, cluster in sorted(config.clusters.items()):
             rows.append([name, cluster.engine, str(getattr(cluster, "nodes", None) or "")])
     if as_json:
-        emit_json({what: [dict(zip(columns, r)) for r in rows], "problems": [str(p) for p in problems]})
+        emit_json({what: [dict(zip(columns, r, strict=False)) for r in rows], "problems": [str(p) for p in problems]})
     else:
         out.print(listing(columns, rows))
         if problems:

@@ -66,7 +66,8 @@ def attribute(events: list[Event], t0: float, hurts: str = "rank", verb: str = "
     """The attribution of one fault; None when the stack said nothing that blames anyone
     and printed no membership (it cannot be judged, and is not a stack that attributes)."""
     injects = [e for e in events if e.kind == "fault.inject"]
-    table: list[dict[str, Any]] = next((e.data.get("ranks", []) for e in reversed(events) if e.kind == "job.ranks" and e.t <= t0 + 1), [])
+    table: list[dict[str, Any]] = next((e.data.get("ranks",
+        []) for e in reversed(events) if e.kind == "job.ranks" and e.t <= t0 + 1), [])
     rank_of_pid = {int(r["pid"]): r["rank"] for r in table if r.get("pid") is not None}
     rank_of_pid.update({int(e.data["pid"]): e.rank for e in injects if e.data.get("pid") is not None})
     node_of_rank = {r["rank"]: r.get("node") for r in table}

@@ -100,7 +100,7 @@ def judge_loss(before: dict[int, float], after: dict[int, float], restored: int)
         return FidelityPart(name="loss", status="not measured", says=f"the job's step lines give no loss; {HOW_TO['loss']}")
     pre = sorted(before)
     recent = pre[-(NOISE_STEPS + 1):]
-    diffs = [abs(before[b] - before[a]) for a, b in zip(recent, recent[1:]) if b == a + 1]
+    diffs = [abs(before[b] - before[a]) for a, b in zip(recent, recent[1:], strict=False) if b == a + 1]
     if len(diffs) < 3:
         return FidelityPart(name="loss", status="unknown",
                             says=f"{len(diffs) + 1} consecutive loss lines before the fault: too few to know the "
@@ -180,7 +180,7 @@ def judge_data(before: dict[int, float], after: dict[int, float], restored: int,
         return FidelityPart(name="data position", status="not measured",
                             says=f"the job's step lines give no count of data consumed; {HOW_TO['data']}")
     pre = sorted(before)
-    steps_up = [before[b] - before[a] for a, b in zip(pre, pre[1:]) if b == a + 1]
+    steps_up = [before[b] - before[a] for a, b in zip(pre, pre[1:], strict=False) if b == a + 1]
     rate = _median(steps_up) if steps_up else None
     tolerance = max(abs(rate) if rate else 0.0, 1.0)
     first = min(after)

@@ -60,7 +60,7 @@ def save_stats(history: History) -> tuple[float, float] | None:
     if len(saves) < 2:
         return None
     seconds = statistics.median(float(e.data.get("seconds", 0.0)) for e in saves)
-    intervals = [b.t - a.t for a, b in zip(saves, saves[1:]) if b.data.get("step", 0) > a.data.get("step", 0)]
+    intervals = [b.t - a.t for a, b in zip(saves, saves[1:], strict=False) if b.data.get("step", 0) > a.data.get("step", 0)]
     if not intervals or seconds <= 0:
         return None
     return seconds, statistics.median(intervals)

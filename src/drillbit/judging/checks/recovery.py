@@ -572,7 +572,7 @@ def quiet_after_fault(history: History, m: Measurements) -> float | None:
     if m.t_fault is None or m.t_observe_end is None:
         return None
     times = [m.t_fault] + [e.t for e in history.of("step") if m.t_fault <= e.t <= m.t_observe_end] + [m.t_observe_end]
-    return max(b - a for a, b in zip(times, times[1:]))
+    return max(b - a for a, b in zip(times, times[1:], strict=False))
 
 
 def recovered(history: History, until_steps: int) -> bool:

@@ -5,7 +5,8 @@ With C the cost of one save and M the mean time between failures (same unit):
   Daly, first order:  tau = sqrt(2 C M) - C
   Daly, higher order: tau = sqrt(2 C M) [1 + (1/3) sqrt(C / 2M) + (1/9) (C / 2M)] - C   for C < 2M,
                       tau = M otherwise
-Checks (Daly 2006, "A higher order estimate of the optimum checkpoint interval"; BLOOM from bigscience train/tr11-176B-ml/chronicles.md): C = 5 min gives 116.7 min at M = 24 h, 56.7 at 6 h and
+Checks (Daly 2006, "A higher order estimate of the optimum checkpoint interval"; BLOOM from bigscience
+train/tr11-176B-ml/chronicles.md): C = 5 min gives 116.7 min at M = 24 h, 56.7 at 6 h and
 9.1 at 15 min; BLOOM (C = 40 s, M = 1 week) gives Young's tau = 1.93 h.
 
 Expected goodput (the first-order model of Young 1974 and Daly 2006): G ~ 1 - C/tau - (tau/2 + D + R)/M, D the detection time and

@@ -126,12 +126,9 @@ class PrometheusProbe(Poller):
                 # ``since``; the recovery checks take a step across a restart only from there
                 extra = {"since": since} if since is not None else {}
                 self._history.record(self.source, "step", t=t, rank=rank, n=int(value), **extra)
-        elif sig.kind == "detect":
-            if last is not None and value > last:
-                self._history.record(self.source, "detect", t=t, rank=rank, by="prometheus", query=sig.query,
-                                     value=value)
-        elif sig.kind == "straggler":
-            if value > 0 and not (last is not None and last > 0) and rank is not None:
-                self._history.record(self.source, "straggler", t=t, rank=rank, by="prometheus", query=sig.query,
-                                     value=value)
+        elif sig.kind == "detect" and last is not None and value > last:
+            self._history.record(self.source, "detect", t=t, rank=rank, by="prometheus", query=sig.query, value=value)
+        elif sig.kind == "straggler" and value > 0 and not (last is not None and last > 0) and rank is not None:
+            self._history.record(self.source, "straggler", t=t, rank=rank, by="prometheus", query=sig.query,
+                                 value=value)
         return key

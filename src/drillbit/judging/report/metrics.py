@@ -117,7 +117,7 @@ def families(latest: list[dict[str, Any]], counts: dict[tuple[str, ...], dict[st
 
     for result in latest:
         key = series_key(result)
-        base = dict(zip(LABELS, key))
+        base = dict(zip(LABELS, key, strict=False))
         for verdict in VERDICTS:
             add(f"{PREFIX}_verdict", "stateset", "The latest run's verdict (1: this verdict)",
                 {**base, f"{PREFIX}_verdict": verdict}, 1 if result["verdict"] == verdict else 0)
@@ -154,11 +154,11 @@ def families(latest: list[dict[str, Any]], counts: dict[tuple[str, ...], dict[st
             for bound, value in band(values).items():
                 add(metric_name.replace(f"{PREFIX}_", f"{PREFIX}_baseline_", 1), "gauge",
                     f"The baseline of {name}: the median of the last passing runs and the band the regression "
-                    "judge allows around it", {**dict(zip(LABELS, key)), "bound": bound}, value, unit)
+                    "judge allows around it", {**dict(zip(LABELS, key, strict=False)), "bound": bound}, value, unit)
     for key, by_verdict in sorted(counts.items()):
         for verdict in VERDICTS:
             add(f"{PREFIX}_runs_total", "counter", "Drill runs recorded in the results store, by verdict",
-                {**dict(zip(LABELS, key)), "verdict": verdict}, by_verdict.get(verdict, 0))
+                {**dict(zip(LABELS, key, strict=False)), "verdict": verdict}, by_verdict.get(verdict, 0))
     return list(out.values())
 
 
@@ -242,7 +242,7 @@ def history(store: Any, drill: str | None = None, until: float | None = None) ->
         fam.samples = []
         for _, points in sorted(by_series.items()):
             points.sort(key=lambda p: p[0])
-            for (t, labels, value), nxt in zip(points, [p[0] for p in points[1:]] + [max(until, points[-1][0])]):
+            for (t, labels, value), nxt in zip(points, [p[0] for p in points[1:]] + [max(until, points[-1][0])], strict=False):
                 fam.samples.append((labels, value, t))
                 held = t + HOLD_S
                 while held < nxt:

@@ -122,7 +122,7 @@ def _html_block(block: Block) -> str:
             tone = block.tones[i] if block.tones and i < len(block.tones) else None
             style = f" style='background:{TONES[tone]}'" if tone in TONES else ""
             cells = "".join(f"<td{' class=num' if h in block.right else ''}{style}>{_inline(c)}</td>"
-                            for h, c in zip(block.head, row))
+                            for h, c in zip(block.head, row, strict=False))
             rows.append(f"<tr>{cells}</tr>")
         return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
     return f"<p>{_inline(block)}</p>"
