@@ -139,10 +139,40 @@ def test_abort_outranks_inconclusive_and_fail_outranks_abort():
 
 
 def test_checker_that_throws_is_inconclusive():
+    """#46: a measurer that raises leaves its own family unknown, says so, and the others
+    still measure; the drill is neither pass nor fail on a drillbit bug."""
     rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 1, "restore", {"path": "p", "step": "ten"})]
     result = check(spec(), History.build(rows))
     assert result.verdict == "inconclusive"
-    assert result.reasons[0].startswith("checker error: ValueError")
+    assert "recovery" in result.measurements.measure_errors
+    assert result.measurements.measure_errors["recovery"].startswith("ValueError")
+    assert any(r.startswith("could not measure recovery (ValueError") for r in result.reasons), result.reasons
+    assert result.measurements.t_fault == T_FAULT  # the fault's own family was measured
+
+
+def test_a_measurer_bug_is_never_a_pass_or_a_fail_and_hides_no_other_family(monkeypatch):
+    from drillbit.judging.checks import recovery
+
+    def broken(m, w):
+        m.attribution = None
+        raise RuntimeError("a bug in one family")
+
+    monkeypatch.setattr(recovery, "MEASURERS", tuple(
+        recovery.Measurer(x.name, broken, x.reads, x.writes, x.slow, x.poll) if x.name == "attribution" else x
+        for x in recovery.MEASURERS))
+    result = check(spec(), kill_pass_history())
+    assert result.verdict == "inconclusive", result.reasons
+    m = result.measurements
+    assert m.measure_errors == {"attribution": "RuntimeError: a bug in one family"}
+    assert m.time_to_first_step is not None and m.restored_step is not None  # the rest was measured
+
+
+def test_polling_measures_only_what_the_stop_test_reads():
+    from drillbit.judging.checks.recovery import MEASURERS, measure
+
+    full, polled = measure(kill_pass_history()), measure(kill_pass_history(), poll=True)
+    assert polled.time_to_first_step == full.time_to_first_step and polled.steps_after_recovery == full.steps_after_recovery
+    assert {x.name for x in MEASURERS if x.poll} == {"fault", "restarts", "recovery", "fail-slow"}
 
 
 def test_goodput_counts_recomputed_steps_once():

@@ -88,8 +88,10 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
             payload, outcome = execute(with_regression(resolved, allowed), reports_dir=reports_dir, db=db, ui=ui)
             tries = confirm if confirm is not None else suite.confirm
             if tries and suspected(payload):
-                payload = confirm_regression(payload, tries, lambda resolved=resolved: execute(
-                    with_regression(resolved, allowed), reports_dir=reports_dir, db=db, ui=ui)[0])
+                def rerun(resolved: Resolved = resolved) -> dict[str, Any]:
+                    return execute(with_regression(resolved, allowed), reports_dir=reports_dir, db=db, ui=ui)[0]
+
+                payload = confirm_regression(payload, tries, rerun)
             run.results.append(payload)
             run.run_dirs.append(outcome.run_dir)
         if after is not None:

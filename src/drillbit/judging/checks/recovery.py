@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import re
 import statistics
+from dataclasses import dataclass, field
+from typing import Callable
 
 from pydantic import BaseModel
 
@@ -72,7 +74,14 @@ class RecoveryFigures(BaseModel):
     signal_kinds: list[str] | None = None
     # the job's own errors after the fault, the first per rank per attempt (error signals)
     job_errors: list[JobError] = []
-    # whether what came back is what was saved: loss, learning rate, data position (judging/checks/fidelity.py)
+    # a measurer that failed (a drillbit bug): its name and the error; its figures are unknown
+    measure_errors: dict[str, str] = {}
+
+
+class FidelityFigures(BaseModel):
+    """Whether what came back is what was saved: loss, learning rate, data position
+    (judging/checks/fidelity.py)."""
+
     fidelity: Fidelity | None = None
 
 
@@ -163,13 +172,14 @@ class PredictionFigures(BaseModel):
 
 
 # The families, in the order their fields are reported (result.json keeps one flat object).
-FAMILIES: tuple[type[BaseModel], ...] = (RecoveryFigures, FailSlowFigures, ReplacementFigures, DamageFigures,
+FAMILIES: tuple[type[BaseModel], ...] = (RecoveryFigures, FidelityFigures, FailSlowFigures, ReplacementFigures,
+                                         DamageFigures,
                                          SaveCrashFigures, AttributionFigures, RequeueFigures, TierFigures,
                                          PredictionFigures)
 
 
 class Measurements(PredictionFigures, TierFigures, RequeueFigures, AttributionFigures, SaveCrashFigures,
-                   DamageFigures, ReplacementFigures, FailSlowFigures, RecoveryFigures):
+                   DamageFigures, ReplacementFigures, FailSlowFigures, FidelityFigures, RecoveryFigures):
     """One drill's figures: the families above, flat (a field belongs to exactly one)."""
 
     @staticmethod
@@ -207,42 +217,64 @@ def _from_going_back(before: list[Event], after: list[Event], recovered: list[Ev
     return [e for e in after[back:] if e.data["n"] > floor]
 
 
-def measure(history: History) -> Measurements:
-    events, t_end = _window(history)
-    steady = next((e for e in events if e.kind == "steady"), None)
-    confirmed = next((e for e in events if e.kind == "fault.confirmed"), None)
-    m = Measurements(baseline_step_s=steady.data.get("baseline_step_s") if steady else None, t_observe_end=t_end)
-    predicted = next((e for e in events if e.kind == "predicted"), None)
-    if predicted is not None:
-        m.predicted_detect_s, m.predicted_by = predicted.data.get("detect_s"), predicted.data.get("by")
-    launch = next((e for e in events if e.kind in ("job.launch", "job.attach")), None)
-    if launch is not None and isinstance(launch.data.get("reads"), list):
-        m.signal_kinds = [str(k) for k in launch.data["reads"]]
-    if confirmed is None:
-        return m
-    t0 = confirmed.t
-    m.t_fault = t0
-    last_t = t_end if t_end is not None else max(e.t for e in events)
-    m.observed_s = max(0.0, last_t - t0)
+@dataclass
+class Window:
+    """What the measurers read, found once: the events observed (to ``observe.end``), the
+    fault's confirmed moment, and the steps on each side of it. Measurers earlier in
+    :data:`MEASURERS` leave what later ones need here (the restart, the restore, the steps
+    that recovered)."""
 
-    steps = [e for e in events if e.kind == "step"]
-    # A stall is confirmed only after a quiet spell; a step that was already in flight
-    # when the rank froze may land inside it and still belongs before the fault.
-    settle = float(confirmed.data.get("progress_quiet_s", 0.0))
-    # the first step after a restart or restore line, read after the fault was confirmed, is after
-    # it whatever its stamp says: a stamp of whole seconds (Megatron's) can put it up to 1 s earlier
-    late = {e.seq for e in steps if e.data.get("new_attempt") and e.seq > confirmed.seq and e.t >= t0 - 1.0}
-    before = [e for e in steps if e.t < t0 + settle and e.seq not in late]
-    after = [e for e in steps if (e.t >= t0 or e.seq in late) and e not in before]
-    m.step_at_fault = before[-1].data["n"] if before else None
-    saves = [e for e in events if e.kind == "ckpt.save" and e.t <= t0 and str(e.data.get("step", "")).isdigit()]
+    events: list[Event]
+    confirmed: Event
+    t0: float
+    injected: float           # when the fault was injected (a scheduler may requeue before it is confirmed)
+    before: list[Event]       # the steps before the fault
+    after: list[Event]        # the steps after it
+    late: set[int]            # seqs of first steps of a new attempt read after the fault, whatever their stamp
+    restart: Event | None = None
+    restore: Event | None = None
+    recovered: list[Event] = field(default_factory=list)
+    first_at: float | None = None   # when the first step after recovery was made
+    damaged: FileDamage | None = None
+    crash_dir: str = ""
+    crash_names: list[str] = field(default_factory=list)
+
+    def first(self, kind: str) -> Event | None:
+        return next((e for e in self.events if e.kind == kind and e.t >= self.t0), None)
+
+    @classmethod
+    def of(cls, events: list[Event], confirmed: Event) -> "Window":
+        t0 = confirmed.t
+        steps = [e for e in events if e.kind == "step"]
+        # A stall is confirmed only after a quiet spell; a step that was already in flight
+        # when the rank froze may land inside it and still belongs before the fault.
+        settle = float(confirmed.data.get("progress_quiet_s", 0.0))
+        # the first step after a restart or restore line, read after the fault was confirmed, is after
+        # it whatever its stamp says: a stamp of whole seconds (Megatron's) can put it up to 1 s earlier
+        late = {e.seq for e in steps if e.data.get("new_attempt") and e.seq > confirmed.seq and e.t >= t0 - 1.0}
+        before = [e for e in steps if e.t < t0 + settle and e.seq not in late]
+        after = [e for e in steps if (e.t >= t0 or e.seq in late) and e not in before]
+        injected = next((e.t for e in events if e.kind == "fault.inject" and e.t <= t0), t0)
+        return cls(events=events, confirmed=confirmed, t0=t0, injected=injected, before=before, after=after, late=late)
+
+
+def _fault(m: Measurements, w: Window) -> None:
+    """The fault's moment, how long it was watched, and where the job stood."""
+    events = w.events
+    m.t_fault = w.t0
+    last_t = m.t_observe_end if m.t_observe_end is not None else max(e.t for e in events)
+    m.observed_s = max(0.0, last_t - w.t0)
+    m.step_at_fault = w.before[-1].data["n"] if w.before else None
+    saves = [e for e in events if e.kind == "ckpt.save" and e.t <= w.t0 and str(e.data.get("step", "")).isdigit()]
     if saves:
-        m.newest_save_step, m.newest_save_s = int(saves[-1].data["step"]), t0 - saves[-1].t
+        m.newest_save_step, m.newest_save_s = int(saves[-1].data["step"]), w.t0 - saves[-1].t
+    m.expects = w.confirmed.data.get("expects")
+    m.target_ranks = sorted({e.rank for e in events if e.kind == "fault.inject" and e.rank is not None})
 
-    def first(kind: str) -> Event | None:
-        return next((e for e in events if e.kind == kind and e.t >= t0), None)
 
-    detect, restore = first("detect"), first("restore")
+def _restarts(m: Measurements, w: Window) -> None:
+    """Detection, the restarts the job announced, its exit and its own errors."""
+    events, t0 = w.events, w.t0
     # Restarts as the job announces them; a launcher's lines (torchrun's restart_count, with
     # `by`) count only for a job that announces none itself — on several nodes each launcher
     # numbers its own attempts — and one attempt number is one restart.
@@ -254,33 +286,102 @@ def measure(history: History) -> Measurements:
     # is a restart of its own, which no attempt count shows
     counted = [e.t for e in restarts if "attempt" in e.data]
     restarts = [e for e in restarts if "waiting" not in e.data or not any(abs(t - e.t) <= 10.0 for t in counted)]
-    restart = restarts[0] if restarts else None
+    w.restart = restarts[0] if restarts else None
     m.restarts = len({e.data.get("attempt", f"event-{e.seq}") for e in restarts})
     m.job_errors = job_errors(events, t0, [e.t for e in restarts])
+    detect = w.first("detect")
     if detect:
         m.time_to_detect = detect.t - t0
-    if restart:
-        m.time_to_restart = restart.t - t0
-    exit_ = first("job.exit")
+    if w.restart:
+        m.time_to_restart = w.restart.t - t0
+    exit_ = w.first("job.exit")
     if exit_:
         m.job_exit_s = exit_.t - t0
         m.job_exit_code = exit_.data.get("code")
 
-    m.expects = confirmed.data.get("expects")
-    m.target_ranks = sorted({e.rank for e in events if e.kind == "fault.inject" and e.rank is not None})
-    m.attribution = attribute(events, t0, confirmed.data.get("hurts", "rank"), confirmed.data.get("verb", "hurt"))
-    # when the fault was injected: a scheduler can requeue, and a reader can open the damaged
-    # file, before the harness has recorded the fault's confirmation
-    injected = next((e.t for e in events if e.kind == "fault.inject" and e.t <= t0), t0)
-    _measure_requeue(m, events, confirmed, t0, injected)
-    if m.expects == "slow":
-        _measure_slow(m, events, confirmed, t0)
-        return m
-    damaged: FileDamage | None = None
-    crash_dir, crash_names = "", []
-    for effect in effects(confirmed.data):
+
+def _restore(m: Measurements, w: Window) -> tuple[float, int]:
+    """The restore the job announced (or a restart it did not): where recovery's steps begin
+    (a time) and the step number they must pass."""
+    restore = w.restore = w.first("restore")
+    if restore:
+        m.restored_path = str(restore.data["path"]) if restore.data.get("path") else None
+        m.time_to_restore = restore.t - w.t0
+        step = restore.data.get("step")  # a stack that names only the path (Lightning's last.ckpt)
+        m.restored_step = int(step) if step is not None else None
+        if restore.data.get("digest") and m.restored_step is not None:
+            m.restored_digest = str(restore.data["digest"])
+            saved = [e for e in w.events if e.kind == "ckpt.save" and e.t <= restore.t and e.data.get("digest")
+                     and e.data.get("step") is not None and int(e.data["step"]) == m.restored_step]
+            m.saved_digest = str(saved[-1].data["digest"]) if saved else None
+        return restore.t, (m.restored_step or 0) if step is not None else 0
+    if w.restart:
+        return w.restart.t, 0  # restarted without a restore: from wherever it began
+    # a step number at or below the one at the fault is a restart the job did not
+    # announce (its supervisor printed nothing we read): it began again from there
+    back = next((e for e in w.after if m.step_at_fault is not None and e.data["n"] <= m.step_at_fault), None)
+    if back is not None:
+        w.restart = back
+        m.restarts = max(m.restarts, 1)
+        return back.t, 0
+    return w.t0, m.step_at_fault if m.step_at_fault is not None else -1
+
+
+def _first_step(m: Measurements, w: Window, marker: float, floor: int) -> None:
+    """The first step of recovery, and how many followed it."""
+    # a step read from a metric happened somewhere after its ``since``: across a restart it
+    # counts only when that whole span is after the restart (the old workers' last steps are not)
+    recovered = [e for e in w.after if e.data.get("since", e.t) >= marker and e.data["n"] > floor]
+    if w.restart or w.restore:
+        recovered = _from_going_back(w.before, w.after, recovered, floor)
+    w.recovered = recovered
+    if recovered:
+        # no earlier than the line that began its attempt, where its own stamp is coarser
+        w.first_at = max(recovered[0].t, marker) if recovered[0].seq in w.late else recovered[0].t
+        m.time_to_first_step = w.first_at - w.t0
+        m.first_step = recovered[0].data["n"]
+        m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
+        if m.restored_step is None and (w.restart or w.restore):
+            m.restored_step = m.first_step - 1
+
+
+def _recovery(m: Measurements, w: Window) -> None:
+    """RecoveryFigures: the restore, the first step after it, what was lost."""
+    _first_step(m, w, *_restore(m, w))
+    if m.step_at_fault is not None and m.restored_step is not None:
+        m.lost_steps = max(0, m.step_at_fault - m.restored_step)
+    elif m.step_at_fault is not None and m.time_to_first_step is not None:
+        m.lost_steps = 0  # progress resumed without a restart
+    if w.after:
+        m.last_step_s = w.after[-1].t - w.t0
+
+
+def _fidelity(m: Measurements, w: Window) -> None:
+    """FidelityFigures: whether what came back is what was saved."""
+    if w.restart or w.restore:
+        m.fidelity = restore_fidelity(with_metrics(w.before, w.events), with_metrics(w.recovered, w.events),
+                                      m.restored_step)
+
+
+def _attribution(m: Measurements, w: Window) -> None:
+    data = w.confirmed.data
+    m.attribution = attribute(w.events, w.t0, data.get("hurts", "rank"), data.get("verb", "hurt"))
+
+
+def _requeue(m: Measurements, w: Window) -> None:
+    _measure_requeue(m, w.events, w.confirmed, w.t0, w.injected)
+
+
+def _slow(m: Measurements, w: Window) -> None:
+    _measure_slow(m, w.events, w.confirmed, w.t0)
+
+
+def _damage_found(m: Measurements, w: Window) -> None:
+    """DamageFigures and SaveCrashFigures as the fault found them: which checkpoint it
+    damaged, or where a save was cut short and what was complete then."""
+    for effect in effects(w.confirmed.data):
         if isinstance(effect, FileDamage):
-            damaged = effect
+            w.damaged = effect
             m.corrupted_path = effect.checkpoint.rstrip("/")
             m.corrupted_checkpoint = os.path.basename(m.corrupted_path)
             m.corrupted_step = effect.step
@@ -289,83 +390,137 @@ def measure(history: History) -> Measurements:
             m.crashed_checkpoint, m.crashed_step = effect.crashed, effect.crashed_step
             m.crashed_complete, m.crashed_why = effect.crashed_complete, effect.crashed_why or None
             m.best_complete_step, m.best_complete = effect.best_complete_step, effect.best_complete
-            crash_dir = effect.dir or ""
-            crash_names = [str(c.get("name")) for c in effect.checkpoints]
+            w.crash_dir = effect.dir or ""
+            w.crash_names = [str(c.get("name")) for c in effect.checkpoints]
     if m.corrupted_path is not None and m.corrupted_step is None:
         # a checkpoint with no step in its name (one file rewritten in place): the step the
         # job's last save line before the damage named
-        m.corrupted_step = saved_step(events, m.corrupted_path, injected)
-        if damaged is not None:
-            damaged = damaged.model_copy(update={"step": m.corrupted_step})
+        m.corrupted_step = saved_step(w.events, m.corrupted_path, w.injected)
+        if w.damaged is not None:
+            w.damaged = w.damaged.model_copy(update={"step": m.corrupted_step})
     if m.crash_point is not None and m.crashed_checkpoint is not None and m.crashed_step is None:
         # the save the crash cut short: the step its begin line named
-        m.crashed_step = saved_step(events, os.path.join(crash_dir, m.crashed_checkpoint), t0, "ckpt.save.begin")
+        m.crashed_step = saved_step(w.events, os.path.join(w.crash_dir, m.crashed_checkpoint), w.t0,
+                                    "ckpt.save.begin")
     if m.crash_point is not None and m.best_complete is not None and m.best_complete_step is None:
         m.best_complete_step = (m.crashed_step if m.best_complete == m.crashed_checkpoint else
-                                saved_step(events, os.path.join(crash_dir, m.best_complete), injected, "ckpt.save"))
+                                saved_step(w.events, os.path.join(w.crash_dir, m.best_complete), w.injected))
     if m.corrupted_path is not None and (m.signal_kinds is None or "ckpt.reject" in m.signal_kinds):
         # the job's own word that it refused the damaged one; a profile that reads no reject
         # line cannot say either way (the witnesses still judge what was loaded)
         m.rejected_corrupted = any(e.data.get("path") and relation(str(e.data["path"]), m.corrupted_path) == "same"
-                                   for e in events if e.kind == "ckpt.reject" and e.t >= t0)
-    escalate = first("escalate")
+                                   for e in w.events if e.kind == "ckpt.reject" and e.t >= w.t0)
+
+
+def _damaged_restore(m: Measurements, w: Window) -> None:
+    """Whether the restart loaded the damaged checkpoint: the witnesses (judging/checks/witness.py)."""
+    if w.damaged is not None:
+        m.damaged_restore = judge_damaged_restore(w.events, w.injected, w.damaged, w.restore,
+                                                  w.recovered[0] if w.recovered else None, w.restart is not None,
+                                                  w.first_at)
+
+
+def _save_crash(m: Measurements, w: Window) -> None:
+    if m.crash_point is not None:
+        _judge_crash_restore(m, w.restore is not None or w.restart is not None, w.crash_dir, w.crash_names)
+
+
+def _replacement(m: Measurements, w: Window) -> None:
+    """ReplacementFigures, and an escalation (time_to_escalate)."""
+    escalate = w.first("escalate")
     if escalate:
-        m.time_to_escalate = escalate.t - t0
-    m.replace_failures = sum(1 for e in events if e.kind == "replace.failed" and e.t >= t0)
-    done = first("replace.done")
+        m.time_to_escalate = escalate.t - w.t0
+    m.replace_failures = sum(1 for e in w.events if e.kind == "replace.failed" and e.t >= w.t0)
+    done = w.first("replace.done")
     if done:
         m.replacement_node = done.data.get("node_name")
-    if restore:
-        m.restored_path = str(restore.data["path"]) if restore.data.get("path") else None
-        m.time_to_restore = restore.t - t0
-        step = restore.data.get("step")  # a stack that names only the path (Lightning's last.ckpt)
-        m.restored_step = int(step) if step is not None else None
-        marker, floor = restore.t, (m.restored_step or 0) if step is not None else 0
-        if restore.data.get("digest") and m.restored_step is not None:
-            m.restored_digest = str(restore.data["digest"])
-            saved = [e for e in events if e.kind == "ckpt.save" and e.t <= restore.t and e.data.get("digest")
-                     and e.data.get("step") is not None and int(e.data["step"]) == m.restored_step]
-            m.saved_digest = str(saved[-1].data["digest"]) if saved else None
-    elif restart:
-        marker, floor = restart.t, 0  # restarted without a restore: from wherever it began
-    else:
-        # a step number at or below the one at the fault is a restart the job did not
-        # announce (its supervisor printed nothing we read): it began again from there
-        back = next((e for e in after if m.step_at_fault is not None and e.data["n"] <= m.step_at_fault), None)
-        if back is not None:
-            restart = back
-            m.restarts = max(m.restarts, 1)
-            marker, floor = back.t, 0
-        else:
-            marker, floor = t0, m.step_at_fault if m.step_at_fault is not None else -1
-    # a step read from a metric happened somewhere after its ``since``: across a restart it
-    # counts only when that whole span is after the restart (the old workers' last steps are not)
-    recovered = [e for e in after if e.data.get("since", e.t) >= marker and e.data["n"] > floor]
-    if restart or restore:
-        recovered = _from_going_back(before, after, recovered, floor)
-    first_at = None  # when the first step after recovery was made
-    if recovered:
-        # no earlier than the line that began its attempt, where its own stamp is coarser
-        first_at = max(recovered[0].t, marker) if recovered[0].seq in late else recovered[0].t
-        m.time_to_first_step = first_at - t0
-        m.first_step = recovered[0].data["n"]
-        m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
-        if m.restored_step is None and (restart or restore):
-            m.restored_step = m.first_step - 1
-    if restart or restore:
-        m.fidelity = restore_fidelity(with_metrics(before, events), with_metrics(recovered, events), m.restored_step)
-    if damaged is not None:
-        m.damaged_restore = judge_damaged_restore(events, injected, damaged, restore, recovered[0] if recovered else None,
-                                                  restart is not None, first_at)
-    if m.crash_point is not None:
-        _judge_crash_restore(m, restore is not None or restart is not None, crash_dir, crash_names)
-    _measure_tiers(m, events, confirmed, t0, restore)
-    if m.step_at_fault is not None and m.restored_step is not None:
-        m.lost_steps = max(0, m.step_at_fault - m.restored_step)
-    elif m.step_at_fault is not None and m.time_to_first_step is not None:
-        m.lost_steps = 0  # progress resumed without a restart
-    if after:
-        m.last_step_s = after[-1].t - t0
+
+
+def _tiers(m: Measurements, w: Window) -> None:
+    _measure_tiers(m, w.events, w.confirmed, w.t0, w.restore)
+
+
+@dataclass(frozen=True)
+class Measurer:
+    """One family's figures from the window. ``reads``: the event kinds it reads; ``writes``:
+    the figures it sets, put back to unknown when it fails; ``slow``: whether it measures a
+    fail-slow fault too; ``poll``: whether the observe phase's stop test needs it."""
+
+    name: str
+    measure: Callable[[Measurements, Window], None]
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    slow: bool = False
+    poll: bool = False
+
+
+def _fields(*families: type[BaseModel], but: tuple[str, ...] = (), plus: tuple[str, ...] = ()) -> tuple[str, ...]:
+    return tuple(f for fam in families for f in fam.model_fields if f not in but) + plus
+
+
+# In the order they run: each may read what the ones before it left in the window.
+MEASURERS: tuple[Measurer, ...] = (
+    Measurer("fault", _fault, ("fault.confirmed", "fault.inject", "step", "ckpt.save"),
+             ("t_fault", "observed_s", "step_at_fault", "newest_save_step", "newest_save_s", "expects", "target_ranks"),
+             slow=True, poll=True),
+    Measurer("restarts", _restarts, ("detect", "restart", "job.exit", "error"),
+             ("time_to_detect", "time_to_restart", "restarts", "job_errors", "job_exit_s", "job_exit_code"),
+             slow=True, poll=True),
+    Measurer("recovery", _recovery, ("restore", "step", "ckpt.save"),
+             ("time_to_restore", "restored_step", "restored_digest", "saved_digest", "time_to_first_step", "first_step",
+              "steps_after_recovery", "lost_steps", "last_step_s", "restored_path"), poll=True),
+    Measurer("fail-slow", _slow, ("step", "straggler", "fault.inject"),
+             _fields(FailSlowFigures, but=("time_to_escalate",), plus=("steps_after_recovery", "lost_steps")),
+             slow=True, poll=True),
+    Measurer("attribution", _attribution, ("blame", "members", "job.ranks", "fault.inject", "straggler"),
+             _fields(AttributionFigures), slow=True),
+    Measurer("requeue", _requeue, ("requeue", "job.nodes"), _fields(RequeueFigures), slow=True),
+    Measurer("fidelity", _fidelity, ("step", "metrics"), _fields(FidelityFigures)),
+    Measurer("damage", _damage_found, ("ckpt.save", "ckpt.save.begin", "ckpt.reject"),
+             _fields(DamageFigures, but=("restored_path", "damaged_restore")) + _fields(SaveCrashFigures)),
+    Measurer("damaged-restore", _damaged_restore, ("ckpt.read", "restore", "step"), ("damaged_restore",)),
+    Measurer("save-crash", _save_crash, (), ("restored_incomplete", "fell_back_further_than_needed")),
+    Measurer("replacement", _replacement, ("escalate", "replace.failed", "replace.done"),
+             _fields(ReplacementFigures, plus=("time_to_escalate",))),
+    Measurer("tiers", _tiers, ("restore.copy", "ckpt.tiers", "ckpt.save", "restore"), _fields(TierFigures)),
+)
+
+
+def _before_the_fault(m: Measurements, events: list[Event]) -> None:
+    """What the run says before any fault: its baseline, the prediction, what it can read."""
+    steady = next((e for e in events if e.kind == "steady"), None)
+    m.baseline_step_s = steady.data.get("baseline_step_s") if steady else None
+    predicted = next((e for e in events if e.kind == "predicted"), None)
+    if predicted is not None:
+        m.predicted_detect_s, m.predicted_by = predicted.data.get("detect_s"), predicted.data.get("by")
+    launch = next((e for e in events if e.kind in ("job.launch", "job.attach")), None)
+    if launch is not None and isinstance(launch.data.get("reads"), list):
+        m.signal_kinds = [str(k) for k in launch.data["reads"]]
+
+
+def measure(history: History, *, poll: bool = False) -> Measurements:
+    """Every figure of one run, family by family (:data:`MEASURERS`). A measurer that raises
+    leaves its figures unknown (None), names itself and the error in ``measure_errors``, and
+    the others still measure; the SLOs that need its figures then say unknown, never pass.
+    ``poll``: only what the observe phase's stop test reads (``recovered``, ``awaiting``)."""
+    events, t_end = _window(history)
+    m = Measurements(t_observe_end=t_end)
+    _before_the_fault(m, events)
+    confirmed = next((e for e in events if e.kind == "fault.confirmed"), None)
+    if confirmed is None:
+        return m
+    w = Window.of(events, confirmed)
+    slow = confirmed.data.get("expects") == "slow"
+    for measurer in MEASURERS:
+        if (poll and not measurer.poll) or (slow and not measurer.slow) or (measurer.name == "fail-slow" and not slow):
+            continue
+        try:
+            measurer.measure(m, w)
+        except Exception as exc:  # noqa: BLE001 — one family's bug is that family's unknown
+            defaults = Measurements()
+            for name in measurer.writes:
+                setattr(m, name, getattr(defaults, name))
+            m.measure_errors[measurer.name] = f"{exc.__class__.__name__}: {exc}"
     return m
 
 
@@ -578,7 +733,7 @@ def quiet_after_fault(history: History, m: Measurements) -> float | None:
 def recovered(history: History, until_steps: int) -> bool:
     """The observe phase's stop test: the job recovered from the fault (the straggler was
     named, for a fail-slow fault) and made ``until_steps`` more steps. Pure."""
-    m = measure(history)
+    m = measure(history, poll=True)
     if awaits_restore(m, history):
         return False
     done = m.time_to_straggler if m.expects == "slow" else m.time_to_first_step
@@ -603,7 +758,7 @@ def awaits_restore(m: Measurements, history: History) -> bool:
 
 def awaiting(history: History, until_steps: int) -> str:
     """What the observe phase is waiting for, in words, for the live status line."""
-    m = measure(history)
+    m = measure(history, poll=True)
     if m.expects == "slow":
         return "the straggler to be named" if m.time_to_straggler is None else f"{until_steps} more steps"
     if m.time_to_detect is None:

@@ -12,18 +12,8 @@ from typing import Callable, Literal
 from pydantic import BaseModel
 
 from drillbit.judging.checks.baseline import Baseline
-from drillbit.judging.checks.recovery import (
-    FAMILIES,
-    AttributionFigures,
-    DamageFigures,
-    FailSlowFigures,
-    Measurements,
-    RecoveryFigures,
-    ReplacementFigures,
-    RequeueFigures,
-    SaveCrashFigures,
-    TierFigures,
-)
+from drillbit.judging.checks.recovery import (AttributionFigures, DamageFigures, FAMILIES, FailSlowFigures,
+    FidelityFigures, Measurements, RecoveryFigures, ReplacementFigures, RequeueFigures, SaveCrashFigures, TierFigures)
 from drillbit.core.history import History
 from drillbit.spec.models import SLO
 
@@ -388,7 +378,7 @@ JUDGES: tuple[tuple[Judge, tuple[type[BaseModel], ...]], ...] = (
     (_judge_restore_skipped_corrupted, (RecoveryFigures, DamageFigures)),
     (_judge_crash_invariants, (RecoveryFigures, SaveCrashFigures)),
     (_judge_restore_matches_save, (RecoveryFigures,)),
-    (_judge_restore_fidelity, (RecoveryFigures,)),
+    (_judge_restore_fidelity, (FidelityFigures,)),
     (_judge_max_lost_steps, (RecoveryFigures,)),
     (_judge_goodput_min, (RecoveryFigures,)),
     (_judge_limits, FAMILIES),
