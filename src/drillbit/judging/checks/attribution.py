@@ -18,6 +18,7 @@ Only what the stack said after the fault and before observation ended counts.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -62,12 +63,70 @@ def _ranks(ranks: list[int]) -> str:
     return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
+@dataclass
+class _Blames:
+    """Whom the stack's lines named, as they are read."""
+
+    rank_of_pid: dict[int, Any]
+    blamed: set[int] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+    by: set[str] = field(default_factory=set)
+    by_rank: dict[str, set[str]] = field(default_factory=dict)
+    saw_stack: bool = False
+    last_members: dict[str | None, dict[str, dict]] = field(default_factory=dict)
+
+    def blame(self, rank: object, node: object, who: str) -> None:
+        if isinstance(rank, int):
+            self.blamed.add(rank)
+            self.by_rank.setdefault(str(rank), set()).add(who)
+        elif node:
+            self.nodes.add(str(node))
+        else:
+            return
+        self.by.add(who)
+
+    def members(self, e: Event, t0: float, who: str) -> None:
+        """A membership line: before the fault, the membership it hit; after, whoever of that
+        membership is missing was dropped (blamed)."""
+        items = {str(i.get("id")): i for i in e.data.get("members", []) if isinstance(i, dict)}
+        key = e.data.get("by")
+        if e.t <= t0:
+            self.last_members[key] = items
+            return
+        for gone, item in self.last_members.get(key, {}).items():
+            if gone not in items:
+                self.blame(item.get("rank"), item.get("node"), who)
+
+    def named(self, e: Event, who: str) -> None:
+        """A blame line: one culprit in the event's own groups, or several in a list group."""
+        culprits = [{"rank": e.rank, **e.data}] + [
+            item for value in e.data.values() if isinstance(value, list) for item in value if isinstance(item, dict)]
+        for c in culprits:
+            rank, pid = c.get("rank"), c.get("pid")
+            if rank is None and pid is not None and str(pid).isdigit():
+                rank = self.rank_of_pid.get(int(pid))
+            self.blame(rank, c.get("blamed_node") if rank is None else None, who)
+
+    def read(self, events: list[Event], t0: float) -> None:
+        for e in events:
+            who = str(e.data.get("by") or e.source)
+            if e.kind == "members":
+                self.saw_stack = True
+                self.members(e, t0, who)
+            elif e.t >= t0 and e.kind == "blame":
+                self.saw_stack = True
+                self.named(e, who)
+            elif e.t >= t0 and e.kind == "straggler":
+                self.saw_stack = True
+                self.blame(e.rank if e.rank is not None else e.data.get("rank"), e.data.get("node"), who)
+
+
 def attribute(events: list[Event], t0: float, hurts: str = "rank", verb: str = "hurt") -> Attribution | None:
     """The attribution of one fault; None when the stack said nothing that blames anyone
     and printed no membership (it cannot be judged, and is not a stack that attributes)."""
     injects = [e for e in events if e.kind == "fault.inject"]
-    table: list[dict[str, Any]] = next((e.data.get("ranks",
-        []) for e in reversed(events) if e.kind == "job.ranks" and e.t <= t0 + 1), [])
+    ranked = [e for e in events if e.kind == "job.ranks" and e.t <= t0 + 1]
+    table: list[dict[str, Any]] = ranked[-1].data.get("ranks", []) if ranked else []
     rank_of_pid = {int(r["pid"]): r["rank"] for r in table if r.get("pid") is not None}
     rank_of_pid.update({int(e.data["pid"]): e.rank for e in injects if e.data.get("pid") is not None})
     node_of_rank = {r["rank"]: r.get("node") for r in table}
@@ -75,60 +134,15 @@ def attribute(events: list[Event], t0: float, hurts: str = "rank", verb: str = "
     hurt_nodes = {e.node for e in injects if e.node}
     if hurts == "node":
         hurt |= {r for r, n in node_of_rank.items() if n in hurt_nodes}
-
-    blamed: set[int] = set()
-    blamed_nodes: set[str] = set()
-    by: set[str] = set()
-    blamed_by: dict[str, set[str]] = {}
-    saw_stack = False
-
-    def blame(rank: object, node: object, who: str) -> None:
-        if isinstance(rank, int):
-            blamed.add(rank)
-            blamed_by.setdefault(str(rank), set()).add(who)
-        elif node:
-            blamed_nodes.add(str(node))
-        else:
-            return
-        by.add(who)
-
-    last_members: dict[str | None, dict[str, dict]] = {}
-    for e in events:
-        who = str(e.data.get("by") or e.source)
-        if e.kind == "members":
-            saw_stack = True
-            items = {str(i.get("id")): i for i in e.data.get("members", []) if isinstance(i, dict)}
-            key = e.data.get("by")
-            if e.t <= t0:
-                last_members[key] = items  # the membership the fault hit
-            else:
-                for gone, item in last_members.get(key, {}).items():
-                    if gone not in items:
-                        blame(item.get("rank"), item.get("node"), who)
-            continue
-        if e.t < t0:
-            continue
-        if e.kind == "blame":
-            saw_stack = True
-            # one culprit in the event's own groups, or several in a list group (lists:)
-            named = [{"rank": e.rank, **e.data}] + [
-                item for value in e.data.values() if isinstance(value, list) for item in value if isinstance(item, dict)]
-            for c in named:
-                rank, pid = c.get("rank"), c.get("pid")
-                if rank is None and pid is not None and str(pid).isdigit():
-                    rank = rank_of_pid.get(int(pid))
-                blame(rank, c.get("blamed_node") if rank is None else None, who)
-        elif e.kind == "straggler":
-            saw_stack = True
-            blame(e.rank if e.rank is not None else e.data.get("rank"), e.data.get("node"), who)
-    if not saw_stack:
+    said = _Blames(rank_of_pid)
+    said.read(events, t0)
+    if not said.saw_stack:
         return None
     # a whole node blamed covers its ranks
-    for node in blamed_nodes:
-        blamed |= {r for r, n in node_of_rank.items() if n == node}
+    blamed = said.blamed | {r for r, n in node_of_rank.items() if n in said.nodes}
     a = Attribution(hurt=sorted(hurt), hurt_nodes=sorted(hurt_nodes), blamed=sorted(blamed),
-                    blamed_nodes=sorted(blamed_nodes), by=sorted(by), verb=verb,
-                    blamed_by={k: sorted(v) for k, v in blamed_by.items()})
+                    blamed_nodes=sorted(said.nodes), by=sorted(said.by), verb=verb,
+                    blamed_by={k: sorted(v) for k, v in said.by_rank.items()})
     a.false_blames = sorted(blamed - hurt)
     a.missed = sorted(hurt - blamed)
     a.correct = not a.false_blames and not a.missed

@@ -57,6 +57,15 @@ def interrupted(payload: dict) -> bool:
                                                         for r in payload.get("reasons", []))
 
 
+def _unmeasured(verdict: Verdict, m: Measurements, reasons: list[str], left: bool) -> Verdict:
+    """A measurer that failed left its figures unknown, and an SLO reading an unknown figure
+    as "never came" would fail on a drillbit bug: neither pass nor fail stands on them (a
+    fault left in place still fails the drill: that was seen, not measured)."""
+    reasons.append("could not measure " + "; ".join(f"{name} ({error})" for name, error in m.measure_errors.items())
+                   + " — a drillbit bug: those figures are unknown (report the run's history.jsonl)")
+    return "inconclusive" if not left and verdict in ("pass", "fail") else verdict
+
+
 def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reasons: list[str]) -> tuple[Verdict, list[str]]:
     reasons: list[str] = []
     verdict: Verdict = "pass"
@@ -100,14 +109,7 @@ def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reason
         verdict = worst(verdict, "inconclusive")
         reasons.append("no step signal was ever read from the job")
     if m.measure_errors:
-        # a measurer that failed left its figures unknown, and an SLO reading an unknown figure
-        # as "never came" would fail on a drillbit bug: neither pass nor fail stands on them
-        # (a fault left in place still fails the drill: that was seen, not measured)
-        if not left and verdict in ("pass", "fail"):
-            verdict = "inconclusive"
-        reasons.append("could not measure " + "; ".join(f"{name} ({error})" for name, error in m.measure_errors.items())
-                       + " — a drillbit bug: those figures are unknown (the traceback is not kept; report the run's "
-                       "history.jsonl)")
+        verdict = _unmeasured(verdict, m, reasons, left=bool(left))
     stuck = history.last("stacks")
     if stuck is not None and verdict in ("fail", "inconclusive") and stuck.data.get("where"):
         reasons.append(f"where the job was stuck when the window closed: {stuck.data['where']} (stacks.json)")

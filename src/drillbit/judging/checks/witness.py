@@ -103,6 +103,25 @@ def _who(e: Event) -> str:
     return f"pid {pid}" if pid else "a process (inotify names no reader)"
 
 
+def _never_read(evidence: FileDamage, seen: list[tuple[Event, str | None]], name: str, until: float | None) -> Witness:
+    """The reads witness when no read of the damaged checkpoint was seen: a "no" only where
+    the watch shows it was listening (it placed other reads) on a local filesystem."""
+    how, root = evidence.reads, evidence.root
+    if evidence.reads_local is False:
+        return Witness(name="reads", loaded=None, says=f"no read of {name} seen here ({evidence.reads_why})")
+    if until is None and not any(where for _, where in seen):
+        return Witness(name="reads", loaded=None, says="the restart read no checkpoint at all and never trained "
+                                                       "again: it never reached its restore")
+    if not seen:  # silence proves nothing unless the watch shows it was listening
+        return Witness(name="reads", loaded=None, says=f"the read watch ({how}) placed no read at all after the "
+                                                       f"damage, of {name} or of anything else in the folder: its "
+                                                       "silence shows nothing")
+    placed = seen[0][1] or seen[0][0].data.get("file")
+    return Witness(name="reads", loaded=False, says=f"no process opened {name} after it was damaged ({how}), "
+                                                    f"while the same watch placed {len(seen)} other read(s), "
+                                                    f"e.g. of {_short(str(placed), root)}")
+
+
 def _reads_witness(evidence: FileDamage, reads: list[Event], checkpoint: str, until: float | None) -> Witness:
     how = evidence.reads
     root = evidence.root
@@ -134,19 +153,7 @@ def _reads_witness(evidence: FileDamage, reads: list[Event], checkpoint: str, un
                                                        "not agree, so its reads are not judged (a harness "
                                                        "inconsistency)")
     if not any(where == checkpoint for _, where in seen):
-        if evidence.reads_local is False:
-            return Witness(name="reads", loaded=None, says=f"no read of {name} seen here ({evidence.reads_why})")
-        if until is None and not any(where for _, where in seen):
-            return Witness(name="reads", loaded=None, says="the restart read no checkpoint at all and never trained "
-                                                           "again: it never reached its restore")
-        if not seen:  # silence proves nothing unless the watch shows it was listening
-            return Witness(name="reads", loaded=None, says=f"the read watch ({how}) placed no read at all after the "
-                                                           f"damage, of {name} or of anything else in the folder: its "
-                                                           "silence shows nothing")
-        placed = seen[0][1] or seen[0][0].data.get("file")
-        return Witness(name="reads", loaded=False, says=f"no process opened {name} after it was damaged ({how}), "
-                                                        f"while the same watch placed {len(seen)} other read(s), "
-                                                        f"e.g. of {_short(str(placed), root)}")
+        return _never_read(evidence, seen, name, until)
     by_reader: dict[object, list[tuple[Event, str]]] = {}
     for e, where in seen:
         if where is not None:

@@ -58,6 +58,16 @@ class Matcher:
         self._signals = [(s, re.compile(s.pattern), {k: re.compile(v) for k, v in s.lists.items()})
                          for s in signals]
 
+    def _place(self, data: dict) -> None:
+        """A path in the line, absolute and resolved: a relative one against the job's own
+        folder (not ours), resolved where the line is read (the node that wrote it), so a job
+        that names its checkpoint through a link names the same file as the kernel's reads
+        and the fault's record."""
+        if isinstance(data.get("path"), str) and not os.path.isabs(data["path"]) and self.base:
+            data["path"] = os.path.join(self.base, data["path"])
+        if isinstance(data.get("path"), str) and os.path.isabs(data["path"]):
+            data["path"] = entered(data["path"])
+
     def match(self, line: str) -> list[tuple[str, float | None, dict]]:
         """(kind, time from the line or None, data) for every signal the line matches. The
         data says where the time came from (t_source: line or read); a line whose time
@@ -70,47 +80,54 @@ class Matcher:
             if not m:
                 continue
             data: dict = {k: v for k, v in m.groupdict().items() if v is not None}
-            t = None
-            if "t" in data:
-                stamp = data.pop("t")
-                try:
-                    t = sig.parse_time(stamp)
-                except ValueError:
-                    data["t_unread"] = stamp
-                else:
-                    # a coarse stamp (whole seconds) bounds the time from below; the line was
-                    # read after it was written, so a read within the stamp's span is the
-                    # closer time (a restart's first step then falls after its restore line)
-                    span, now = sig.time_resolution(stamp), time.time()
-                    if span and t <= now < t + span:
-                        t = now
+            t = _stamp(sig, data)
             data["t_source"] = "line" if t is not None else "read"
-            try:
-                for k in sig.ints:
-                    if k in data:
-                        data[k] = int(data[k])
-                for k in sig.floats:
-                    if k in data:
-                        data[k] = float(data[k])
-            except ValueError:
+            if not _numbers(sig, data):
                 continue  # a group that should be a number is not: the line is not this signal
             for name, item in lists.items():
                 if name in data:
                     data[name] = [_item(m) for m in item.finditer(data[name])]
             for k, v in sig.fields.items():
                 data.setdefault(k, v)
-            if isinstance(data.get("path"), str) and not os.path.isabs(data["path"]) and self.base:
-                data["path"] = os.path.join(self.base, data["path"])  # the job's own folder, not ours
-            if isinstance(data.get("path"), str) and os.path.isabs(data["path"]):
-                # resolved where the line is read (the node that wrote it): a job that names its checkpoint
-                # through a link names the same file as the kernel's reads and the fault's record
-                data["path"] = entered(data["path"])
+            self._place(data)
             if sig.by and "by" not in data:
                 data["by"] = sig.by
             if sig.kind == "error":
                 data["message"] = (data.get("message") or line).strip()[:300]
             hits.append((sig.kind, t, data))
         return hits
+
+
+def _stamp(sig: Signal, data: dict) -> float | None:
+    """The time a line gives (its group ``t``), or None where it gives none or one that
+    cannot be read (kept as ``t_unread``)."""
+    if "t" not in data:
+        return None
+    stamp = data.pop("t")
+    try:
+        t = sig.parse_time(stamp)
+    except ValueError:
+        data["t_unread"] = stamp
+        return None
+    # a coarse stamp (whole seconds) bounds the time from below; the line was read after it
+    # was written, so a read within the stamp's span is the closer time (a restart's first
+    # step then falls after its restore line)
+    span, now = sig.time_resolution(stamp), time.time()
+    return now if span and t <= now < t + span else t
+
+
+def _numbers(sig: Signal, data: dict) -> bool:
+    """The groups the signal reads as numbers, as numbers; False where one is not a number."""
+    try:
+        for k in sig.ints:
+            if k in data:
+                data[k] = int(data[k])
+        for k in sig.floats:
+            if k in data:
+                data[k] = float(data[k])
+    except ValueError:
+        return False
+    return True
 
 
 def _item(m: re.Match) -> dict:

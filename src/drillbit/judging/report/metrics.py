@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from drillbit.core.atomic import write_atomic
 from drillbit.judging.checks.baseline import K_MAD, NORMAL, RUNS, Baseline
@@ -104,6 +104,39 @@ def band(values: list[float]) -> dict[str, float]:
     return {"low": med - spread, "median": med, "high": med + spread}
 
 
+def _latest(result: dict[str, Any], add: Callable[..., None]) -> None:
+    """The families of one series' latest result: its verdict, exit code, when it ended, each
+    SLO's status and each measurement."""
+    base = dict(zip(LABELS, series_key(result), strict=True))
+    for verdict in VERDICTS:
+        add(f"{PREFIX}_verdict", "stateset", "The latest run's verdict (1: this verdict)",
+            {**base, f"{PREFIX}_verdict": verdict}, 1 if result["verdict"] == verdict else 0)
+    add(f"{PREFIX}_exit_code", "gauge", "The latest run's exit code (0 pass, 1 SLO failed, 2 config, "
+        "3 inconclusive, 4 aborted, 5 harness)", base, result.get("exit_code", 5))
+    ended = _epoch(result.get("finished_at")) or _epoch(result.get("started_at"))
+    if ended is not None:
+        add(f"{PREFIX}_last_run_timestamp_seconds", "gauge", "When the latest run ended (Unix time)",
+            base, ended, "seconds")
+    for slo in result.get("slos", []):
+        for status in SLO_STATUSES:
+            add(f"{PREFIX}_slo_status", "stateset", "Each SLO's status in the latest run (1: this status)",
+                {**base, "slo": slo["name"], f"{PREFIX}_slo_status": status},
+                1 if slo.get("status") == status else 0)
+    measurements = dict(result.get("measurements") or {})
+    attribution = measurements.pop("attribution", None)
+    if isinstance(attribution, dict) and isinstance(attribution.get("correct"), bool):
+        measurements["attribution_correct"] = attribution["correct"]
+    for name, value in sorted(measurements.items()):
+        if value is None or not isinstance(value, (int, float)):
+            continue
+        metric = measurement_metric(name)
+        if metric is None:
+            continue
+        metric_name, unit = metric
+        add(metric_name, "gauge", f"The latest run's measurement {name}" + (f" ({unit})" if unit else ""),
+            base, value, unit)
+
+
 def families(latest: list[dict[str, Any]], counts: dict[tuple[str, ...], dict[str, int]],
              baselines: dict[tuple[str, ...], Any] | None = None) -> list[Family]:
     """The metric families of the latest result of each series (``latest``: result.json
@@ -116,35 +149,7 @@ def families(latest: list[dict[str, Any]], counts: dict[tuple[str, ...], dict[st
         fam.samples.append((labels, value))
 
     for result in latest:
-        key = series_key(result)
-        base = dict(zip(LABELS, key, strict=False))
-        for verdict in VERDICTS:
-            add(f"{PREFIX}_verdict", "stateset", "The latest run's verdict (1: this verdict)",
-                {**base, f"{PREFIX}_verdict": verdict}, 1 if result["verdict"] == verdict else 0)
-        add(f"{PREFIX}_exit_code", "gauge", "The latest run's exit code (0 pass, 1 SLO failed, 2 config, "
-            "3 inconclusive, 4 aborted, 5 harness)", base, result.get("exit_code", 5))
-        ended = _epoch(result.get("finished_at")) or _epoch(result.get("started_at"))
-        if ended is not None:
-            add(f"{PREFIX}_last_run_timestamp_seconds", "gauge", "When the latest run ended (Unix time)",
-                base, ended, "seconds")
-        for slo in result.get("slos", []):
-            for status in SLO_STATUSES:
-                add(f"{PREFIX}_slo_status", "stateset", "Each SLO's status in the latest run (1: this status)",
-                    {**base, "slo": slo["name"], f"{PREFIX}_slo_status": status},
-                    1 if slo.get("status") == status else 0)
-        measurements = dict(result.get("measurements") or {})
-        attribution = measurements.pop("attribution", None)
-        if isinstance(attribution, dict) and isinstance(attribution.get("correct"), bool):
-            measurements["attribution_correct"] = attribution["correct"]
-        for name, value in sorted(measurements.items()):
-            if value is None or not isinstance(value, (int, float)):
-                continue
-            metric = measurement_metric(name)
-            if metric is None:
-                continue
-            metric_name, unit = metric
-            add(metric_name, "gauge", f"The latest run's measurement {name}" + (f" ({unit})" if unit else ""),
-                base, value, unit)
+        _latest(result, add)
     for key, baseline in sorted((baselines or {}).items()):
         for name in BAND:
             values = baseline.values(name)

@@ -2,6 +2,8 @@
 first step marked and the badput shaded — as inline SVG, so a report needs no network."""
 from __future__ import annotations
 
+from typing import Callable
+
 from html import escape
 
 from drillbit.judging.checks.goodput import ledger
@@ -18,6 +20,60 @@ MARKS = (  # (event kind or measurement, label, colour)
 SHADES = {"detection": "#fecaca", "infrastructure_recovery": "#e9d5ff", "checkpoint_restore": "#bbf7d0",
           "slowdown": "#fde68a"}
 STEP_COLOUR = "#2563eb"
+
+
+def _marks(m: Measurements) -> dict[str, float]:
+    """The moments the checks measured (the fault, detection, restart, restore, first step)."""
+    if m.t_fault is None:
+        return {}
+    times = {"detect": m.time_to_straggler if m.expects == "slow" else m.time_to_detect,
+             "restart": m.time_to_restart, "restore": m.time_to_restore, "first_step": m.time_to_first_step}
+    return {"fault": m.t_fault, **{k: m.t_fault + v for k, v in times.items() if v is not None}}
+
+
+def _step_lines(steps: list[tuple[float, int]], x: Callable[[float], float], y: Callable[[float], float]) -> list[str]:
+    """One polyline per monotone run of steps, so a restore shows as a drop."""
+    runs: list[list[tuple[float, int]]] = [[]]
+    for t, n in steps:
+        if runs[-1] and n <= runs[-1][-1][1]:
+            runs.append([])
+        runs[-1].append((t, n))
+    parts = []
+    for run in runs:
+        if len(run) == 1:
+            t, n = run[0]
+            parts.append(f'<circle cx="{x(t):.1f}" cy="{y(n):.1f}" r="2.5" fill="{STEP_COLOUR}"/>')
+        elif run:
+            pts = " ".join(f"{x(t):.1f},{y(n):.1f}" for t, n in run)
+            parts.append(f'<polyline class="steps" points="{pts}" fill="none" stroke="{STEP_COLOUR}" stroke-width="2.5"/>')
+    return parts
+
+
+def _mark_lines(marks: dict[str, float], x: Callable[[float], float], top: float, ph: float,
+                right_edge: float) -> list[str]:
+    """Vertical marks; each label goes in the first row where it overlaps no label already
+    placed (restore and first step are often a fraction of a second apart), and to the left
+    of its line when it would run off the chart."""
+    parts = []
+    rows: list[list[tuple[float, float]]] = []
+    for key, label, colour in MARKS:
+        if key not in marks:
+            continue
+        xm = x(marks[key])
+        parts.append(f'<line class="mark" x1="{xm:.1f}" y1="{top}" x2="{xm:.1f}" y2="{top + ph}" stroke="{colour}" '
+                     f'stroke-width="2" stroke-dasharray="5 3"/>')
+        text = label if key == "fault" else f"{label} +{marks[key] - marks['fault']:.1f}s"
+        w = 7.0 * len(text) + 6  # generous width of 12 px sans-serif
+        anchor_end = xm + 3 + w > right_edge
+        lo, hi = (xm - 3 - w, xm) if anchor_end else (xm, xm + 3 + w)
+        row = next((i for i, spans in enumerate(rows) if all(hi < a or lo > b for a, b in spans)), len(rows))
+        if row == len(rows):
+            rows.append([])
+        rows[row].append((lo, hi))
+        tx, anchor = (xm - 3, "end") if anchor_end else (xm + 3, "start")
+        parts.append(f'<text class="mark-label" x="{tx:.1f}" y="{top + 14 + 14 * row}" fill="{colour}" '
+                     f'text-anchor="{anchor}">{escape(text)}</text>')
+    return parts
 
 
 def timeline_svg(history: History, measurements: Measurements | None = None, width: int = 900,
@@ -47,12 +103,7 @@ def timeline_svg(history: History, measurements: Measurements | None = None, wid
     # intervals: the chart never picks events of its own (it once marked torchrun's restart
     # while the table gave the job's)
     m = measurements if measurements is not None else measure(history)
-    marks: dict[str, float] = {}
-    if m.t_fault is not None:
-        marks["fault"] = m.t_fault
-        times = {"detect": m.time_to_straggler if m.expects == "slow" else m.time_to_detect,
-                 "restart": m.time_to_restart, "restore": m.time_to_restore, "first_step": m.time_to_first_step}
-        marks.update({k: m.t_fault + v for k, v in times.items() if v is not None})
+    marks = _marks(m)
     led = ledger(history, m)
     for name, a, b in (led.spans if led is not None else []):
         if b > a:
@@ -67,40 +118,8 @@ def timeline_svg(history: History, measurements: Measurements | None = None, wid
         parts.append(f'<text x="{x(t):.1f}" y="{height - bottom + 16}" text-anchor="middle" fill="#374151">'
                      f'{t - t0:.0f}s</text>')
     parts.append(f'<text x="{left}" y="16" fill="#111827" font-weight="bold">step</text>')
-    # steps: one polyline per monotone run, so a restore shows as a drop
-    runs: list[list[tuple[float, int]]] = [[]]
-    for t, n in steps:
-        if runs[-1] and n <= runs[-1][-1][1]:
-            runs.append([])
-        runs[-1].append((t, n))
-    for run in runs:
-        if len(run) == 1:
-            t, n = run[0]
-            parts.append(f'<circle cx="{x(t):.1f}" cy="{y(n):.1f}" r="2.5" fill="{STEP_COLOUR}"/>')
-        elif run:
-            pts = " ".join(f"{x(t):.1f},{y(n):.1f}" for t, n in run)
-            parts.append(f'<polyline class="steps" points="{pts}" fill="none" stroke="{STEP_COLOUR}" stroke-width="2.5"/>')
-    # vertical marks; each label goes in the first row where it overlaps no label already
-    # placed (restore and first step are often a fraction of a second apart), and to the
-    # left of its line when it would run off the chart
-    rows: list[list[tuple[float, float]]] = []
-    for key, label, colour in MARKS:
-        if key not in marks:
-            continue
-        xm = x(marks[key])
-        parts.append(f'<line class="mark" x1="{xm:.1f}" y1="{top}" x2="{xm:.1f}" y2="{top + ph}" stroke="{colour}" '
-                     f'stroke-width="2" stroke-dasharray="5 3"/>')
-        text = label if key == "fault" else f"{label} +{marks[key] - marks['fault']:.1f}s"
-        w = 7.0 * len(text) + 6  # generous width of 12 px sans-serif
-        anchor_end = xm + 3 + w > left + pw
-        lo, hi = (xm - 3 - w, xm) if anchor_end else (xm, xm + 3 + w)
-        row = next((i for i, spans in enumerate(rows) if all(hi < a or lo > b for a, b in spans)), len(rows))
-        if row == len(rows):
-            rows.append([])
-        rows[row].append((lo, hi))
-        tx, anchor = (xm - 3, "end") if anchor_end else (xm + 3, "start")
-        parts.append(f'<text class="mark-label" x="{tx:.1f}" y="{top + 14 + 14 * row}" fill="{colour}" '
-                     f'text-anchor="{anchor}">{escape(text)}</text>')
+    parts += _step_lines(steps, x, y)
+    parts += _mark_lines(marks, x, top, ph, right_edge=left + pw)
     parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#374151">'
                  'seconds since launch</text></svg>')
     return "".join(parts)
