@@ -269,42 +269,48 @@ class DirWatch:
             if folder is None or not name:
                 continue
             rel = f"{folder}/{name}" if folder else name
-            is_dir = bool(mask & IN_ISDIR)
-            path = self.root / rel
-            if mask & IN_CREATE:
-                if not is_dir and (rel in self._closed_by_scan or rel in self._writing):
-                    continue  # the scan that found it already reported its create
-                out.append(FileEvent(now, "create", rel, is_dir, None if is_dir else _size(path)))
-                if is_dir:
-                    self._add_tree(rel)
-                    out += self._scan_existing(rel)
-                else:
-                    self._writing.add(rel)
-            elif mask & IN_MODIFY:
-                # (a file a scan found already closed sends the rest of that same write late: not a rewrite)
-                if not is_dir and rel not in self._writing and rel not in self._closed_by_scan:
-                    # a file written again in place (opened with truncate, or over its old bytes):
-                    # its rewrite begins here, as a create would begin a new one
-                    self._writing.add(rel)
-                    out.append(FileEvent(now, "create", rel, False, _size(path)))
-            elif mask & IN_CLOSE_WRITE:
-                self._writing.discard(rel)
-                size = _size(path)
-                if rel in self._closed_by_scan and self._closed_by_scan.pop(rel) == size:
-                    continue  # already reported closed by the scan that found it
-                out.append(FileEvent(now, "close", rel, False, size))
-            elif mask & IN_MOVED_TO:
-                out.append(FileEvent(now, "publish", rel, is_dir, None if is_dir else _size(path)))
-                if is_dir:
-                    out += self._moved(self._moving.pop(cookie, None), rel)
-            elif mask & IN_MOVED_FROM:
-                out.append(FileEvent(now, "delete", rel, is_dir))
-                if is_dir:
-                    self._moving[cookie] = rel
-            elif mask & IN_DELETE:
-                self._writing.discard(rel)
-                self._closed_by_scan.pop(rel, None)
-                out.append(FileEvent(now, "delete", rel, is_dir))
+            out += self._one_event(now, mask, cookie, rel)
+        return out
+
+    def _one_event(self, now: float, mask: int, cookie: int, rel: str) -> list[FileEvent]:
+        """The file events one inotify record makes (none, when a scan already reported it)."""
+        out: list[FileEvent] = []
+        is_dir = bool(mask & IN_ISDIR)
+        path = self.root / rel
+        if mask & IN_CREATE:
+            if not is_dir and (rel in self._closed_by_scan or rel in self._writing):
+                return out  # the scan that found it already reported its create
+            out.append(FileEvent(now, "create", rel, is_dir, None if is_dir else _size(path)))
+            if is_dir:
+                self._add_tree(rel)
+                out += self._scan_existing(rel)
+            else:
+                self._writing.add(rel)
+        elif mask & IN_MODIFY:
+            # (a file a scan found already closed sends the rest of that same write late: not a rewrite)
+            if not is_dir and rel not in self._writing and rel not in self._closed_by_scan:
+                # a file written again in place (opened with truncate, or over its old bytes):
+                # its rewrite begins here, as a create would begin a new one
+                self._writing.add(rel)
+                out.append(FileEvent(now, "create", rel, False, _size(path)))
+        elif mask & IN_CLOSE_WRITE:
+            self._writing.discard(rel)
+            size = _size(path)
+            if rel in self._closed_by_scan and self._closed_by_scan.pop(rel) == size:
+                return out  # already reported closed by the scan that found it
+            out.append(FileEvent(now, "close", rel, False, size))
+        elif mask & IN_MOVED_TO:
+            out.append(FileEvent(now, "publish", rel, is_dir, None if is_dir else _size(path)))
+            if is_dir:
+                out += self._moved(self._moving.pop(cookie, None), rel)
+        elif mask & IN_MOVED_FROM:
+            out.append(FileEvent(now, "delete", rel, is_dir))
+            if is_dir:
+                self._moving[cookie] = rel
+        elif mask & IN_DELETE:
+            self._writing.discard(rel)
+            self._closed_by_scan.pop(rel, None)
+            out.append(FileEvent(now, "delete", rel, is_dir))
         return out
 
     def _moved(self, old: str | None, new: str) -> list[FileEvent]:

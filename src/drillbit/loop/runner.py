@@ -19,6 +19,7 @@ each agent's dead-man's switch heals on its own if this process is killed outrig
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -26,7 +27,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Protocol
+from typing import Any, Callable, Iterable, Iterator, Literal, Protocol
 
 import psutil
 
@@ -213,7 +214,9 @@ class DrillRunner:
 
     # --- the loop ------------------------------------------------------------------------
     def run(self, faults: Stream | None = None) -> RunOutcome:
-        """Open, the stream's faults one at a time (a drill's own one by default), close."""
+        """Open, the stream's faults one at a time (a drill's own one by default), close.
+        Each resource is given back beside where it is taken (an ExitStack: the signal
+        handlers, the lease, the stop watch), and the closing phases run on every ending."""
         started = time.time()
         self._deadline = started + self.spec.abort.max_duration
         self.record("drill.start", drill=self.spec.name, cluster=self.cluster_name, job=self.job_name,
@@ -221,70 +224,20 @@ class DrillRunner:
         self.nodes.attach(self.history)
         error: str | None = None
         kind: ErrorKind | None = None
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        for s in previous:
-            signal.signal(s, self._signal)
-        lease = None
-        try:
-            self.preflight()
-            lease = self.nodes.acquire(f"drill {self.spec.name} ({self.run_dir.name})")
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self._signals_held())
+            stack.callback(self._after_close)
+            closing: str | None = None
             try:
-                self.nodes.start(ProcRef.of(psutil.Process()))
-            finally:
-                self._record_notes()
-            try:
-                self.launch()
-                if self.stopwatch is not None:
-                    self.stopwatch.start()
-                self.steady()
-                if self.stopwatch is not None:
-                    self.stopwatch.counting = True  # the job is up: its brakes may go live
-                for step in (faults or (lambda _runner: [OneFault(self.spec)]))(self):
-                    if not self.one_fault(step):
-                        break
-            finally:
-                self._holding = True  # from here on, a Ctrl-C waits for the heal
-                self.ui.phase("heal", f"{len(self.handles)} fault(s) injected")
-                self.nemesis.heal(job_running=self.launched is not None)
-        except (Interrupted, Aborted) as exc:
-            self.record("abort", reason=str(exc))
-        except Inconclusive as exc:
-            error, kind = str(exc), "inconclusive"
-            self.record("inconclusive", reason=str(exc))
-        except LeaseError as exc:  # another drill holds the cluster: nothing was touched
-            error, kind = str(exc), "busy"
-            self.record("abort", reason=f"busy: {exc}")
-        except ConfigError as exc:
-            error, kind = str(exc), "config"
-            self.record("abort", reason=f"config error: {exc}")
-        except DrillError as exc:
-            error, kind = str(exc), "harness"
-            self.record("abort", reason=f"harness error: {exc}")
-        except Exception as exc:  # a harness bug: still heal, record, report
-            error, kind = f"{exc.__class__.__name__}: {exc}", "harness"
-            self.record("abort", reason=f"harness error: {error}",
-                        where=traceback.format_exception(exc)[-3:] if not isinstance(exc, RecursionError)
-                        else traceback.format_exception(exc, limit=12))
-        finally:
-            self._holding = True
-            for phase, action in (("teardown", self.teardown), ("heal", self.nemesis.heal), ("close", self._close)):
-                try:
-                    action()
-                except Exception as exc:  # recorded; the steps after it still run
-                    text = f"{phase}: {exc.__class__.__name__}: {exc}"
-                    self.record("harness.error", phase=phase, detail=text)
-                    if error is None:
-                        error, kind = text, "harness"
-            # after teardown: a Ctrl-C held while the job was being stopped counts too (a suite,
-            # a repeat or a comparison stops after this drill)
-            for t, name in self.held_signals:
-                self.history.record(HARNESS, "interrupt.held", t=t, signal=name)
-            if self.stopwatch is not None:
-                self.stopwatch.stop()
-            if lease is not None:
-                lease.release()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+                self._drill(stack, faults)
+            except Exception as exc:
+                error, kind = self._ended_by(exc)
+            except Interrupted as exc:  # not an Exception (like KeyboardInterrupt)
+                self.record("abort", reason=str(exc))
+            finally:  # on every ending, whatever escaped
+                closing = self._closing()
+            if error is None and closing is not None:
+                error, kind = closing, "harness"
         self.record("drill.end", error=error, error_kind=kind)
         self.history.close()
         self.ui.close()  # a game day's next prompt must not sit behind this drill's spinner
@@ -292,6 +245,89 @@ class DrillRunner:
         return RunOutcome(run_dir=self.run_dir, history=self.history, result=result, targets=self.targets,
                           handles=self.handles, error=error, error_kind=kind, started_at=started,
                           finished_at=time.time())
+
+    @contextlib.contextmanager
+    def _signals_held(self) -> Iterator[None]:
+        """SIGINT and SIGTERM go to the drill (held back while a heal runs), and back to
+        whoever had them when it ends."""
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, self._signal)
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _drill(self, stack: contextlib.ExitStack, faults: Stream | None) -> None:
+        """Preflight, the lease (given back when the drill ends), the agents, then the job and
+        its faults; the faults injected are healed before anything else closes."""
+        self.preflight()
+        lease = self.nodes.acquire(f"drill {self.spec.name} ({self.run_dir.name})")
+        stack.callback(lease.release)
+        try:
+            self.nodes.start(ProcRef.of(psutil.Process()))
+        finally:
+            self._record_notes()
+        try:
+            self.launch()
+            if self.stopwatch is not None:
+                self.stopwatch.start()
+            self.steady()
+            if self.stopwatch is not None:
+                self.stopwatch.counting = True  # the job is up: its brakes may go live
+            for step in (faults or (lambda _runner: [OneFault(self.spec)]))(self):
+                if not self.one_fault(step):
+                    break
+        finally:
+            self._holding = True  # from here on, a Ctrl-C waits for the heal
+            self.ui.phase("heal", f"{len(self.handles)} fault(s) injected")
+            self.nemesis.heal(job_running=self.launched is not None)
+
+    def _ended_by(self, exc: Exception) -> tuple[str | None, ErrorKind | None]:
+        """How the drill ended early, recorded: the error and its kind (None for an abort)."""
+        if isinstance(exc, Aborted):
+            self.record("abort", reason=str(exc))
+            return None, None
+        if isinstance(exc, Inconclusive):
+            self.record("inconclusive", reason=str(exc))
+            return str(exc), "inconclusive"
+        if isinstance(exc, LeaseError):  # another drill holds the cluster: nothing was touched
+            self.record("abort", reason=f"busy: {exc}")
+            return str(exc), "busy"
+        if isinstance(exc, ConfigError):
+            self.record("abort", reason=f"config error: {exc}")
+            return str(exc), "config"
+        if isinstance(exc, DrillError):
+            self.record("abort", reason=f"harness error: {exc}")
+            return str(exc), "harness"
+        # a harness bug: still heal, record, report
+        error = f"{exc.__class__.__name__}: {exc}"
+        self.record("abort", reason=f"harness error: {error}",
+                    where=traceback.format_exception(exc)[-3:] if not isinstance(exc, RecursionError)
+                    else traceback.format_exception(exc, limit=12))
+        return error, "harness"
+
+    def _closing(self) -> str | None:
+        """Teardown, heal, close: each runs whatever the one before it did; the first error."""
+        self._holding = True
+        first = None
+        for phase, action in (("teardown", self.teardown), ("heal", self.nemesis.heal), ("close", self._close)):
+            try:
+                action()
+            except Exception as exc:  # recorded; the steps after it still run
+                text = f"{phase}: {exc.__class__.__name__}: {exc}"
+                self.record("harness.error", phase=phase, detail=text)
+                first = first or text
+        return first
+
+    def _after_close(self) -> None:
+        # after teardown: a Ctrl-C held while the job was being stopped counts too (a suite,
+        # a repeat or a comparison stops after this drill)
+        for t, name in self.held_signals:
+            self.history.record(HARNESS, "interrupt.held", t=t, signal=name)
+        if self.stopwatch is not None:
+            self.stopwatch.stop()
 
     def _close(self) -> None:
         try:

@@ -186,7 +186,12 @@ def readiness(spec: DrillSpec, job: JobProfile, kinds: set[str], ranks: list[Pro
     for slo, kind in SLO_NEEDS.items():
         if getattr(spec.slo, slo, None) is not None and kind not in kinds:
             missing.append(f"a {kind} signal (for {slo})")
-    fault = spec.fault.type
+    return missing + _fault_needs(spec.fault.type, job, checkpoints)
+
+
+def _fault_needs(fault: str, job: JobProfile, checkpoints: list | None) -> list[str]:
+    """What a fault of this type needs of the job and the node that the probe can see."""
+    missing = []
     if fault in FILE_FAULTS:
         if job.checkpoint is None:
             missing.append("checkpoint: {dir, layout} in the profile")
