@@ -63,3 +63,31 @@ def _nodes(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
 
     return InProcessNodes(run_dir, name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace,
                           version=cluster.simulate_agent_version)
+
+
+def heal_where_written(name: str, cluster: ClusterSpec, folders: list[Path], *, force: bool,
+                       abandon: str | None) -> tuple[list[dict], list[str], bool]:
+    """``drill heal --cluster``: heal the registries where the engine keeps them when they are
+    not on this machine — on each SSH host over SSH, on each node of a running Ray cluster by a
+    task pinned there. (What each host or node reported, the hosts not reached, and whether the
+    run folders' own registries were healed there too; False: they are on this machine, for
+    ``heal_folder``.)"""
+    if cluster.engine == "ssh":
+        from drillbit.core.errors import DrillError
+        from drillbit.transport.ssh import heal_host
+
+        done: list[dict] = []
+        unreached: list[str] = []
+        for host in cluster.hosts:
+            try:
+                done += heal_host(host, cluster.known_hosts, force, abandon)
+            except DrillError as exc:
+                unreached.append(f"{host.name}: {exc}")
+        return done, unreached, False  # a run folder here may hold a registry too (the controller's)
+    if cluster.engine == "ray" and cluster.address and folders:
+        from drillbit.transport.ray import heal_on_nodes
+
+        remote, unreached = heal_on_nodes(name, cluster, [str(f.resolve()) for f in folders], force=force,
+                                          abandon=abandon)
+        return list(remote), list(unreached), True
+    return [], [], False

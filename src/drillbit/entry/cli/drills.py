@@ -4,13 +4,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
 from drillbit.judging import exitcodes
 from drillbit.entry.cli.common import (drills_option, emit_json, err, json_option, listing, out, problems_header,
                                  pushgateway_option, show_problems)
-from drillbit.core.errors import DrillError, Problem, SpecError
+from drillbit.core.errors import Problem, SpecError
 from drillbit.judging.report.console import ConsoleUI, summary
 from drillbit.spec.load import catalogue, find_config, read_yaml, unknown
 from drillbit.faults.loading import load_config, load_drill
@@ -234,88 +235,92 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
     --cluster, each node heals its own registries where they are: over SSH (engine ssh),
     by a task pinned to each node (a running Ray cluster). A registry written on another
     host is left alone, naming it."""
-    from drillbit.agent.leftovers import UNTRUSTED, heal_folder, registries
-    from drillbit.core.paths import entered_path
+    from drillbit.agent.leftovers import Leftover, heal_folder
     from drillbit.core.errors import ConfigError
     from drillbit.runs.session import merge_deadman_records
+    from drillbit.transport import heal_where_written
+    from drillbit.transport.netcluster import sweep
 
     if (run_dir is None) == (cluster is None):
         raise ConfigError("give a run folder or --cluster NAME (one of them)")
     if abandon is not None and not abandon.strip():
         raise ConfigError("--abandon needs a reason (it is recorded with the faults given up)")
-    done = []
+    folders, ours, looked, entry = _heal_targets(run_dir, cluster, reports_dir)
+    done: list[Leftover] = []
     unreached: list[str] = []
-    healed_on_nodes = False  # a running Ray cluster's registries: healed by a task on each node
-    looked = ""
-    if run_dir is not None:
-        folders = [entered_path(run_dir)]
-        looked = f"looked in {folders[0]}: {len(registries(folders[0]))} registr(ies)"
-    else:
-        config = load_config(find_config(None))
-        if cluster not in config.clusters:  # never "nothing left" for a name that means nothing
-            raise SpecError([unknown("--cluster", "cluster", cluster or "", list(config.clusters),
-                                     "drill list --clusters")])
-        base = entered_path(reports_dir or config.reports_dir)
-        entry = config.clusters[cluster or ""]
-        if not base.is_dir() and entry.engine != "ssh":  # ssh: the registries are on the hosts, not here
-            raise ConfigError(f"--reports: {base} is not a folder: no run folder was looked at (give the reports "
-                              "folder the drills wrote, or the run folder itself)")
-        ours = [d for d in sorted(base.glob("*")) if d.is_dir() and _cluster_of(d) == cluster] if base.is_dir() else []
-        folders = [d for d in ours if registries(d)]
-        looked = f"looked in {base}: {len(ours)} run folder(s) of cluster {cluster!r}, {len(folders)} with a registry"
-        if entry is not None and entry.engine == "ssh":  # the registries are on the hosts: heal there
-            from drillbit.agent.leftovers import Leftover
-            from drillbit.transport.ssh import heal_host
-
-            for host in entry.hosts:
-                try:
-                    done += [Leftover.model_validate(d) for d in heal_host(host, entry.known_hosts, force, abandon)]
-                except DrillError as exc:
-                    unreached.append(f"{host.name}: {exc}")
-        elif entry is not None and entry.engine == "ray" and entry.address and ours:
-            from drillbit.agent.leftovers import Leftover
-            from drillbit.transport.ray import heal_on_nodes
-
-            # the registries are on the nodes whose agents wrote them: heal on each of them
-            remote, unreached = heal_on_nodes(cluster or "", entry, [str(f.resolve()) for f in ours],
-                                              force=force, abandon=abandon)
-            done += [Leftover.model_validate(d) for d in remote]
-            healed_on_nodes = True
+    healed_there = False
+    if entry is not None:  # the registries may be where the engine keeps them: heal there
+        remote, unreached, healed_there = heal_where_written(cluster or "", entry, ours, force=force, abandon=abandon)
+        done += [Leftover.model_validate(d) for d in remote]
     for folder in folders:
-        if not healed_on_nodes:
+        if not healed_there:
             done += heal_folder(folder, force, abandon)
         if (folder / "history.jsonl").exists() and (folder / "spec.json").exists():
             from drillbit.core.history import History
 
             merge_deadman_records(folder, History.load(folder / "history.jsonl"))
     # a namespace cluster whose controller and reaper were both killed: its namespaces go too
-    from drillbit.transport.netcluster import sweep
-
     swept = sweep() if os.geteuid() == 0 else []
     if as_json:
         emit_json([d.model_dump() for d in done] + [{"node": u.split(":", 1)[0], "unreached": u} for u in unreached])
     else:
-        for what in unreached:
-            err.print(f"[red]could not reach {what}[/]; its faults are where they were")
-        for d in done:
-            if d.skipped:
-                out.print(f"{d.node}: skipped — {d.skipped}")
-                continue
-            for what in d.healed:
-                out.print(f"{d.node}: healed {what}")
-            for what in d.failed:
-                err.print(f"[red]{d.node}: NOT healed[/] {what}")
-            for what in d.abandoned:
-                err.print(f"[yellow]{d.node}: abandoned[/] {what} ({abandon}); undo it by hand")
-            if d.job_stopped:
-                out.print(f"{d.node}: stopped the job the drill had launched")
-        for ns in swept:
-            out.print(f"removed network namespace {ns} (its drill's controller is gone)")
-        if looked:
-            out.print(looked, markup=False)
-        if not unreached and not swept and not any(d.healed or d.failed or d.job_stopped or d.abandoned or d.skipped
-                                                   for d in done):
-            out.print(f"nothing left in place in {len(folders)} run folder(s)")
+        _show_healed(done, unreached, swept, looked, abandon, len(folders))
+    return _heal_exit(done, unreached)
+
+
+def _heal_targets(run_dir: str | None, cluster: str | None,
+                  reports_dir: str | None) -> tuple[list[Path], list[Path], str, Any]:
+    """The run folders to heal (with a registry), every run folder of the cluster, what was
+    looked at (in words), and the cluster's entry (None for one run folder)."""
+    from drillbit.agent.leftovers import registries
+    from drillbit.core.errors import ConfigError
+    from drillbit.core.paths import entered_path
+
+    if run_dir is not None:
+        folder = entered_path(run_dir)
+        return [folder], [], f"looked in {folder}: {len(registries(folder))} registr(ies)", None
+    config = load_config(find_config(None))
+    if cluster not in config.clusters:  # never "nothing left" for a name that means nothing
+        raise SpecError([unknown("--cluster", "cluster", cluster or "", list(config.clusters), "drill list --clusters")])
+    base = entered_path(reports_dir or config.reports_dir)
+    entry = config.clusters[cluster or ""]
+    if not base.is_dir() and entry.engine != "ssh":  # ssh: the registries are on the hosts, not here
+        raise ConfigError(f"--reports: {base} is not a folder: no run folder was looked at (give the reports "
+                          "folder the drills wrote, or the run folder itself)")
+    ours = [d for d in sorted(base.glob("*")) if d.is_dir() and _cluster_of(d) == cluster] if base.is_dir() else []
+    folders = [d for d in ours if registries(d)]
+    looked = f"looked in {base}: {len(ours)} run folder(s) of cluster {cluster!r}, {len(folders)} with a registry"
+    return folders, ours, looked, entry
+
+
+def _show_healed(done: list, unreached: list[str], swept: list[str], looked: str, abandon: str | None,
+                 folders: int) -> None:
+    for what in unreached:
+        err.print(f"[red]could not reach {what}[/]; its faults are where they were")
+    for d in done:
+        if d.skipped:
+            out.print(f"{d.node}: skipped — {d.skipped}")
+            continue
+        for what in d.healed:
+            out.print(f"{d.node}: healed {what}")
+        for what in d.failed:
+            err.print(f"[red]{d.node}: NOT healed[/] {what}")
+        for what in d.abandoned:
+            err.print(f"[yellow]{d.node}: abandoned[/] {what} ({abandon}); undo it by hand")
+        if d.job_stopped:
+            out.print(f"{d.node}: stopped the job the drill had launched")
+    for ns in swept:
+        out.print(f"removed network namespace {ns} (its drill's controller is gone)")
+    if looked:
+        out.print(looked, markup=False)
+    if not unreached and not swept and not any(d.healed or d.failed or d.job_stopped or d.abandoned or d.skipped
+                                               for d in done):
+        out.print(f"nothing left in place in {folders} run folder(s)")
+
+
+def _heal_exit(done: list, unreached: list[str]) -> int:
+    from drillbit.agent.leftovers import UNTRUSTED
+
     if any(d.failed for d in done) or unreached:
         return exitcodes.HARNESS
     # a registry of another host was not reached: run it there (its faults are still in place); one not
