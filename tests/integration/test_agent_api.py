@@ -7,6 +7,7 @@ actor on the embedded cluster, marked slow)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -71,10 +72,11 @@ def test_in_process_version_mismatch_is_refused_naming_both(tmp_path):
 
 def test_drill_against_agents_of_another_version_exits_2_before_launching(tmp_path):
     config = tmp_path / "drill.yaml"
-    config.write_text(json.dumps({"clusters": {"old": {"engine": "process", "simulate_agent_version": OTHER}}}))
+    config.write_text(json.dumps({"clusters": {"old": {"engine": "process"}}}))
     here = Path(__file__).parent / "drills"
     proc = drill_cli("run", str(here / "kill-rank-fast.yaml"), "--cluster", "old", "--config", str(config),
-                     "--reports", str(tmp_path / "r"), "--json")
+                     "--reports", str(tmp_path / "r"), "--json",
+                     env={**os.environ, "DRILLBIT_TEST_AGENT_VERSION": OTHER})  # a test aid, not a setting
     assert proc.returncode == 2, proc.stdout + proc.stderr
     payload = json.loads(proc.stdout)
     assert payload["error_kind"] == "config" and OTHER in payload["error"] and drillbit.__version__ in payload["error"]

@@ -90,8 +90,10 @@ def test_kill_rank_on_two_ray_nodes_with_skewed_agent_clocks(tmp_path):
     those offsets and puts each agent's evidence back on its own clock, so detection is not
     seconds early or late (rendezvous order decides which node holds rank 2)."""
     skew = {"node-0": -2.0, "node-1": 3.0}
-    config = write_config(tmp_path, simulate_clock_skew=skew)
-    result = run("kill-rank-fast", tmp_path, cluster="ray2", config=config)
+    config = write_config(tmp_path)
+    with pytest.MonkeyPatch.context() as env:  # a test aid, not a setting (transport.CLOCK_SKEW_ENV)
+        env.setenv("DRILLBIT_TEST_CLOCK_SKEW", json.dumps(skew))
+        result = run("kill-rank-fast", tmp_path, cluster="ray2", config=config)
     assert result["verdict"] == "pass", result["reasons"]
     events = history(Path(result["run_dir"]))
     ready = {e["node"] for e in events if e["kind"] == "agent.ready"}

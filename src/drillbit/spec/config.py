@@ -125,14 +125,9 @@ class ClusterSpec(Strict):
     deadman: Duration = Field(5.0, description="an agent that hears no heartbeat this long heals on its own")
     job_grace: Span = Field(30.0, description="after healing on its own, how long an agent lets the job "
                                                   "run before stopping it")
-    simulate_clock_skew: dict[str, float] = Field(
-        default_factory=dict, description="test aid: shift a node agent's clock by this many seconds, to "
-                                          "check the controller's clock-offset correction")
     allowed_hosts: list[str] | None = Field(
         None, description="host names (glob patterns) drills may touch; an agent on any other host is refused "
                           "before anything starts")
-    simulate_agent_version: str | None = Field(
-        None, description="test aid: the agents report this drillbit version, to check the version handshake")
 
     @property
     def logs_on_agents(self) -> bool:

@@ -13,9 +13,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from drillbit.spec.config import ClusterSpec
+from drillbit.transport import aids
 
 if TYPE_CHECKING:
     from drillbit.transport.nodes import Nodes
+
+
+def registries_on_hosts(cluster: ClusterSpec) -> bool:
+    """Whether the engine keeps its agents' registries on the hosts, not in the run folders
+    on this machine (SSH)."""
+    return cluster.engine == "ssh"
 
 
 def node_netns(cluster: ClusterSpec) -> bool | None:
@@ -58,11 +65,11 @@ def _nodes(name: str, cluster: ClusterSpec, run_dir: Path) -> "Nodes":
 
     if cluster.topology == "netns":
         return NetnsNodes(run_dir, name, cluster.nodes or 2, deadman_s=cluster.deadman,
-                          job_grace_s=cluster.job_grace, version=cluster.simulate_agent_version,
+                          job_grace_s=cluster.job_grace, version=aids.agent_version(),
                           services=cluster.services, frontend_mbit=cluster.frontend_mbit)
 
     return InProcessNodes(run_dir, name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace,
-                          version=cluster.simulate_agent_version)
+                          version=aids.agent_version())
 
 
 def heal_where_written(name: str, cluster: ClusterSpec, folders: list[Path], *, force: bool,

@@ -19,7 +19,7 @@ from drillbit.agent.rayactor import AgentActor
 from drillbit.core.errors import DrillError
 from drillbit.core.lease import Lease
 from drillbit.core.proc import ProcRef
-from drillbit.transport import rayauth
+from drillbit.transport import aids, rayauth
 from drillbit.transport.client import AgentClient
 from drillbit.core.netns import call_in
 from drillbit.transport.netcluster import SERVICE_HOST, Topology, bring_up, take_down
@@ -64,8 +64,8 @@ class RayNodes(Nodes):
         """The nodes of a cluster entry of engine ray: its address, size and token read here."""
         return cls(run_dir, name, address=cluster.address, nodes=cluster.nodes,
                    cpus_per_node=cluster.cpus_per_node, deadman_s=cluster.deadman,
-                   job_grace_s=cluster.job_grace, skew=cluster.simulate_clock_skew,
-                   lease_ttl=cluster.lease_ttl, version=cluster.simulate_agent_version,
+                   job_grace_s=cluster.job_grace, skew=aids.clock_skew(),
+                   lease_ttl=cluster.lease_ttl, version=aids.agent_version(),
                    auth_token=cluster.ray_auth_token.get_secret_value() if cluster.ray_auth_token else None,
                    auth_token_file=cluster.ray_auth_token_file,
                    topology=Topology(cluster.nodes or 2, frontend_mbit=cluster.frontend_mbit)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbit.core.errors import DrillError
+from drillbit.transport import aids
 from drillbit.transport.nodes import Nodes
 from drillbit.spec.config import ClusterSpec, SshHost
 from drillbit.transport.client import AgentClient
@@ -186,8 +187,7 @@ class SshNodes(Nodes):
         try:
             for host in self.cluster.hosts:
                 clients[host.name] = SshAgentClient(host, self.cluster.known_hosts,
-                                                    self.cluster.simulate_clock_skew.get(host.name, 0.0),
-                                                    self.cluster.simulate_agent_version)
+                                                    aids.clock_skew().get(host.name, 0.0), aids.agent_version())
         except Exception:
             for client in clients.values():
                 client.close()

@@ -275,6 +275,7 @@ def _heal_targets(run_dir: str | None, cluster: str | None,
     from drillbit.agent.leftovers import registries
     from drillbit.core.errors import ConfigError
     from drillbit.core.paths import entered_path
+    from drillbit.transport import registries_on_hosts
 
     if run_dir is not None:
         folder = entered_path(run_dir)
@@ -284,7 +285,7 @@ def _heal_targets(run_dir: str | None, cluster: str | None,
         raise SpecError([unknown("--cluster", "cluster", cluster or "", list(config.clusters), "drill list --clusters")])
     base = entered_path(reports_dir or config.reports_dir)
     entry = config.clusters[cluster or ""]
-    if not base.is_dir() and entry.engine != "ssh":  # ssh: the registries are on the hosts, not here
+    if not base.is_dir() and not registries_on_hosts(entry):  # they may be on the hosts, not here
         raise ConfigError(f"--reports: {base} is not a folder: no run folder was looked at (give the reports "
                           "folder the drills wrote, or the run folder itself)")
     ours = [d for d in sorted(base.glob("*")) if d.is_dir() and _cluster_of(d) == cluster] if base.is_dir() else []
