@@ -39,7 +39,7 @@ from drillbit.loop.runner import DrillRunner
 from drillbit.judging.report import multirun
 from drillbit.judging.report.multirun import Bullets, Figure, Page, Table
 from drillbit.runs.session import new_run_dir
-from drillbit.spec.load import _line, _suggest, find_config, read_yaml, unknown, validate
+from drillbit.spec.load import _line, _suggest, choose, find_config, read_yaml, validate
 from drillbit.spec.models import (
     SLO,
     Abort,
@@ -468,18 +468,10 @@ def execute(campaign: CampaignSpec, *, cluster: str | None = None, job: str | No
             config_path: str | None = None, reports_dir: str | None = None, ui=None) -> tuple[dict[str, Any], Path]:
     """Run a campaign on a cluster: one launch, many faults; write campaign.json, .md, .html
     beside the run's history and reports."""
-    import os
 
     config = load_config(find_config(config_path))
-    cluster_name = cluster or os.environ.get("DRILLBIT_CLUSTER") or config.default_cluster
     job_name = job or campaign.job or config.default_job
-    problems = []
-    if cluster_name not in config.clusters:
-        problems.append(unknown("--cluster", "cluster", cluster_name, list(config.clusters), "drill list --clusters"))
-    if job_name not in config.jobs:
-        problems.append(unknown("--job", "job profile", job_name, list(config.jobs), "drill list --jobs"))
-    if problems:
-        raise SpecError(problems)
+    cluster_name = choose(config, cluster, job_name)
     run_dir = new_run_dir(Path(reports_dir or config.reports_dir), f"campaign-{campaign.name}")
     spec = config.clusters[cluster_name]
     runner = DrillRunner(drill_spec_for(campaign, campaign.faults[0]), cluster_name, spec, job_name,

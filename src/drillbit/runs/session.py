@@ -17,7 +17,7 @@ from drillbit.core.atomic import write_atomic
 from drillbit.judging.checks import CheckResult, check
 from drillbit.judging.checks.baseline import Baseline
 from drillbit.judging.checks.predict import predict
-from drillbit.core.errors import ConfigError, DrillError, Problem, SpecError
+from drillbit.core.errors import ConfigError, DrillError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import PlanStep
 from drillbit.judging.fleet.simulate import Scenario, load_scenario
@@ -32,7 +32,7 @@ from drillbit.judging.report import result as result_json
 from drillbit.runs.store import Store, store_path
 from drillbit.core.runfolder import new_folder
 from drillbit.spec.config import DrillConfig
-from drillbit.spec.load import find_config, resolve_drill, unknown
+from drillbit.spec.load import choose, find_config, resolve_drill
 from drillbit.spec.models import DrillSpec
 from drillbit.transport import connect, node_netns
 from drillbit.transport.nodes import refuse_shared_network
@@ -50,18 +50,8 @@ def resolve(drill: str, *, cluster: str | None = None, job: str | None = None, c
             drills_dir: str | None = None) -> Resolved:
     config = load_config(find_config(config_path))
     spec = load_drill(resolve_drill(drill, drills_dir), config)
-    cluster_name = cluster or os.environ.get("DRILLBIT_CLUSTER") or config.default_cluster
     job_name = job or spec.job or config.default_job
-    problems = []
-    if cluster_name not in config.clusters:
-        problems.append(unknown("--cluster", "cluster", cluster_name, list(config.clusters), "drill list --clusters"))
-    if job_name not in config.jobs:
-        problems.append(unknown("--job", "job profile", job_name, list(config.jobs), "drill list --jobs"))
-    if cluster_name in config.clusters and config.clusters[cluster_name].protected:
-        problems.append(Problem("--cluster", None, "", f"cluster {cluster_name!r} is protected in the config; "
-                                "drills are refused there"))
-    if problems:
-        raise SpecError(problems)
+    cluster_name = choose(config, cluster, job_name)
     return Resolved(spec=spec, config=config, cluster=cluster_name, job=job_name)
 
 

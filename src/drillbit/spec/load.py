@@ -178,6 +178,24 @@ def unknown(option: str, what: str, word: str, choices: list[str], listing: str 
     return Problem(option, None, "", f"unknown {what} {word!r}" + _suggest(word, choices, listing))
 
 
+def choose(config: DrillConfig, cluster: str | None, job: str, *, refuse_protected: bool = True) -> str:
+    """The cluster a command drills (``--cluster``, else $DRILLBIT_CLUSTER, else the config's
+    default), with ``job`` checked beside it; every problem at once (exit 2). A protected
+    cluster is refused: drillbit launches nothing there."""
+    cluster_name = cluster or os.environ.get("DRILLBIT_CLUSTER") or config.default_cluster
+    problems = []
+    if cluster_name not in config.clusters:
+        problems.append(unknown("--cluster", "cluster", cluster_name, list(config.clusters), "drill list --clusters"))
+    if job not in config.jobs:
+        problems.append(unknown("--job", "job profile", job, list(config.jobs), "drill list --jobs"))
+    if refuse_protected and cluster_name in config.clusters and config.clusters[cluster_name].protected:
+        problems.append(Problem("--cluster", None, "", f"cluster {cluster_name!r} is protected in the config; "
+                                "drills are refused there"))
+    if problems:
+        raise SpecError(problems)
+    return cluster_name
+
+
 def find_config(explicit: str | None) -> Path | None:
     if explicit:
         return Path(explicit)

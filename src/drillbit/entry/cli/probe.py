@@ -1,14 +1,12 @@
 """``drill probe --job NAME``: onboard a job (launch or attach, watch, touch nothing)."""
 from __future__ import annotations
 
-import os
 
 import click
 from rich.table import Table
 
 from drillbit.judging import exitcodes
 from drillbit.entry.cli.common import drills_option, emit_json, err, json_option, listing, out
-from drillbit.core.errors import SpecError
 
 
 @click.command()
@@ -29,18 +27,12 @@ def probe(job: str, cluster: str | None, config_path: str | None, steps: int,
     signal fired (drillbit could not see the job make progress)."""
     from drillbit.runs.onboard import load_drills, probe as run_probe
     from drillbit.runs.session import new_run_dir
-    from drillbit.spec.load import find_config, unknown
+    from drillbit.spec.load import choose, find_config
     from drillbit.faults.loading import load_config
 
     config = load_config(find_config(config_path))
-    cluster_name = cluster or os.environ.get("DRILLBIT_CLUSTER") or config.default_cluster
-    problems = []
-    if job not in config.jobs:
-        problems.append(unknown("--job", "job profile", job, list(config.jobs), "drill list --jobs"))
-    if cluster_name not in config.clusters:
-        problems.append(unknown("--cluster", "cluster", cluster_name, list(config.clusters), "drill list --clusters"))
-    if problems:
-        raise SpecError(problems)
+    # a protected cluster is refused by the probe itself, with its own words
+    cluster_name = choose(config, cluster, job, refuse_protected=False)
     from pathlib import Path
 
     run_dir = new_run_dir(Path(reports_dir or config.reports_dir), f"probe-{job}")
