@@ -144,7 +144,7 @@ class RunOutcome:
 class DrillRunner:
     def __init__(self, spec: DrillSpec, cluster_name: str, cluster: ClusterSpec, job_name: str,
                  job: JobProfile, run_dir: Path, ui: UI | None = None, *, nodes: Nodes,
-                 probes: ProbeFactory = log_probes, baseline: Baseline | None = None,
+                 probes: ProbeFactory | None = None, baseline: Baseline | None = None,
                  scenarios: dict[str, Scenario] | None = None, heal_timeout: float = 60.0) -> None:
         self.spec = spec
         self.cluster_name = cluster_name
@@ -157,6 +157,8 @@ class DrillRunner:
         self.scenarios = scenarios or {}
         self.history = History(run_dir / "history.jsonl")
         self.nodes = nodes
+        # the probes of the drill: None, the job profile's own (its logs, read by the agents on
+        # their nodes where the cluster says so); a test gives a factory of its own
         self.make_probes = probes
         self.heal_timeout = heal_timeout
         self.handles: list[Handle] = []  # every fault's, in the order they were injected
@@ -374,11 +376,11 @@ class DrillRunner:
         else:
             self.ui.phase("launch", f"attaching to pid {self.job.attach_pid}")
             self.record("job.attach", pid=self.job.attach_pid, reads=self._reads())
-        if self.cluster.logs_on_agents and self.make_probes is log_probes and self._reads_steps():
-
+        if self.make_probes is None and self.cluster.logs_on_agents and self._reads_steps():
             self.probes = [AgentLogProbe(self.history, self.nodes, self.job)]
         else:
-            self.probes = self.make_probes(self.history, self.job, self.nodes.log_paths(self.job), self.nodes.values)
+            make = self.make_probes or log_probes
+            self.probes = make(self.history, self.job, self.nodes.log_paths(self.job), self.nodes.values)
         self.probes += self.nodes.probes(self.history)
         by_url: dict[str, list] = {}
         for sig in self.job.prometheus:
