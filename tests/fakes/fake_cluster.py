@@ -224,6 +224,9 @@ class FakeProbe:
     def start(self) -> None:
         self._thread.start()
 
+    def explain(self) -> str:
+        return ""
+
     def poll_once(self) -> None:
         for t, kind, data in self.job.drain(self.seen):
             self.seen += 1

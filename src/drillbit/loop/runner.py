@@ -372,7 +372,7 @@ class DrillRunner:
                 self._record_notes()  # what the engine did to launch (a submission, agents in the job)
             self.record("job.launch", pid=self.launched.pid,
                         command=self.job.launch.command if self.job.launch else None, reads=self._reads(),
-                        **({"job_id": self.launched.job_id} if getattr(self.launched, "job_id", None) else {}))
+                        **({"job_id": self.launched.job_id} if self.launched.job_id else {}))
         else:
             self.ui.phase("launch", f"attaching to pid {self.job.attach_pid}")
             self.record("job.attach", pid=self.job.attach_pid, reads=self._reads())
@@ -412,7 +412,7 @@ class DrillRunner:
                 if self.progress.advances() >= want:
                     raise Inconclusive(f"no steady state: {len(self.progress.steps)} steps in "
                                        f"{self.spec.steady.timeout:g} s, but {self._members_short(members)}")
-                why = "; ".join(p.explain() for p in self.probes if hasattr(p, "explain"))
+                why = "; ".join(said for said in (p.explain() for p in self.probes) if said)
                 raise Inconclusive(f"no steady state: {len(self.progress.steps)} steps in {self.spec.steady.timeout:g} s "
                                  f"(presets {self.job.presets}, {len(self.job.signals)} signal(s) of the profile's own"
                                  + (f"; {why}" if why else "") + ")")

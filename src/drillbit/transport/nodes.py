@@ -72,6 +72,8 @@ def with_python(spec: Any, values: dict[str, str]) -> dict[str, str]:
 class NodeJobs:
     """The job as one launcher per node; it has exited once every launcher has."""
 
+    job_id: str | None = None  # a scheduler's id for the job (a Slurm job's handle has one); the agents' has none
+
     def __init__(self, clients: dict[str, AgentClient], refs: dict[str, ProcRef], stop_timeout: float) -> None:
         self.clients = clients
         self.refs = refs

@@ -19,6 +19,10 @@ class Poller:
     def poll_once(self) -> None:
         raise NotImplementedError
 
+    def explain(self) -> str:
+        """What it read, in words, for a job that never reached steady state ('' : nothing)."""
+        return ""
+
     def done(self) -> bool:
         """True when there is nothing more to poll for (the thread ends on its own)."""
         return False
