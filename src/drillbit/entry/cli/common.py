@@ -15,6 +15,8 @@ err = Console(stderr=True, soft_wrap=True)
 
 json_option = click.option("--json", "as_json", is_flag=True, help="print the result as JSON on stdout (an error "
                            "too: {\"error\", \"exit\", \"problems\"})")
+
+
 def _use_drills(ctx: click.Context, param: click.Parameter, value: str | None) -> None:  # noqa: ARG001
     if value is not None:
         from drillbit.spec.load import EXTRA_DRILLS
@@ -26,6 +28,8 @@ def _use_drills(ctx: click.Context, param: click.Parameter, value: str | None) -
 drills_option = click.option("--drills", type=click.Path(exists=True, file_okay=False), callback=_use_drills,
                              expose_value=False, help="another folder of drill specs (and suites/), looked up "
                              "before ./drills and the catalogue")
+
+
 def _use_pushgateway(ctx: click.Context, param: click.Parameter, value: str | None) -> None:  # noqa: ARG001
     if value:
         import os
