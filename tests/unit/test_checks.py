@@ -140,14 +140,30 @@ def test_abort_outranks_inconclusive_and_fail_outranks_abort():
 
 def test_checker_that_throws_is_inconclusive():
     """#46: a measurer that raises leaves its own family unknown, says so, and the others
-    still measure; the drill is neither pass nor fail on a drillbit bug."""
-    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 1, "restore", {"path": "p", "step": "ten"})]
-    result = check(spec(), History.build(rows))
+    still measure; the drill is neither pass nor fail on a drillbit bug. Here the bug is an
+    event recorded with a payload its kind does not have (a restore whose path is a list):
+    it is kept as given, named by an event.invalid, and reading it typed raises."""
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 1, "restore", {"path": ["p"], "step": 10})]
+    history = History.build(rows)
+    [invalid] = history.of("event.invalid")
+    assert invalid.data["recorded_as"] == "restore" and invalid.data["problem"].startswith("path:")
+    result = check(spec(), history)
     assert result.verdict == "inconclusive"
     assert "recovery" in result.measurements.measure_errors
-    assert result.measurements.measure_errors["recovery"].startswith("ValueError")
-    assert any(r.startswith("could not measure recovery (ValueError") for r in result.reasons), result.reasons
+    assert result.measurements.measure_errors["recovery"].startswith("ValidationError")
+    assert any(r.startswith("could not measure recovery (ValidationError") for r in result.reasons), result.reasons
+    assert any(r.startswith("drillbit recorded 1 event(s) it cannot read: restore (event ") for r in result.reasons)
     assert result.measurements.t_fault == T_FAULT  # the fault's own family was measured
+
+
+def test_a_restore_whose_step_cannot_be_read_is_a_restore_of_an_unknown_step():
+    """A number the job's line gives where one is optional reads as unknown, not as an error:
+    the restore still happened (its time counts), and its step is not known."""
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 1, "restore", {"path": "p", "step": "ten"})]
+    history = History.build(rows)
+    assert not history.of("event.invalid") and history.first("restore").data == {"path": "p", "step": None}
+    m = check(spec(), history).measurements
+    assert m.time_to_restore == pytest.approx(1.0) and m.restored_step is None and not m.measure_errors
 
 
 def test_a_measurer_bug_is_never_a_pass_or_a_fail_and_hides_no_other_family(monkeypatch):

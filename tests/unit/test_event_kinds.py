@@ -1,14 +1,19 @@
-"""#46: events are strings, so a checker that reads a kind nothing records (a typo, a kind
-renamed on one side) would silently measure nothing. Every kind the code reads — a
-comparison, a history lookup, a measurer's declared ``reads`` — must be a kind something
-records: the harness, an agent, a probe, or a job's signal (spec.signals.KINDS)."""
+"""#46: the event vocabulary (core/events.py). A checker that reads a kind nothing records (a
+typo, a kind renamed on one side) would silently measure nothing, and a payload recorded
+with a field its kind does not have would be read as missing. Every kind the code reads or
+records by name — a comparison, a history lookup, a measurer's declared ``reads``, a
+``record`` call — is one of :class:`Kind`, and every payload is validated as it is recorded."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
+
+from drillbit.core.events import JOB_KINDS, PAYLOADS, Kind, Restore, Step
+from drillbit.core.history import History
 from drillbit.judging.checks.recovery import MEASURERS
-from drillbit.spec.signals import KINDS
+from drillbit.spec.signals import KINDS, Signal
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "drillbit"
 READ = re.compile(r'(?:\bkind\s*(?:==|!=)\s*|\.(?:first|last|of)\(\s*|\bfirst\(\s*)"([a-z_.]+)"')
@@ -32,19 +37,93 @@ def _scan() -> tuple[dict[str, set[str]], set[str]]:
             for kind in re.findall(r'"([a-z_.]+)"', m.group(1)):
                 read.setdefault(kind, set()).add(where)
         recorded |= set(RECORDED.findall(text))
-    return read, recorded | set(KINDS)
+    return read, recorded
 
 
-def test_every_kind_the_code_reads_is_one_something_records():
-    read, recorded = _scan()
-    orphans = {k: sorted(v) for k, v in read.items() if k not in recorded and k not in NOT_EVENTS}
-    assert not orphans, f"read but never recorded: {orphans}"
+VOCABULARY = {k.value for k in Kind}
+# strings the record scan finds that are not recorded kinds: the reference job's own event-log kinds
+# (drillbit.fixtures.reference.eventlog, read by its own watchdog, never by a preset) and error kinds
+JOB_OWN = {"worker.start", "compute", "watchdog.start", "refused", "failed", "config", "tcp", "gate", "sweep",
+           "repeat", "compare", "gameday", "harness", "test"}
 
 
-def test_every_kind_a_measurer_declares_it_reads_is_recorded():
+def test_every_kind_the_code_reads_is_in_the_vocabulary():
+    read, _ = _scan()
+    orphans = {k: sorted(v) for k, v in read.items() if k not in VOCABULARY and k not in NOT_EVENTS | JOB_OWN}
+    assert not orphans, f"read but not an event kind: {orphans}"
+
+
+def test_every_kind_the_code_records_by_name_is_in_the_vocabulary():
     _, recorded = _scan()
-    missing = {m.name: [k for k in m.reads if k not in recorded] for m in MEASURERS}
+    assert not recorded - VOCABULARY - JOB_OWN, sorted(recorded - VOCABULARY - JOB_OWN)
+
+
+def test_every_kind_a_measurer_declares_it_reads_is_in_the_vocabulary():
+    missing = {m.name: [k for k in m.reads if k not in VOCABULARY] for m in MEASURERS}
     assert not {k: v for k, v in missing.items() if v}, missing
+
+
+def test_every_kind_has_one_payload_model_and_the_signal_kinds_are_the_job_payloads():
+    assert set(PAYLOADS) == set(Kind)
+    assert KINDS is JOB_KINDS and {"step", "restore", "ckpt.save", "members", "error"} <= set(KINDS)
+    assert not set(KINDS) & {"fault.inject", "steady", "job.launch", "event.invalid"}  # the harness's own
+
+
+def test_a_payload_is_validated_as_it_is_recorded_and_kept_as_given_when_it_is_wrong():
+    h = History()
+    step = h.record("probe:logs", "step", n="12", loss="n/a", dt="0.25", epoch="3")
+    assert step.data == {"n": 12, "loss": None, "dt": 0.25, "epoch": "3"}  # typed; a group of its own rides along
+    assert Step.of(step).n == 12 and Step.of(step).loss is None and Step.of(step).model_extra == {"epoch": "3"}
+    wrong = h.record("harness", "fault.heal", fault="kill-rank", pid=7, healed=True, verifed=True)  # a typo
+    typo = h.record("harness", "restor", step=3)
+    assert wrong.data["verifed"] is True and typo.kind == "restor"  # nothing the harness said is lost
+    said = [(e.data["recorded_as"], e.data["seq"], e.data["problem"]) for e in h.of("event.invalid")]
+    assert said == [("fault.heal", wrong.seq, "verifed: Extra inputs are not permitted"),
+                    ("restor", typo.seq, "'restor' is not an event kind")]
+    with pytest.raises(TypeError, match="is 'step', not 'restore'"):
+        Restore.of(step)
+
+
+def test_a_step_without_a_step_number_is_not_a_step():
+    h = History()
+    h.record("probe:logs", "step", n="twelve")
+    assert [e.kind for e in h] == ["step", "event.invalid"] and "n: " in h.last("event.invalid").data["problem"]
+
+
+def test_a_signal_naming_a_kind_that_is_not_one_is_refused_with_the_kinds():
+    with pytest.raises(ValueError, match=r"kind 'restor' is not one a signal can name \(did you mean 'restore'\?\)"):
+        Signal(kind="restor", pattern=r"restored (?P<step>\d+)")
+    with pytest.raises(ValueError, match="not one a signal can name"):
+        Signal(kind="fault.inject", pattern=r"x")  # the harness's own: no line of the job's is one
+
+
+def test_a_history_another_version_wrote_says_so_and_one_this_version_marked_reads(tmp_path):
+    from drillbit.core.errors import ConfigError
+    from drillbit.runs.session import rerender
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [(1.0, "drill.start", {"drill": "kill-rank", "cluster": "local", "job": "reference", "fault": "kill-rank"}),
+            (2.0, "steady", {"baseline_step_s": 0.25, "step": 5})]
+    h = History.build(rows)
+    lines = [e.model_dump_json() for e in h]
+    lines[1] = lines[1].replace(', "step": 5', "").replace(',"step":5', "")  # an older steady, without its step
+    (run / "history.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "spec.json").write_text(_spec_json())
+    with pytest.raises(ConfigError, match=r"written by another version of drillbit: 1 event\(s\) do not read as this "
+                                          r"version's \(line 2, steady: step: Field required\)"):
+        rerender(run)
+    assert len(History.load(run / "history.jsonl").unreadable()) == 1
+    marked = History()
+    marked.record("harness", "steady", baseline_step_s=0.25)  # recorded wrong by this version: marked, readable
+    assert marked.unreadable() == []
+
+
+def _spec_json() -> str:
+    from drillbit.spec.models import DrillSpec
+
+    return DrillSpec.model_validate({"name": "t", "class": "fail-stop", "summary": "s",
+                                     "fault": {"type": "kill-rank", "trigger": {"at_step": 5}}}).model_dump_json()
 
 
 def test_the_scan_sees_a_misspelt_kind(tmp_path):

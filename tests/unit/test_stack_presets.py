@@ -122,7 +122,7 @@ def test_dlrover_lists_every_failed_worker_and_its_diagnosis_is_a_detection():
 def test_a_stack_that_says_nothing_is_not_judged_and_a_node_blame_covers_its_ranks():
     h = History()
     h.record("harness", "job.ranks", t=1, ranks=[{"rank": r, "pid": 10 + r, "node": f"n{r // 2}"} for r in range(4)])
-    h.record("harness", "fault.inject", t=2, rank=3, node="n1", pid=13)
+    h.record("harness", "fault.inject", t=2, rank=3, node="n1", pid=13, fault="kill-rank")
     assert attribute(list(h), 2.0) is None
     h.record("probe:n0", "blame", t=3, node="n0", blamed_node="n1", by="scheduler")  # read on n0, names n1
     a = attribute(list(h), 2.0, "node", "killed (with its node)")

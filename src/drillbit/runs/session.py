@@ -31,7 +31,7 @@ from drillbit.runs import notify
 from drillbit.judging.report import result as result_json
 from drillbit.runs.store import Store, store_path
 from drillbit.core.runfolder import new_folder
-from drillbit.spec.config import DrillConfig
+from drillbit.spec.config import DrillConfig, ProcessCluster, RayCluster
 from drillbit.spec.load import choose, find_config, resolve_drill
 from drillbit.spec.models import DrillSpec
 from drillbit.transport import connect, node_netns
@@ -67,9 +67,11 @@ def plan_text(r: Resolved) -> str:
     job = r.config.jobs[r.job]
     launch = " ".join(job.launch.command) if job.launch else f"attach to pid {job.attach_pid}"
     cluster = r.config.clusters[r.cluster]
-    shape = (f", {cluster.nodes or 2} nodes that are network namespaces (10.77.0.x)" if cluster.topology == "netns"
-             else "") + (f", hostnames on a frontend of {cluster.frontend_mbit:g} Mbit/s (10.78.0.x, eth1)"
-                         if cluster.frontend_mbit else "")
+    shape = ""
+    if isinstance(cluster, (ProcessCluster, RayCluster)):
+        shape = (f", {cluster.nodes or 2} nodes that are network namespaces (10.77.0.x)" if cluster.topology == "netns"
+                 else "") + (f", hostnames on a frontend of {cluster.frontend_mbit:g} Mbit/s (10.78.0.x, eth1)"
+                             if cluster.frontend_mbit else "")
     return "\n".join([
         f"drill     {s.name} ({s.class_}): {s.summary}",
         f"cluster   {r.cluster} ({cluster.engine}{shape})",
@@ -218,6 +220,12 @@ def rerender(run_dir: Path) -> dict[str, Any]:
         history = History.load(run_dir / "history.jsonl")
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{run_dir} is not a run folder: {exc}") from exc
+    unreadable = history.unreadable()
+    if unreadable:
+        e, problem = unreadable[0]
+        raise ConfigError(f"{run_dir}: its history.jsonl was written by another version of drillbit: {len(unreadable)} "
+                          f"event(s) do not read as this version's (line {e.seq + 1}, {e.kind}: {problem}); run the "
+                          f"drill again, or report it with the drillbit that wrote it")
     merge_deadman_records(run_dir, history)
     baseline = None
     if (run_dir / "baseline.json").exists():

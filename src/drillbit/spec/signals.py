@@ -12,44 +12,19 @@ profile's own ``signals:``.
 from __future__ import annotations
 
 import re
+from difflib import get_close_matches
 from datetime import datetime, timedelta, timezone as dt_timezone, tzinfo
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
+from drillbit.core.events import JOB_KINDS
 from drillbit.spec.models import Strict, compile_regex
 
-# The event kinds the checkers read, and what each needs from a signal's groups.
-KINDS: dict[str, str] = {
-    "step": "a training step finished; group n (the step number) required — every drill needs it",
-    "metrics": "a step's figures printed on a line of their own (loss, lr, samples or tokens) — restore_fidelity; "
-               "with group n (or step) they are that step's, else the next step's (the Hugging Face Trainer prints "
-               "its dict before its progress bar counts the step)",
-    "detect": "the stack noticed the fault (by: who) — detect_within, time_to_detect",
-    "restart": "the stack restarted the job or worker group (attempt) — time_to_restart, restarts",
-    "restore.begin": "a checkpoint load started",
-    "restore": "a checkpoint was loaded; groups step and path (tier: where from) — time_to_restore, lost steps, "
-               "restore checks, restore_tier",
-    "restore.copy": "a copy of a live peer's state finished (groups peer: where from, seconds: how long) — "
-                    "peer_copy_s, named when a first step or restore came late",
-    "restore.failed": "one way of restoring failed (tier, reason) and the job may fall back to another — shown on "
-                      "the timeline",
-    "ckpt.save.begin": "a checkpoint save started (step, path)",
-    "ckpt.save": "a checkpoint save finished; groups step, path, seconds — cadence, checkpoint-save badput",
-    "ckpt.reject": "the stack refused a checkpoint (path, reason) — corrupt-checkpoint's restore_skipped_corrupted",
-    "straggler": "the stack named a slow rank (rank, node) — slow-rank and throttle-clocks",
-    "escalate": "the stack gave up and called a person — recover_or_escalate_within",
-    "replace.request": "node replacement asked for a node — fail-node-replacement",
-    "replace.failed": "a replacement request failed — fail-node-replacement",
-    "replace.done": "a replacement node arrived (node_name) — fail-node-replacement",
-    "blame": "the stack named a culprit (restarted, excluded or flagged it): group rank, pid or blamed_node — "
-             "attribution",
-    "error": "the job's own error line (group message, else the whole line; rank where the line names one): the "
-             "first per rank per failed attempt is quoted in the verdict",
-    "members": "the stack's membership now (a quorum, a worker group): group members, read with lists; a member "
-               "that drops out or comes back as a new incarnation was blamed — attribution",
-}
+# The event kinds a signal may name, and what each needs from a signal's groups: the job
+# payloads of core/events.py, whose docstrings say it.
+KINDS: dict[str, str] = JOB_KINDS
 
 
 class Signal(Strict):
@@ -93,6 +68,10 @@ class Signal(Strict):
 
     @model_validator(mode="after")
     def _fields(self) -> "Signal":
+        if self.kind not in KINDS:
+            near = get_close_matches(self.kind, KINDS, n=1)
+            raise ValueError(f"kind {self.kind!r} is not one a signal can name"
+                             + (f" (did you mean {near[0]!r}?)" if near else "") + f"; the kinds: {', '.join(KINDS)}")
         groups = set(re.compile(self.pattern).groupindex)
         missing = [g for g in self.ints + self.floats if g not in groups]
         if missing:

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from drillbit.core.events import FaultInject, JobPayload, JobRanks, Kind, Members, Straggler
 from drillbit.core.history import Event
 
 
@@ -88,8 +89,9 @@ class _Blames:
     def members(self, e: Event, t0: float, who: str) -> None:
         """A membership line: before the fault, the membership it hit; after, whoever of that
         membership is missing was dropped (blamed)."""
-        items = {str(i.get("id")): i for i in e.data.get("members", []) if isinstance(i, dict)}
-        key = e.data.get("by")
+        said = Members.of(e)
+        items = {str(i.get("id")): i for i in said.members}
+        key = None if said.by is None else str(said.by)
         if e.t <= t0:
             self.last_members[key] = items
             return
@@ -109,16 +111,21 @@ class _Blames:
 
     def read(self, events: list[Event], t0: float) -> None:
         for e in events:
-            who = str(e.data.get("by") or e.source)
-            if e.kind == "members":
+            if e.kind == Kind.MEMBERS:
                 self.saw_stack = True
-                self.members(e, t0, who)
-            elif e.t >= t0 and e.kind == "blame":
+                self.members(e, t0, _who(e))
+            elif e.t >= t0 and e.kind == Kind.BLAME:
                 self.saw_stack = True
-                self.named(e, who)
-            elif e.t >= t0 and e.kind == "straggler":
+                self.named(e, _who(e))
+            elif e.t >= t0 and e.kind == Kind.STRAGGLER:
                 self.saw_stack = True
-                self.blame(e.rank if e.rank is not None else e.data.get("rank"), e.data.get("node"), who)
+                self.blame(e.rank if e.rank is not None else e.data.get("rank"), Straggler.of(e).node, _who(e))
+
+
+def _who(e: Event) -> str:
+    """Who said it: the line's by (a rank, a replica, the launcher), else the probe that read it."""
+    by = e.payload.by if isinstance(e.payload, JobPayload) else None
+    return str(by or e.source)
 
 
 def attribute(events: list[Event], t0: float, hurts: str = "rank", verb: str = "hurt") -> Attribution | None:
@@ -126,9 +133,9 @@ def attribute(events: list[Event], t0: float, hurts: str = "rank", verb: str = "
     and printed no membership (it cannot be judged, and is not a stack that attributes)."""
     injects = [e for e in events if e.kind == "fault.inject"]
     ranked = [e for e in events if e.kind == "job.ranks" and e.t <= t0 + 1]
-    table: list[dict[str, Any]] = ranked[-1].data.get("ranks", []) if ranked else []
+    table: list[dict[str, Any]] = JobRanks.of(ranked[-1]).ranks if ranked else []
     rank_of_pid = {int(r["pid"]): r["rank"] for r in table if r.get("pid") is not None}
-    rank_of_pid.update({int(e.data["pid"]): e.rank for e in injects if e.data.get("pid") is not None})
+    rank_of_pid.update({pid: e.rank for e in injects if (pid := FaultInject.of(e).pid) is not None})
     node_of_rank = {r["rank"]: r.get("node") for r in table}
     hurt = {e.rank for e in injects if e.rank is not None}
     hurt_nodes = {e.node for e in injects if e.node}

@@ -11,6 +11,7 @@ import re
 
 from drillbit.judging.checks.recovery import Measurements
 from drillbit.judging.checks.slo import SLOResult
+from drillbit.core.events import Error, Kind, Restart
 from drillbit.core.history import History
 from drillbit.spec.models import Defect
 
@@ -33,7 +34,7 @@ def recognise(defect: Defect, m: Measurements, history: History, slos: list[SLOR
             return f"{head}: the job said, {who}: {excerpt(error.message)}"
     after = m.t_fault if m.t_fault is not None else float("-inf")
     for e in history.of("error"):
-        message = str(e.data.get("message", ""))
+        message = Error.of(e).message
         if e.t >= after and pattern.search(message):
             where = f"rank {e.rank}: " if e.rank is not None else ""
             return f"{head}: the job said, {where}{excerpt(message)}"
@@ -55,9 +56,10 @@ def membership(m: Measurements, history: History) -> str:
     """A launcher's own word that it restarted healthy workers for a node that joined (torchrun's
     "Detected N new nodes from group_rank=G; will restart worker group"): uncounted restarts."""
     after = m.t_fault if m.t_fault is not None else float("-inf")
-    seen = [e for e in history.of("restart") if e.t >= after and "waiting" in e.data]
+    seen = [Restart.of(e) for e in history.of(Kind.RESTART) if e.t >= after and Restart.of(e).waiting is not None]
     if not seen:
         return ""
-    e = seen[0]
-    return (f"; the launcher of group rank {e.data.get('group_rank', '?')} restarted its healthy workers for "
-            f"{e.data['waiting']} node(s) that joined, and counted no attempt")
+    said = seen[0]
+    group = (said.model_extra or {}).get("group_rank", "?")
+    return (f"; the launcher of group rank {group} restarted its healthy workers for {said.waiting} node(s) that "
+            "joined, and counted no attempt")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from drillbit.judging.checks.recovery import Measurements
+from drillbit.core.events import Kind, Restore, Save, Step
 from drillbit.core.history import History
 
 BUCKETS = {
@@ -71,10 +72,10 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
     start, end, base = steady.t, m.t_observe_end, m.baseline_step_s
     led = Ledger(wall_s=end - start)
     steps = [e for e in history.of("step") if start < e.t <= end]
-    high = max((e.data["n"] for e in history.of("step") if e.t <= start), default=0)
-    new = {e.data["n"] for e in steps if e.data["n"] > high}
+    high = max((Step.of(e).n for e in history.of(Kind.STEP) if e.t <= start), default=0)
+    new = {Step.of(e).n for e in steps if Step.of(e).n > high}
     led.productive_s = len(new) * base
-    led.wasted_progress_s = (sum(1 for e in steps if e.data["n"] > high) - len(new)) * base
+    led.wasted_progress_s = (sum(1 for e in steps if Step.of(e).n > high) - len(new)) * base
 
     # the disruption: from the fault to when the job trains again
     slow_fault = m.expects == "slow"  # recorded by the runner with fault.confirmed
@@ -95,7 +96,7 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
         led.detection_s = t_detect - d0
         restore = history.first("restore", after=m.t_fault)
         if m.time_to_restore is not None and restore is not None:
-            t_restore_begin = min(max(d1 - float(restore.data.get("seconds", 0.0)), t_detect), d1)
+            t_restore_begin = min(max(d1 - (Restore.of(restore).seconds or 0.0), t_detect), d1)
         else:
             t_restore_begin = d1
         led.infrastructure_recovery_s = t_restore_begin - t_detect
@@ -103,7 +104,7 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
         led.spans = [("detection", d0, t_detect), ("infrastructure_recovery", t_detect, t_restore_begin),
                      ("checkpoint_restore", t_restore_begin, d1)]
     for save in history.of("ckpt.save"):
-        t1, t0 = save.t, save.t - float(save.data.get("seconds", 0.0))
+        t1, t0 = save.t, save.t - (Save.of(save).seconds or 0.0)
         inside = _overlap(t0, t1, start, end)
         if d0 is not None and d1 is not None:
             inside -= _overlap(t0, t1, max(d0, start), min(d1, end))
@@ -113,7 +114,7 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
         heal = history.first("fault.heal", after=m.t_fault)
         active_end = min(heal.t if heal else end, end)
         active = [e for e in steps if m.t_fault < e.t <= active_end]
-        slowdown = sum(max(0.0, float(e.data.get("dt", base)) - base) for e in active)
+        slowdown = sum(max(0.0, (dt if (dt := Step.of(e).dt) is not None else base) - base) for e in active)
         led.spans = [("slowdown", max(start, m.t_fault), active_end)]
     # the training time is shared out in this order, each category capped by what is left,
     # so no category is negative and together they are the window exactly (steps faster than

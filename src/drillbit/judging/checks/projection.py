@@ -9,6 +9,7 @@ import statistics
 from pydantic import BaseModel
 
 from drillbit.judging.checks.recovery import Measurements
+from drillbit.core.events import Save
 from drillbit.core.history import History
 from drillbit.judging.fleet.cadence import Cadence, cadence
 from drillbit.judging.fleet.simulate import Scenario, params_for, simulate
@@ -59,8 +60,10 @@ def save_stats(history: History) -> tuple[float, float] | None:
     saves = history.of("ckpt.save")
     if len(saves) < 2:
         return None
-    seconds = statistics.median(float(e.data.get("seconds", 0.0)) for e in saves)
-    intervals = [b.t - a.t for a, b in zip(saves, saves[1:], strict=False) if b.data.get("step", 0) > a.data.get("step", 0)]
+    said = [Save.of(e) for e in saves]
+    seconds = statistics.median(s.seconds or 0.0 for s in said)
+    intervals = [b.t - a.t for a, b, sa, sb in zip(saves, saves[1:], said, said[1:], strict=False)
+                 if (sb.step or 0) > (sa.step or 0)]
     if not intervals or seconds <= 0:
         return None
     return seconds, statistics.median(intervals)

@@ -18,6 +18,9 @@ from drillbit.judging.checks.attribution import Attribution, attribute
 from drillbit.judging.checks.fidelity import Fidelity, restore_fidelity, with_metrics
 from drillbit.judging.checks.witness import DamagedRestore, judge_damaged_restore, relation
 from drillbit.core.evidence import FileDamage, LinkCut, NodeGone, NodeState, SaveCrash, Slowed, TierLost, effects
+from drillbit.core.events import (CkptTiers, Error, FaultConfirmed, JobAttach, JobExit, JobLaunch, JobNodes, Kind,
+                                  Predicted, Reject, ReplaceDone, Restart, Restore, RestoreCopy, RestoreFailed, Save,
+                                  SaveBegin, Steady, Step, Straggler)
 from drillbit.core.history import Event, History
 
 
@@ -203,18 +206,30 @@ def _from_going_back(before: list[Event], after: list[Event], recovered: list[Ev
     21" with step 20 restored, the line for step 21 put before the restore). Steps come from
     each log in the order written, so the going-back is the restart whatever the stamps say."""
     end = recovered[0].seq if recovered else None
-    last: dict[int | None, int] = {e.rank: int(e.data["n"]) for e in before}
+    last: dict[int | None, int] = {e.rank: Step.of(e).n for e in before}
     back: int | None = None
     for i, e in enumerate(after):
         if end is not None and e.seq > end:
             break
-        n, prev = int(e.data["n"]), last.get(e.rank)
+        n, prev = Step.of(e).n, last.get(e.rank)
         if prev is not None and n <= prev and n > floor:
             back = i
         last[e.rank] = n
     if back is None:
         return recovered
-    return [e for e in after[back:] if e.data["n"] > floor]
+    return [e for e in after[back:] if Step.of(e).n > floor]
+
+
+def _attempt(restart: Event) -> int | str:
+    """Which attempt a restart line counts (one attempt number is one restart)."""
+    attempt = Restart.of(restart).attempt
+    return attempt if attempt is not None else f"event-{restart.seq}"
+
+
+def _since(step: Event) -> float:
+    """The earliest a step can have been made: a step read from a metric, after its ``since``."""
+    since = Step.of(step).since
+    return since if since is not None else step.t
 
 
 @dataclass
@@ -248,10 +263,10 @@ class Window:
         steps = [e for e in events if e.kind == "step"]
         # A stall is confirmed only after a quiet spell; a step that was already in flight
         # when the rank froze may land inside it and still belongs before the fault.
-        settle = float(confirmed.data.get("progress_quiet_s", 0.0))
+        settle = FaultConfirmed.of(confirmed).progress_quiet_s or 0.0
         # the first step after a restart or restore line, read after the fault was confirmed, is after
         # it whatever its stamp says: a stamp of whole seconds (Megatron's) can put it up to 1 s earlier
-        late = {e.seq for e in steps if e.data.get("new_attempt") and e.seq > confirmed.seq and e.t >= t0 - 1.0}
+        late = {e.seq for e in steps if Step.of(e).new_attempt and e.seq > confirmed.seq and e.t >= t0 - 1.0}
         before = [e for e in steps if e.t < t0 + settle and e.seq not in late]
         after = [e for e in steps if (e.t >= t0 or e.seq in late) and e not in before]
         injected = next((e.t for e in events if e.kind == "fault.inject" and e.t <= t0), t0)
@@ -264,11 +279,11 @@ def _fault(m: Measurements, w: Window) -> None:
     m.t_fault = w.t0
     last_t = m.t_observe_end if m.t_observe_end is not None else max(e.t for e in events)
     m.observed_s = max(0.0, last_t - w.t0)
-    m.step_at_fault = w.before[-1].data["n"] if w.before else None
-    saves = [e for e in events if e.kind == "ckpt.save" and e.t <= w.t0 and str(e.data.get("step", "")).isdigit()]
+    m.step_at_fault = Step.of(w.before[-1]).n if w.before else None
+    saves = [e for e in events if e.kind == Kind.CKPT_SAVE and e.t <= w.t0 and Save.of(e).step is not None]
     if saves:
-        m.newest_save_step, m.newest_save_s = int(saves[-1].data["step"]), w.t0 - saves[-1].t
-    m.expects = w.confirmed.data.get("expects")
+        m.newest_save_step, m.newest_save_s = Save.of(saves[-1]).step, w.t0 - saves[-1].t
+    m.expects = FaultConfirmed.of(w.confirmed).expects
     m.target_ranks = sorted({e.rank for e in events if e.kind == "fault.inject" and e.rank is not None})
 
 
@@ -279,15 +294,16 @@ def _restarts(m: Measurements, w: Window) -> None:
     # `by`) count only for a job that announces none itself — on several nodes each launcher
     # numbers its own attempts — and one attempt number is one restart.
     restarts = [e for e in events if e.kind == "restart" and e.t >= t0]
-    restarts = [e for e in restarts if e.data.get("by") is None] or restarts
+    restarts = [e for e in restarts if Restart.of(e).by is None] or restarts
     # a launcher that restarts its healthy workers because another node joined (torchrun's
     # "Detected N new nodes") is part of that node's recovery when another launcher counted
     # an attempt within seconds of it; alone (a node that left and came straight back), it
     # is a restart of its own, which no attempt count shows
-    counted = [e.t for e in restarts if "attempt" in e.data]
-    restarts = [e for e in restarts if "waiting" not in e.data or not any(abs(t - e.t) <= 10.0 for t in counted)]
+    counted = [e.t for e in restarts if Restart.of(e).attempt is not None]
+    restarts = [e for e in restarts
+                if Restart.of(e).waiting is None or not any(abs(t - e.t) <= 10.0 for t in counted)]
     w.restart = restarts[0] if restarts else None
-    m.restarts = len({e.data.get("attempt", f"event-{e.seq}") for e in restarts})
+    m.restarts = len({_attempt(e) for e in restarts})
     m.job_errors = job_errors(events, t0, [e.t for e in restarts])
     detect = w.first("detect")
     if detect:
@@ -297,7 +313,7 @@ def _restarts(m: Measurements, w: Window) -> None:
     exit_ = w.first("job.exit")
     if exit_:
         m.job_exit_s = exit_.t - t0
-        m.job_exit_code = exit_.data.get("code")
+        m.job_exit_code = JobExit.of(exit_).code
 
 
 def _restore(m: Measurements, w: Window) -> tuple[float, int]:
@@ -305,21 +321,21 @@ def _restore(m: Measurements, w: Window) -> tuple[float, int]:
     (a time) and the step number they must pass."""
     restore = w.restore = w.first("restore")
     if restore:
-        m.restored_path = str(restore.data["path"]) if restore.data.get("path") else None
+        said = Restore.of(restore)
+        m.restored_path = said.path or None
         m.time_to_restore = restore.t - w.t0
-        step = restore.data.get("step")  # a stack that names only the path (Lightning's last.ckpt)
-        m.restored_step = int(step) if step is not None else None
-        if restore.data.get("digest") and m.restored_step is not None:
-            m.restored_digest = str(restore.data["digest"])
-            saved = [e for e in w.events if e.kind == "ckpt.save" and e.t <= restore.t and e.data.get("digest")
-                     and e.data.get("step") is not None and int(e.data["step"]) == m.restored_step]
-            m.saved_digest = str(saved[-1].data["digest"]) if saved else None
-        return restore.t, (m.restored_step or 0) if step is not None else 0
+        m.restored_step = said.step  # None: a stack that names only the path (Lightning's last.ckpt)
+        if said.digest and m.restored_step is not None:
+            m.restored_digest = said.digest
+            saved = [Save.of(e) for e in w.events if e.kind == Kind.CKPT_SAVE and e.t <= restore.t]
+            saved = [s for s in saved if s.digest and s.step == m.restored_step]
+            m.saved_digest = saved[-1].digest if saved else None
+        return restore.t, m.restored_step or 0
     if w.restart:
         return w.restart.t, 0  # restarted without a restore: from wherever it began
     # a step number at or below the one at the fault is a restart the job did not
     # announce (its supervisor printed nothing we read): it began again from there
-    back = next((e for e in w.after if m.step_at_fault is not None and e.data["n"] <= m.step_at_fault), None)
+    back = next((e for e in w.after if m.step_at_fault is not None and Step.of(e).n <= m.step_at_fault), None)
     if back is not None:
         w.restart = back
         m.restarts = max(m.restarts, 1)
@@ -331,7 +347,7 @@ def _first_step(m: Measurements, w: Window, marker: float, floor: int) -> None:
     """The first step of recovery, and how many followed it."""
     # a step read from a metric happened somewhere after its ``since``: across a restart it
     # counts only when that whole span is after the restart (the old workers' last steps are not)
-    recovered = [e for e in w.after if e.data.get("since", e.t) >= marker and e.data["n"] > floor]
+    recovered = [e for e in w.after if _since(e) >= marker and Step.of(e).n > floor]
     if w.restart or w.restore:
         recovered = _from_going_back(w.before, w.after, recovered, floor)
     w.recovered = recovered
@@ -339,8 +355,8 @@ def _first_step(m: Measurements, w: Window, marker: float, floor: int) -> None:
         # no earlier than the line that began its attempt, where its own stamp is coarser
         w.first_at = max(recovered[0].t, marker) if recovered[0].seq in w.late else recovered[0].t
         m.time_to_first_step = w.first_at - w.t0
-        m.first_step = recovered[0].data["n"]
-        m.steps_after_recovery = len({e.data["n"] for e in recovered}) - 1
+        m.first_step = Step.of(recovered[0]).n
+        m.steps_after_recovery = len({Step.of(e).n for e in recovered}) - 1
         if m.restored_step is None and (w.restart or w.restore):
             m.restored_step = m.first_step - 1
 
@@ -364,8 +380,8 @@ def _fidelity(m: Measurements, w: Window) -> None:
 
 
 def _attribution(m: Measurements, w: Window) -> None:
-    data = w.confirmed.data
-    m.attribution = attribute(w.events, w.t0, data.get("hurts", "rank"), data.get("verb", "hurt"))
+    confirmed = FaultConfirmed.of(w.confirmed)
+    m.attribution = attribute(w.events, w.t0, confirmed.hurts, confirmed.verb)
 
 
 def _requeue(m: Measurements, w: Window) -> None:
@@ -408,8 +424,8 @@ def _damage_found(m: Measurements, w: Window) -> None:
     if m.corrupted_path is not None and (m.signal_kinds is None or "ckpt.reject" in m.signal_kinds):
         # the job's own word that it refused the damaged one; a profile that reads no reject
         # line cannot say either way (the witnesses still judge what was loaded)
-        m.rejected_corrupted = any(e.data.get("path") and relation(str(e.data["path"]), m.corrupted_path) == "same"
-                                   for e in w.events if e.kind == "ckpt.reject" and e.t >= w.t0)
+        rejected = [Reject.of(e).path for e in w.events if e.kind == Kind.CKPT_REJECT and e.t >= w.t0]
+        m.rejected_corrupted = any(path and relation(path, m.corrupted_path) == "same" for path in rejected)
 
 
 def _damaged_restore(m: Measurements, w: Window) -> None:
@@ -433,7 +449,7 @@ def _replacement(m: Measurements, w: Window) -> None:
     m.replace_failures = sum(1 for e in w.events if e.kind == "replace.failed" and e.t >= w.t0)
     done = w.first("replace.done")
     if done:
-        m.replacement_node = done.data.get("node_name")
+        m.replacement_node = ReplaceDone.of(done).node_name
 
 
 def _tiers(m: Measurements, w: Window) -> None:
@@ -488,14 +504,14 @@ MEASURERS: tuple[Measurer, ...] = (
 
 def _before_the_fault(m: Measurements, events: list[Event]) -> None:
     """What the run says before any fault: its baseline, the prediction, what it can read."""
-    steady = next((e for e in events if e.kind == "steady"), None)
-    m.baseline_step_s = steady.data.get("baseline_step_s") if steady else None
-    predicted = next((e for e in events if e.kind == "predicted"), None)
+    steady = next((e for e in events if e.kind == Kind.STEADY), None)
+    m.baseline_step_s = Steady.of(steady).baseline_step_s if steady else None
+    predicted = next((e for e in events if e.kind == Kind.PREDICTED), None)
     if predicted is not None:
-        m.predicted_detect_s, m.predicted_by = predicted.data.get("detect_s"), predicted.data.get("by")
-    launch = next((e for e in events if e.kind in ("job.launch", "job.attach")), None)
-    if launch is not None and isinstance(launch.data.get("reads"), list):
-        m.signal_kinds = [str(k) for k in launch.data["reads"]]
+        m.predicted_detect_s, m.predicted_by = Predicted.of(predicted).detect_s, Predicted.of(predicted).by
+    launch = next((e.payload for e in events if e.kind in (Kind.JOB_LAUNCH, Kind.JOB_ATTACH)), None)
+    if isinstance(launch, (JobLaunch, JobAttach)) and "reads" in launch.model_fields_set:
+        m.signal_kinds = list(launch.reads)
 
 
 def measure(history: History, *, poll: bool = False) -> Measurements:
@@ -505,12 +521,16 @@ def measure(history: History, *, poll: bool = False) -> Measurements:
     ``poll``: only what the observe phase's stop test reads (``recovered``, ``awaiting``)."""
     events, t_end = _window(history)
     m = Measurements(t_observe_end=t_end)
-    _before_the_fault(m, events)
     confirmed = next((e for e in events if e.kind == "fault.confirmed"), None)
-    if confirmed is None:
+    try:
+        _before_the_fault(m, events)
+        if confirmed is None:
+            return m
+        w = Window.of(events, confirmed)
+    except (ValueError, TypeError) as exc:  # a payload its kind does not read (an older history, a bug)
+        m.measure_errors["window"] = f"{exc.__class__.__name__}: {exc}"
         return m
-    w = Window.of(events, confirmed)
-    slow = confirmed.data.get("expects") == "slow"
+    slow = FaultConfirmed.of(confirmed).expects == "slow"
     for measurer in MEASURERS:
         if (poll and not measurer.poll) or (slow and not measurer.slow) or (measurer.name == "fail-slow" and not slow):
             continue
@@ -527,10 +547,11 @@ def measure(history: History, *, poll: bool = False) -> Measurements:
 def saved_step(events: list[Event], path: str, before: float, kind: str = "ckpt.save") -> int | None:
     """The step of the job's last save line (``kind``) before ``before`` that names ``path``
     (or, where the lines name no path, the last one with a step)."""
-    saves = [e for e in events if e.kind == kind and e.t <= before and e.data.get("step") is not None]
-    named = [e for e in saves if e.data.get("path") and relation(str(e.data["path"]), path) == "same"]
-    picked = named or [e for e in saves if not e.data.get("path")]
-    return int(picked[-1].data["step"]) if picked else None
+    saves = [s for s in (e.payload for e in events if e.kind == kind and e.t <= before)
+             if isinstance(s, (Save, SaveBegin)) and s.step is not None]
+    named = [s for s in saves if s.path and relation(s.path, path) == "same"]
+    picked = named or [s for s in saves if not s.path]
+    return picked[-1].step if picked else None
 
 
 def job_errors(events: list[Event], t0: float, restarts_at: list[float]) -> list[JobError]:
@@ -545,12 +566,13 @@ def job_errors(events: list[Event], t0: float, restarts_at: list[float]) -> list
         first.setdefault((attempt, rank if isinstance(rank, int) else None), e)
     merged: dict[tuple[int | None, str], JobError] = {}
     for (attempt, rank), e in sorted(first.items(), key=lambda kv: (kv[0][0], kv[1].t)):
-        message = str(e.data.get("message", ""))
+        message = Error.of(e).message
         key = (rank, re.sub(r"\d+", "#", message))
         if key in merged:
             merged[key].attempts.append(attempt)
         else:
-            merged[key] = JobError(attempts=[attempt], rank=rank, message=message, by=e.data.get("by"))
+            by = Error.of(e).by
+            merged[key] = JobError(attempts=[attempt], rank=rank, message=message, by=None if by is None else str(by))
     return list(merged.values())
 
 
@@ -559,7 +581,7 @@ def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0:
     node the fault took down."""
     m.failed_nodes = sorted({str(e.node) for e in effects(confirmed.data)
                              if isinstance(e, (NodeState, NodeGone)) and e.node}
-                            if confirmed.data.get("hurts") == "node" else set())
+                            if FaultConfirmed.of(confirmed).hurts == "node" else set())
     # the scheduler can requeue before the harness has recorded its own confirmation (node-down:
     # scontrol's DOWN and the requeue land in the same few milliseconds): from the injection on
     requeue = next((e for e in events if e.kind == "requeue" and e.t >= injected), None)
@@ -568,7 +590,7 @@ def _measure_requeue(m: Measurements, events: list[Event], confirmed: Event, t0:
     m.time_to_requeue = max(0.0, requeue.t - t0)
     rerun = next((e for e in events if e.kind == "job.nodes" and e.t >= requeue.t), None)
     if rerun is not None:
-        m.rerun_nodes = list(rerun.data.get("nodes", []))
+        m.rerun_nodes = list(JobNodes.of(rerun).nodes)
         if m.failed_nodes:
             m.rerun_on_failed_node = bool(set(m.rerun_nodes) & set(m.failed_nodes))
 
@@ -577,13 +599,14 @@ def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: f
                    restore: Event | None) -> None:
     """Which tier the restore came from, and how far behind the best copy that survived the
     fault (the tiers as they were when it hit, less the copies it took away)."""
-    copy = next((e for e in events if e.kind == "restore.copy" and e.t >= t0 and e.data.get("seconds") is not None),
-                None)
+    copy = next((RestoreCopy.of(e) for e in events if e.kind == Kind.RESTORE_COPY and e.t >= t0
+                 and RestoreCopy.of(e).seconds is not None), None)
     if copy is not None:
-        m.peer_copy_s = float(copy.data["seconds"])
-        m.peer_copy_from = str(copy.data["peer"]) if copy.data.get("peer") is not None else None
-    snapshot = next((e for e in reversed(events) if e.kind == "ckpt.tiers" and e.t <= t0), None)
-    order = list((snapshot.data.get("tiers") or {}) if snapshot is not None else {})
+        m.peer_copy_s = copy.seconds
+        m.peer_copy_from = str(copy.peer) if copy.peer is not None else None
+    found = next((e for e in reversed(events) if e.kind == Kind.CKPT_TIERS and e.t <= t0), None)
+    snapshot = CkptTiers.of(found) if found is not None else None
+    order = list(snapshot.tiers) if snapshot is not None else []
     if restore is not None and m.time_to_first_step is not None:
         # between the restart's first restore and its first step (DESIGN); a restore that never
         # led to a step restored nothing the job trained from: one process of a restart that
@@ -595,15 +618,15 @@ def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: f
     for effect in effects(confirmed.data):
         if isinstance(effect, TierLost):
             lost.add(effect.lost.rstrip("/"))
-    tiers = {name: dict(copies) for name, copies in (snapshot.data.get("tiers") or {}).items()}
-    for name, lost_with in (snapshot.data.get("saved") or {}).items():
+    tiers = {name: dict(copies) for name, copies in snapshot.tiers.items()}
+    fault = FaultConfirmed.of(confirmed)
+    for name, lost_with in (snapshot.saved or {}).items():
         # a tier with no folder (shared memory): the newest step the job said it saved there
-        saves = [e for e in events if e.kind == "ckpt.save" and e.t <= t0 and e.data.get("tier") == name
-                 and e.data.get("step") is not None]
+        saved = [s.step for s in (Save.of(e) for e in events if e.kind == Kind.CKPT_SAVE and e.t <= t0)
+                 if s.tier == name and s.step is not None]
         said = f"{name} (the job's saves)"
-        tiers[name] = {said: max(int(e.data["step"]) for e in saves)} if saves else {}
-        took_node = confirmed.data.get("hurts") == "node"
-        if saves and (took_node or (lost_with == "process" and confirmed.data.get("expects") == "crash")):
+        tiers[name] = {said: max(saved)} if saved else {}
+        if saved and (fault.hurts == "node" or (lost_with == "process" and fault.expects == "crash")):
             lost.add(said)
     m.lost_copies = sorted(lost)
     best: tuple[int, str] | None = None
@@ -634,12 +657,12 @@ def restored_tier(events: list[Event], restore: Event, until: float | None, orde
     named: list[tuple[float, str]] = []
     failed_at = None
     for e in events:
-        if e.t < restore.t or (until is not None and e.t > until) or not e.data.get("tier"):
+        if e.t < restore.t or (until is not None and e.t > until):
             continue
-        if e.kind == "restore":
-            named.append((e.t, str(e.data["tier"])))
-        elif e.kind == "restore.failed":
-            named = [(t, tier) for t, tier in named if tier != str(e.data["tier"])]
+        if e.kind == Kind.RESTORE and (tier := Restore.of(e).tier):
+            named.append((e.t, tier))
+        elif e.kind == Kind.RESTORE_FAILED and (tier := RestoreFailed.of(e).tier):
+            named = [(t, other) for t, other in named if other != tier]
             failed_at = e.t
     if until is None and failed_at is not None and all(t < failed_at for t, _ in named):
         return None  # a restore failed, nothing was tried after it, and the job never stepped again
@@ -701,20 +724,20 @@ def _measure_slow(m: Measurements, events: list[Event], confirmed: Event, t0: fl
     m.target_slowdown = next((e.target_slowdown for e in slowed), None)
     steps = [e for e in events if e.kind == "step"]
     before = [e for e in steps if e.t < t0]
-    m.step_at_fault = before[-1].data["n"] if before else None
+    m.step_at_fault = Step.of(before[-1]).n if before else None
     named = next((e for e in events if e.kind == "straggler" and e.t >= t0), None)
     after = [e for e in steps if e.t >= t0]
     if named is not None:
         m.time_to_straggler = named.t - t0
         m.straggler_rank = named.rank
-        m.straggler_node = named.node or named.data.get("node")
+        m.straggler_node = named.node or Straggler.of(named).node
         m.straggler_correct = named.rank in m.target_ranks
         m.steps_after_recovery = sum(1 for e in after if e.t > named.t)
-    dts = [float(e.data["dt"]) for e in after if "dt" in e.data]
+    dts = [dt for dt in (Step.of(e).dt for e in after) if dt is not None]
     # compare with the steps just before the fault when there are enough of them: the
     # warm-up baseline is taken right after start, when steps are still settling
     steady = next((e for e in events if e.kind == "steady"), None)
-    pre = [float(e.data["dt"]) for e in before if "dt" in e.data and (steady is None or e.t > steady.t)]
+    pre = [dt for dt in (Step.of(e).dt for e in before if steady is None or e.t > steady.t) if dt is not None]
     reference = statistics.median(pre) if len(pre) >= 5 else m.baseline_step_s
     if dts and reference:
         m.slowdown = statistics.median(dts) / reference
@@ -753,7 +776,7 @@ def awaits_restore(m: Measurements, history: History) -> bool:
         return False
     events, _ = _window(history)
     after = [e for e in events if e.kind == "step" and e.t >= m.t_fault + m.time_to_restart]
-    return bool(after) and all(e.data["n"] > m.step_at_fault for e in after)
+    return bool(after) and all(Step.of(e).n > m.step_at_fault for e in after)
 
 
 def awaiting(history: History, until_steps: int) -> str:

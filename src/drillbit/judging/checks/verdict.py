@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from drillbit.judging.checks.recovery import Measurements, quiet_after_fault
 from drillbit.judging.checks.slo import SLOResult
+from drillbit.core.events import Abort, EventInvalid, FaultUnconfirmed, HealFailed, Inconclusive, Kind, Stacks
 from drillbit.core.history import History
 from drillbit.core.verdicts import RANK, Verdict, worst
 
@@ -46,8 +47,8 @@ def _quoted(m: Measurements, most: int = 3) -> str:
 
 def _left_in_place(event) -> str:
     where = f"rank {event.rank} on {event.node}" if event.rank is not None else f"node {event.node or '?'}"
-    what = event.data.get("fault", "a fault")
-    return f"{what} on {where}: {event.data.get('detail', 'heal failed')}"
+    said = HealFailed.of(event)
+    return f"{said.fault or 'a fault'} on {where}: {said.detail or 'heal failed'}"
 
 
 def interrupted(payload: dict) -> bool:
@@ -66,6 +67,26 @@ def _unmeasured(verdict: Verdict, m: Measurements, reasons: list[str], left: boo
     return "inconclusive" if not left and verdict in ("pass", "fail") else verdict
 
 
+def _misrecorded(verdict: Verdict, invalid: list, reasons: list[str], left: bool) -> Verdict:
+    """An event recorded with a payload its kind does not have: what was measured from it
+    cannot be trusted either way."""
+    said = "; ".join(f"{EventInvalid.of(e).recorded_as} (event {EventInvalid.of(e).seq}: {EventInvalid.of(e).problem})"
+                     for e in invalid[:3])
+    reasons.append(f"drillbit recorded {len(invalid)} event(s) it cannot read: {said} — a drillbit bug (report the "
+                   "run's history.jsonl)")
+    return "inconclusive" if not left and verdict in ("pass", "fail") else verdict
+
+
+def _untrusted(verdict: Verdict, history: History, m: Measurements, reasons: list[str], left: bool) -> Verdict:
+    """What drillbit could not measure or could not read, by its own bug."""
+    if m.measure_errors:
+        verdict = _unmeasured(verdict, m, reasons, left=left)
+    invalid = history.of(Kind.EVENT_INVALID)
+    if invalid:
+        verdict = _misrecorded(verdict, invalid, reasons, left=left)
+    return verdict
+
+
 def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reasons: list[str]) -> tuple[Verdict, list[str]]:
     reasons: list[str] = []
     verdict: Verdict = "pass"
@@ -76,19 +97,21 @@ def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reason
     aborts = history.of("abort")
     if aborts:
         verdict = worst(verdict, "aborted")
-        reasons += [f"aborted: {a.data.get('reason', 'unknown')}" for a in aborts]
+        reasons += [f"aborted: {Abort.of(a).reason}" for a in aborts]
     undecided = history.of("inconclusive")
     if undecided:
         verdict = worst(verdict, "inconclusive")
-        reasons += [f"inconclusive: {e.data.get('reason', 'unknown')}" for e in undecided]
+        reasons += [f"inconclusive: {Inconclusive.of(e).reason}" for e in undecided]
     if history.first("steady") is None:
         verdict = worst(verdict, "inconclusive")
         reasons.append("the job never reached steady state, so there is no baseline")
     unconfirmed = history.of("fault.unconfirmed")
     if m.t_fault is None:
         verdict = worst(verdict, "inconclusive")
+        if m.measure_errors:  # the fault's own record could not be read: that is what is unknown
+            return _untrusted(verdict, history, m, reasons, left=bool(left)), reasons
         if unconfirmed:
-            reasons += [f"the fault could not be confirmed: {e.data.get('reason')}" for e in unconfirmed]
+            reasons += [f"the fault could not be confirmed: {FaultUnconfirmed.of(e).reason}" for e in unconfirmed]
         elif history.first("fault.inject") is not None:
             reasons.append("the fault was injected but never confirmed to take effect")
         elif not aborts and history.first("steady") is not None:
@@ -108,9 +131,8 @@ def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reason
     if not history.of("step"):
         verdict = worst(verdict, "inconclusive")
         reasons.append("no step signal was ever read from the job")
-    if m.measure_errors:
-        verdict = _unmeasured(verdict, m, reasons, left=bool(left))
+    verdict = _untrusted(verdict, history, m, reasons, left=bool(left))
     stuck = history.last("stacks")
-    if stuck is not None and verdict in ("fail", "inconclusive") and stuck.data.get("where"):
-        reasons.append(f"where the job was stuck when the window closed: {stuck.data['where']} (stacks.json)")
+    if stuck is not None and verdict in ("fail", "inconclusive") and Stacks.of(stuck).where:
+        reasons.append(f"where the job was stuck when the window closed: {Stacks.of(stuck).where} (stacks.json)")
     return verdict, reasons

@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from drillbit.core.evidence import FileDamage
+from drillbit.core.events import CkptRead, Restore, Step
 from drillbit.core.history import Event
 from drillbit.core.paths import is_within
 
@@ -99,7 +100,7 @@ def _short(path: str, root: str | None) -> str:
 def _who(e: Event) -> str:
     if e.rank is not None:
         return f"rank {e.rank}"
-    pid = e.data.get("pid")
+    pid = CkptRead.of(e).pid
     return f"pid {pid}" if pid else "a process (inotify names no reader)"
 
 
@@ -116,7 +117,7 @@ def _never_read(evidence: FileDamage, seen: list[tuple[Event, str | None]], name
         return Witness(name="reads", loaded=None, says=f"the read watch ({how}) placed no read at all after the "
                                                        f"damage, of {name} or of anything else in the folder: its "
                                                        "silence shows nothing")
-    placed = seen[0][1] or seen[0][0].data.get("file")
+    placed = seen[0][1] or CkptRead.of(seen[0][0]).file
     return Witness(name="reads", loaded=False, says=f"no process opened {name} after it was damaged ({how}), "
                                                     f"while the same watch placed {len(seen)} other read(s), "
                                                     f"e.g. of {_short(str(placed), root)}")
@@ -141,12 +142,11 @@ def _reads_witness(evidence: FileDamage, reads: list[Event], checkpoint: str, un
         return max((p for p in others if within(path, p)), key=len, default=None)
 
     # each read with the checkpoint it belongs to (None: a file of no checkpoint, the tracker)
-    seen = [(e, ckpt_of(str(e.data.get("file", "")))) for e in reads if until is None or e.t <= until]
+    seen = [(e, ckpt_of(CkptRead.of(e).file)) for e in reads if until is None or e.t <= until]
     # the watch watched the checkpoint folder and nothing else: a read it places outside that folder means
     # the two were named differently (relative against absolute, a link against its target) — a harness
     # inconsistency, never evidence either way
-    astray = [str(e.data.get("file", "")) for e, _ in seen
-              if root is not None and not within(str(e.data.get("file", "")), root)]
+    astray = [CkptRead.of(e).file for e, _ in seen if root is not None and not within(CkptRead.of(e).file, root)]
     if astray:
         return Witness(name="reads", loaded=None, says=f"the read watch on {root} reported {len(astray)} read(s) "
                                                        f"outside it ({astray[0]}): its paths and the checkpoint's do "
@@ -157,7 +157,7 @@ def _reads_witness(evidence: FileDamage, reads: list[Event], checkpoint: str, un
     by_reader: dict[object, list[tuple[Event, str]]] = {}
     for e, where in seen:
         if where is not None:
-            by_reader.setdefault(e.rank if e.rank is not None else e.data.get("pid"), []).append((e, where))
+            by_reader.setdefault(e.rank if e.rank is not None else CkptRead.of(e).pid, []).append((e, where))
     loaded_by: dict[str, list[Event]] = {}    # what they read -> the readers (the first damaged read each)
     rejected_by: dict[str, list[Event]] = {}
     for events in by_reader.values():
@@ -166,12 +166,12 @@ def _reads_witness(evidence: FileDamage, reads: list[Event], checkpoint: str, un
         if first_damaged is None:
             continue
         last, where = events[-1]
-        read = _short(str(first_damaged.data["file"]), root)
+        read = _short(CkptRead.of(first_damaged).file, root)
         if where == checkpoint:
             loaded_by.setdefault(read, []).append(first_damaged)
         else:
             step = others.get(where or "")
-            then = f"{read}, then {_short(str(last.data['file']), root)}" + (f" (step {step})" if step is not None else "")
+            then = f"{read}, then {_short(CkptRead.of(last).file, root)}" + (f" (step {step})" if step is not None else "")
             rejected_by.setdefault(then, []).append(first_damaged)
     if loaded_by:
         return Witness(name="reads", loaded=True, says="; ".join(f"{_readers(who)} read {what}" for what, who in
@@ -194,8 +194,8 @@ def _resumed_past(step: int | None, restore: Event | None, first_step: Event | N
     """The step the restart resumed from, where it is newer than the damaged checkpoint's."""
     if step is None:
         return None
-    said = restore.data.get("step") if restore is not None else None
-    resumed = int(said) if said is not None else (int(first_step.data["n"]) - 1 if first_step is not None else None)
+    said = Restore.of(restore).step if restore is not None else None
+    resumed = said if said is not None else (Step.of(first_step).n - 1 if first_step is not None else None)
     return resumed if resumed is not None and resumed > step else None
 
 
@@ -213,7 +213,7 @@ def judge_damaged_restore(events: list[Event], t_damage: float, evidence: FileDa
     reads = [e for e in events if e.kind == "ckpt.read" and e.t >= t_damage - 1.0]
     witnesses = [_reads_witness(evidence, reads, checkpoint, first_at)]
     if first_step is not None and (restarted or restore is not None):
-        resumed = int(first_step.data["n"]) - 1
+        resumed = Step.of(first_step).n - 1
         if step is None:
             witnesses.append(Witness(name="resumed", loaded=None, says=f"training resumed from step {resumed}; the "
                                      f"damaged checkpoint's layout names no step"))
@@ -225,9 +225,8 @@ def judge_damaged_restore(events: list[Event], t_damage: float, evidence: FileDa
     if restore is None:
         witnesses.append(Witness(name="restore line", loaded=None, says="the job printed no restore line we read"))
     else:
-        path, rstep = restore.data.get("path"), restore.data.get("step")
-        rstep = int(rstep) if rstep is not None else None
-        rel = relation(str(path), checkpoint) if path else None
+        path, rstep = Restore.of(restore).path, Restore.of(restore).step
+        rel = relation(path, checkpoint) if path else None
         if rel == "same":
             loaded: bool | None = True
         elif rel == "other":
