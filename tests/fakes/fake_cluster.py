@@ -21,7 +21,7 @@ from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.core.history import History
 from drillbit.transport.nodes import Nodes
 from drillbit.core.proc import ProcRef
-from drillbit.spec.config import ClusterSpec, JobProfile, LaunchSpec, RankDiscovery
+from drillbit.spec.config import JobProfile, LaunchSpec, RankDiscovery, cluster_spec
 from drillbit.spec.models import DrillSpec
 from drillbit.transport.client import AgentClient
 
@@ -256,5 +256,5 @@ def spec(**overrides: Any) -> DrillSpec:
     return DrillSpec.model_validate(data)
 
 
-CLUSTER = ClusterSpec(engine="process")
+CLUSTER = cluster_spec(engine="process")
 JOB = JobProfile(launch=LaunchSpec(command=["fake-job"]), ranks=RankDiscovery(cmdline="fake"), logs=["unused.log"])

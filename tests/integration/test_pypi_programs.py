@@ -54,15 +54,29 @@ def program_venv(name: str) -> Path:
             return venv
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        first = [TORCH] if not share_torch(venv) else []
-        for args in (first, ["-r", str(PROGRAMS / f"{name}.txt")]):
-            if not args:
-                continue
-            done = subprocess.run(pip + args, capture_output=True, text=True, timeout=900)
-            assert done.returncode == 0, f"pip install {' '.join(args)}: {done.stderr[-3000:]}"
+        python = str(venv / "bin" / "python")
+        pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+        if not share_torch(venv):
+            _installed(pip + [TORCH])
+        pins = ["-r", str(PROGRAMS / f"{name}.txt")]
+        # the pins are pip's whole resolution (torch aside), so uv installs exactly them, without
+        # resolving again (pip took about 2 minutes a program here, uv seconds); pip check then
+        # shows that nothing a program needs was left out of its pins
+        _installed([uv, "pip", "install", "-q", "--python", python, "--no-deps", "--compile-bytecode", *pins]
+                   if uv else pip + pins)
+        check = subprocess.run([python, "-m", "pip", "check", "--disable-pip-version-check"],
+                               capture_output=True, text=True, timeout=300)
+        # torch's own wants (setuptools) are the shared torch's business, as under pip install
+        broken = [line for line in check.stdout.splitlines() if check.returncode and not line.startswith("torch ")]
+        assert not broken, f"{name}'s pins leave out what it needs: {broken}"
         (venv / ".complete").write_text("")
     return venv
+
+
+def _installed(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{' '.join(command)}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
 
 
 def share_torch(venv: Path) -> bool:

@@ -18,7 +18,7 @@ from drillbit.core.errors import ConfigError, FaultError
 from drillbit.faults import get as get_fault
 from drillbit.faults.partition import LossyLinkParams, Partition, PartitionParams, rules
 from drillbit.core.proc import ProcRef
-from drillbit.spec.config import BUILTIN_JOBS, ClusterSpec
+from drillbit.spec.config import BUILTIN_JOBS, cluster_spec
 from drillbit.spec.models import SLO
 from drillbit.transport import netcluster
 from drillbit.transport.inprocess import NetnsNodes
@@ -88,10 +88,10 @@ def test_detection_predicted_for_a_partition_progress_watchdog_against_a_livenes
 
 def test_topology_netns_is_for_the_embedded_clusters():
     with pytest.raises(ValidationError, match="topology netns is for the embedded clusters.*not ray with an address"):
-        ClusterSpec(engine="ray", topology="netns", address="10.0.0.1:6379")
-    with pytest.raises(ValidationError, match="topology netns is for the embedded clusters.*not ssh"):
-        ClusterSpec(engine="ssh", topology="netns", hosts=[{"name": "a", "host": "a"}])
-    assert ClusterSpec(engine="ray", topology="netns").topology == "netns"
+        cluster_spec(engine="ray", topology="netns", address="10.0.0.1:6379")
+    with pytest.raises(ValidationError, match="topology is for engine process or ray, not ssh"):
+        cluster_spec(engine="ssh", topology="netns", hosts=[{"name": "a", "host": "a"}])
+    assert cluster_spec(engine="ray", topology="netns").topology == "netns"
 
 
 def test_a_ray_cluster_on_namespaces_starts_a_node_in_each_and_rendezvouses_at_node_0(tmp_path):
@@ -116,7 +116,7 @@ def test_a_ray_cluster_on_namespaces_starts_a_node_in_each_and_rendezvouses_at_n
 
 def test_a_frontend_is_a_second_network_of_a_namespace_cluster_and_hostnames_resolve_to_it():
     with pytest.raises(ValidationError, match="frontend_mbit is for topology netns"):
-        ClusterSpec(engine="process", frontend_mbit=8)
+        cluster_spec(engine="process", frontend_mbit=8)
     topology = Topology(2, frontend_mbit=8)
     assert topology.frontend_address("node-1") == "10.78.0.2" and topology.address("node-1") == "10.77.0.2"
     assert topology.name_address("node-1") == "10.78.0.2"  # the hostname names the slow network
@@ -159,7 +159,7 @@ def test_services_are_for_a_namespace_cluster_and_the_etcd_one_is_no_nodes():
     from drillbit.spec.config import BUILTIN_CLUSTERS, ServiceSpec
 
     with pytest.raises(ValidationError, match="services are for topology netns"):
-        ClusterSpec(engine="process", services=[ServiceSpec(name="etcd", command=["etcd"], port=2379)])
+        cluster_spec(engine="process", services=[ServiceSpec(name="etcd", command=["etcd"], port=2379)])
     [etcd] = BUILTIN_CLUSTERS["local-netns-etcd"].services
     assert "http://{service_host}:2379" in etcd.command  # the bridge's address, on no node
     assert "{service_host}:2379" in BUILTIN_JOBS["reference-etcd"].launch.command
@@ -192,7 +192,7 @@ def test_a_dry_run_prints_the_table_and_refuses_a_cluster_whose_nodes_share_a_ne
 
 def test_a_namespace_cluster_fits_its_subnet():
     with pytest.raises(ValidationError, match="at most 250 nodes"):
-        ClusterSpec(engine="process", topology="netns", nodes=300)
+        cluster_spec(engine="process", topology="netns", nodes=300)
 
 
 def test_a_data_cut_accepts_the_control_plane_first_and_drops_the_rest():

@@ -14,7 +14,7 @@ from drillbit.core.history import History
 from drillbit.transport.slurmprobe import SchedulerProbe
 from drillbit.core.slurm.scheduler import JobInfo, parse_fields
 from drillbit.transport.slurm import batch_script
-from drillbit.spec.config import BUILTIN_JOBS, ClusterSpec, LaunchSpec
+from drillbit.spec.config import BUILTIN_JOBS, LaunchSpec, cluster_spec
 from drillbit.spec.models import DrillSpec
 
 
@@ -137,11 +137,11 @@ def test_a_rerun_on_the_node_that_failed_fails_with_what_to_change():
 
 
 def test_a_slurm_cluster_entry_refuses_other_engines_fields_and_agent_side_logs():
-    with pytest.raises(ValueError, match="slurm_conf, partition, python and slurm_via are for engine slurm"):
-        ClusterSpec(engine="ray", partition="gpu")
+    with pytest.raises(ValueError, match="partition is for engine slurm, not ray"):
+        cluster_spec(engine="ray", partition="gpu")
     with pytest.raises(ValueError, match="reads the job's logs on the controller"):
-        ClusterSpec(engine="slurm", logs="agents")
-    assert not ClusterSpec(engine="slurm", slurm_conf="/etc/slurm/slurm.conf").logs_on_agents
+        cluster_spec(engine="slurm", logs="agents")
+    assert not cluster_spec(engine="slurm", slurm_conf="/etc/slurm/slurm.conf").logs_on_agents
 
 
 class _FakeSlurm:

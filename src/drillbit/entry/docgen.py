@@ -23,7 +23,7 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Literal, Any, Callable, Sequence
 
 import click
 from pydantic import BaseModel, SecretStr
@@ -123,11 +123,55 @@ def model_rows(model: type[BaseModel], prefix: str = "", seen: tuple[type, ...] 
         path = f"{prefix}{key}"
         kind = "duration" if any(_is_duration(m) for m in field.metadata) else _type_name(field.annotation)
         rows.append((path, kind, _default(field), field.description or ""))
-        for step, inner in _models_in(field.annotation):
-            if inner in seen or inner is model:
-                continue
+        inside = [(step, inner) for step, inner in _models_in(field.annotation)
+                  if inner not in seen and inner is not model and not inner.__name__.startswith("_")]
+        if len({step for step, _ in inside}) < len(inside) and _tag(inside):  # a union by a tag: a cluster per engine
+            rows += _union_rows(inside, path, seen + (model,))
+            continue
+        for step, inner in inside:
             rows += model_rows(inner, f"{path}{step}.", seen + (model,))
     return rows
+
+
+def _tag(members: list[tuple[str, type[BaseModel]]]) -> str | None:
+    """The field that tells a union's models apart: every one has it, as a Literal."""
+    for name in members[0][1].model_fields:
+        if all(name in m.model_fields and typing.get_origin(m.model_fields[name].annotation) is Literal
+               for _, m in members):
+            values = [typing.get_args(m.model_fields[name].annotation) for _, m in members]
+            if all(len(v) == 1 for v in values) and len({v[0] for v in values}) == len(values):
+                return name
+    return None
+
+
+def _union_rows(members: list[tuple[str, type[BaseModel]]], path: str,
+                seen: tuple[type, ...]) -> list[tuple[str, str, str, str]]:
+    """The fields of a union of models told apart by one Literal field (a cluster entry by its
+    engine), each once: the tag's row names every member, a field only some members have says
+    which."""
+    tag = _tag(members) or ""
+    value = {m: typing.get_args(m.model_fields[tag].annotation)[0] for _, m in members}
+    default = next((v for m, v in value.items() if not m.model_fields[tag].is_required()), None)
+    rows: dict[str, list[str]] = {}
+    owners: dict[str, list[str]] = {}
+    for step, model in members:
+        for key, kind, dflt, meaning in model_rows(model, f"{path}{step}.", seen):
+            rows.setdefault(key, [key, kind, dflt, meaning])
+            owners.setdefault(key, []).append(str(value[model]))
+    everyone = [str(v) for v in value.values()]
+    tag_key = f"{path}{members[0][0]}.{tag}"
+    rows = {tag_key: rows[tag_key], **rows}  # the tag first: it says which of the rest apply
+    out = []
+    for key, (_, kind, dflt, meaning) in rows.items():
+        if key.endswith(f".{tag}"):
+            kind = " | ".join(f"`{v}`" for v in everyone)
+            dflt = f"`{default}`" if default is not None else "required"
+            meaning = "; ".join(f"{v}: {' '.join((m.__doc__ or '').split()).split(': ', 1)[-1].rstrip('.')}"
+                                for m, v in value.items())
+        elif owners[key] != everyone and "." not in key[len(path) + 6:]:
+            meaning = f"engine {' or '.join(owners[key])} only. {meaning}"
+        out.append((key, kind, dflt, meaning))
+    return out
 
 
 def table(rows: Sequence[Sequence[Any]], header: tuple[str, ...]) -> str:

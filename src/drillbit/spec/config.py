@@ -10,9 +10,10 @@ interpreter running drillbit), and per node ``{node}``, ``{node_rank}``, ``{nnod
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import (Discriminator, Field, SecretStr, Tag, TypeAdapter, create_model, field_validator,
+                      model_validator)
 
 from drillbit.core.verdicts import Verdict
 from drillbit.spec.checkpoints import CheckpointSpec, SavedTier, Tier
@@ -64,16 +65,62 @@ class ServiceSpec(Strict):
     """how long it may take to start accepting"""
 
 
-class ClusterSpec(Strict):
-    engine: Literal["process", "ray", "ssh", "slurm"] = "ray"
-    """ray: one agent actor per node of a Ray cluster; ssh: one agent per host over SSH; slurm: the job submitted
-    with sbatch, one agent per node of its allocation (srun --overlap); process: the agent in drillbit's own process"""
+class _Cluster(Strict):
+    """What every engine's cluster has."""
+
     description: str = ""
     """one line, shown by drill list"""
     protected: bool = Field(False, description="refuse every drill (e.g. production)")
-    # ray
-    address: str | None = Field(None, description="a running Ray cluster (host:port); none: the embedded "
-                                                  "local cluster, started and stopped by the drill")
+    prometheus: str | None = Field(None, description="the Prometheus that watches this cluster's jobs (http://host:9090): "
+                                                     "where abort.when's stop conditions and prometheus: signals are "
+                                                     "queried, from the controller")
+    lease_ttl: Duration = Field(15.0, description="a running cluster's lease expires when its holder has not "
+                                                  "renewed it for this long (the holder died)")
+    logs: Literal["auto", "controller", "agents"] = Field(
+        "auto", description="where the job's logs are read: by each node's agent, which ships the matched events "
+                            "(no shared filesystem needed), or by the controller from its own filesystem; auto: "
+                            "agents for ssh and for a running Ray cluster, the controller for local ones")
+    # dead-man's switch
+    deadman: Duration = Field(5.0, description="an agent that hears no heartbeat this long heals on its own")
+    job_grace: Span = Field(30.0, description="after healing on its own, how long an agent lets the job "
+                                                  "run before stopping it")
+    allowed_hosts: list[str] | None = Field(
+        None, description="host names (glob patterns) drills may touch; an agent on any other host is refused "
+                          "before anything starts")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _another_engines_fields(cls, data: Any) -> Any:
+        """A field of another engine's, said as such (not just "unknown field")."""
+        if isinstance(data, dict) and (engine := data.get("engine", "ray")) in ENGINES:
+            for field, (engines, default) in ENGINE_FIELDS.items():
+                if field in data and engine not in engines:
+                    if data[field] not in (None, [], "", default):
+                        raise ValueError(f"{field} is for engine {' or '.join(engines)}, not {engine}")
+                    data = {k: v for k, v in data.items() if k != field}  # spelt out as nothing: says nothing
+        return data
+
+    @model_validator(mode="after")
+    def _heartbeat(self) -> Any:
+        if self.deadman <= 2 * HEARTBEAT_S:
+            raise ValueError(f"deadman must exceed twice the heartbeat ({2 * HEARTBEAT_S:g} s): one late "
+                             "heartbeat must not trip the dead-man's switch")
+        return self
+
+    @property
+    def logs_on_agents(self) -> bool:
+        if self.logs != "auto":
+            return self.logs == "agents"
+        return self._logs_on_agents_by_default()
+
+    def _logs_on_agents_by_default(self) -> bool:
+        return False
+
+
+class _Embedded(_Cluster):
+    """The clusters drillbit starts itself on this machine (engine process, engine ray without
+    an address): simulated nodes, on the host's network or in namespaces."""
+
     nodes: int | None = Field(None, ge=1, description="nodes to use (embedded: nodes to simulate, default 2)")
     topology: Literal["host", "netns"] = "host"
     """process, or ray without an address: netns simulates ``nodes`` nodes (default 2), each a network namespace with
@@ -86,24 +133,71 @@ class ClusterSpec(Strict):
     (torchft#329's cluster: hostnames on the Ethernet, collectives on InfiniBand). None: one network"""
     services: list[ServiceSpec] = Field(default_factory=list)
     """topology netns: processes started on the service address before the job and stopped after it"""
-    prometheus: str | None = Field(None, description="the Prometheus that watches this cluster's jobs (http://host:9090): "
-                                                     "where abort.when's stop conditions and prometheus: signals are "
-                                                     "queried, from the controller")
     cpus_per_node: int = Field(2, ge=1, description="embedded cluster: logical CPUs per simulated node")
+
+    @model_validator(mode="after")
+    def _namespaces(self) -> Any:
+        if self.frontend_mbit and self.topology != "netns":
+            raise ValueError("frontend_mbit is for topology netns (a second network of the namespace cluster)")
+        if self.services and self.topology != "netns":
+            raise ValueError("services are for topology netns (they run on its service address)")
+        if self.topology == "netns" and (self.nodes or 2) > 250:
+            raise ValueError(f"topology netns simulates at most 250 nodes (10.77.0.1-250), not {self.nodes}")
+        return self
+
+
+class ProcessCluster(_Embedded):
+    """engine process: the agent in drillbit's own process, one node (or ``nodes`` namespaces)."""
+
+    engine: Literal["process"]
+
+
+class RayCluster(_Embedded):
+    """engine ray: one agent actor per node of a Ray cluster, the embedded one or a running one."""
+
+    engine: Literal["ray"] = "ray"
+    address: str | None = Field(None, description="a running Ray cluster (host:port); none: the embedded "
+                                                  "local cluster, started and stopped by the drill")
     ray_auth_token: SecretStr | None = Field(None, description="ray: the cluster's token (Ray token "
                                                                "authentication); never written to reports or logs. "
                                                                "Default: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
                                                                "~/.ray/auth_token, as Ray itself finds it")
     ray_auth_token_file: str | None = Field(None, description="ray: a file holding the cluster's token (what "
                                                               "`ray get-auth-token` prints on the head node)")
-    lease_ttl: Duration = Field(15.0, description="a running cluster's lease expires when its holder has not "
-                                                  "renewed it for this long (the holder died)")
-    # ssh
-    hosts: list[SshHost] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _ray(self) -> Any:
+        if self.ray_auth_token and self.ray_auth_token_file:
+            raise ValueError("give ray_auth_token or ray_auth_token_file, not both")
+        if self.topology == "netns" and self.address:
+            raise ValueError("topology netns is for the embedded clusters, engine process or engine ray without an "
+                             "address (a Ray node in each namespace), not ray with an address")
+        if self.address and (self.frontend_mbit or self.services):
+            raise ValueError("frontend_mbit and services are for the embedded clusters' topology netns, not a running "
+                             "Ray cluster")
+        return self
+
+    def _logs_on_agents_by_default(self) -> bool:
+        return self.address is not None
+
+
+class SshCluster(_Cluster):
+    """engine ssh: one agent per host, started over SSH."""
+
+    engine: Literal["ssh"]
+    hosts: list[SshHost] = Field(min_length=1)
     """ssh: the hosts, one agent each"""
     known_hosts: str | None = Field(None, description="known_hosts file; unknown or changed host keys are refused "
                                                       "(default: ~/.ssh/known_hosts)")
-    # slurm
+
+    def _logs_on_agents_by_default(self) -> bool:
+        return True
+
+
+class SlurmCluster(_Cluster):
+    """engine slurm: the job submitted with sbatch, one agent per node of its allocation (srun --overlap)."""
+
+    engine: Literal["slurm"]
     slurm_conf: str | None = Field(None, description="slurm: the cluster's slurm.conf (SLURM_CONF for every Slurm "
                                                      "command drillbit runs); none: Slurm's own default")
     partition: str | None = Field(None, description="slurm: the partition jobs are submitted to (none: the "
@@ -117,54 +211,55 @@ class ClusterSpec(Strict):
     state_dir: str | None = Field(None, description="slurm: where agents keep their registries on the nodes, a "
                                                     "folder only their user can write (default: "
                                                     "$XDG_RUNTIME_DIR/drillbit, else /tmp/drillbit-<uid>)")
-    logs: Literal["auto", "controller", "agents"] = Field(
-        "auto", description="where the job's logs are read: by each node's agent, which ships the matched events "
-                            "(no shared filesystem needed), or by the controller from its own filesystem; auto: "
-                            "agents for ssh and for a running Ray cluster, the controller for local ones")
-    # dead-man's switch
-    deadman: Duration = Field(5.0, description="an agent that hears no heartbeat this long heals on its own")
-    job_grace: Span = Field(30.0, description="after healing on its own, how long an agent lets the job "
-                                                  "run before stopping it")
-    allowed_hosts: list[str] | None = Field(
-        None, description="host names (glob patterns) drills may touch; an agent on any other host is refused "
-                          "before anything starts")
-
-    @property
-    def logs_on_agents(self) -> bool:
-        if self.logs != "auto":
-            return self.logs == "agents"
-        return self.engine == "ssh" or (self.engine == "ray" and self.address is not None)
 
     @model_validator(mode="after")
-    def _engine_fields(self) -> "ClusterSpec":
-        if self.engine == "ssh" and not self.hosts:
-            raise ValueError("engine ssh needs hosts")
-        if self.engine != "ssh" and self.hosts:
-            raise ValueError(f"hosts are for engine ssh, not {self.engine}")
-        if self.engine != "ray" and (self.address or self.ray_auth_token or self.ray_auth_token_file):
-            raise ValueError(f"address, ray_auth_token and ray_auth_token_file are for engine ray, not {self.engine}")
-        if self.ray_auth_token and self.ray_auth_token_file:
-            raise ValueError("give ray_auth_token or ray_auth_token_file, not both")
-        if self.engine != "slurm" and (self.slurm_conf or self.partition or self.python or self.slurm_via):
-            raise ValueError(f"slurm_conf, partition, python and slurm_via are for engine slurm, not {self.engine}")
-        if self.engine == "slurm" and self.logs == "agents":
+    def _logs_here(self) -> Any:
+        if self.logs == "agents":
             raise ValueError("engine slurm reads the job's logs on the controller (the agents end with each "
                              "allocation): the logs must be on a filesystem this machine sees, like the job's "
                              "sbatch output")
-        if self.frontend_mbit and self.topology != "netns":
-            raise ValueError("frontend_mbit is for topology netns (a second network of the namespace cluster)")
-        if self.services and self.topology != "netns":
-            raise ValueError("services are for topology netns (they run on its service address)")
-        if self.topology == "netns" and (self.nodes or 2) > 250:
-            raise ValueError(f"topology netns simulates at most 250 nodes (10.77.0.1-250), not {self.nodes}")
-        if self.topology == "netns" and not (self.engine == "process" or (self.engine == "ray" and not self.address)):
-            raise ValueError("topology netns is for the embedded clusters, engine process or engine ray without an "
-                             f"address (a Ray node in each namespace), not {self.engine}"
-                             + (" with an address" if self.engine == "ray" else ""))
-        if self.deadman <= 2 * HEARTBEAT_S:
-            raise ValueError(f"deadman must exceed twice the heartbeat ({2 * HEARTBEAT_S:g} s): one late "
-                             "heartbeat must not trip the dead-man's switch")
         return self
+
+
+ENGINES: dict[str, type[_Cluster]] = {"process": ProcessCluster, "ray": RayCluster, "ssh": SshCluster,
+                                      "slurm": SlurmCluster}
+# each engine's own fields: the engines that have them (for the message that names them) and the
+# default (which says nothing, so any engine may spell it out)
+ENGINE_FIELDS: dict[str, tuple[tuple[str, ...], Any]] = {}
+for _engine, _model in ENGINES.items():
+    for _field, _info in _model.model_fields.items():
+        if _field not in _Cluster.model_fields and _field != "engine":
+            _engines = ENGINE_FIELDS.get(_field, ((), None))[0]
+            ENGINE_FIELDS[_field] = (_engines + (_engine,), _info.get_default(call_default_factory=True))
+
+# an entry whose engine is none of them: every engine's fields allowed, so the problems said are the
+# engine and the fields no engine has
+_AnyEngine = create_model("_AnyEngine", __base__=_Cluster,
+                          engine=(Literal["process", "ray", "ssh", "slurm"], ...),
+                          **{f: (Any, None) for f in ENGINE_FIELDS})  # type: ignore[call-overload]
+
+
+def _engine_of(value: Any) -> str:
+    engine = value.get("engine", "ray") if isinstance(value, dict) else getattr(value, "engine", None)
+    return f"<{engine}>" if engine in ENGINES else "<unknown>"
+
+
+Cluster = ProcessCluster | RayCluster | SshCluster | SlurmCluster
+if TYPE_CHECKING:
+    ClusterSpec = Cluster  # what validation yields: an entry of an unknown engine is never valid
+else:
+    ClusterSpec = Annotated[
+        Annotated[ProcessCluster, Tag("<process>")] | Annotated[RayCluster, Tag("<ray>")]
+        | Annotated[SshCluster, Tag("<ssh>")] | Annotated[SlurmCluster, Tag("<slurm>")]
+        | Annotated[_AnyEngine, Tag("<unknown>")],
+        Discriminator(_engine_of)]
+"""A cluster entry of drill.yaml: one model per engine, chosen by ``engine`` (default ray)."""
+_ADAPTER: TypeAdapter[Cluster] = TypeAdapter(ClusterSpec)
+
+
+def cluster_spec(**fields: Any) -> Cluster:
+    """A cluster entry from its fields, its engine's model chosen as drill.yaml's is."""
+    return _ADAPTER.validate_python(fields)
 
 
 class LaunchSpec(Strict):
@@ -607,23 +702,23 @@ def _jax(description: str, *flags: str) -> JobProfile:
     )
 
 
-BUILTIN_CLUSTERS: dict[str, ClusterSpec] = {
-    "local": ClusterSpec(engine="ray", nodes=2, description="embedded: a Ray cluster of 2 simulated nodes on "
+BUILTIN_CLUSTERS: dict[str, Cluster] = {
+    "local": RayCluster(engine="ray", nodes=2, description="embedded: a Ray cluster of 2 simulated nodes on "
                                                             "127.0.0.1, started and stopped by the drill"),
-    "local-process": ClusterSpec(engine="process", job_grace=5.0,
+    "local-process": ProcessCluster(engine="process", job_grace=5.0,
                                  description="one node, the agent in the drill's own process; no Ray"),
-    "local-netns": ClusterSpec(engine="process", topology="netns", nodes=2, job_grace=5.0,
+    "local-netns": ProcessCluster(engine="process", topology="netns", nodes=2, job_grace=5.0,
                                description="2 simulated nodes, each a network namespace (10.77.0.1-2) on a private "
                                            "bridge, the agents in the drill's own process; needs root"),
-    "local-netns-frontend": ClusterSpec(
+    "local-netns-frontend": ProcessCluster(
         engine="process", topology="netns", nodes=2, job_grace=5.0, frontend_mbit=8.0,
         description="local-netns with a second, slow network: hostnames resolve to an 8 Mbit/s frontend "
                     "(10.78.0.1-2) while gloo runs on the backend (10.77.0.1-2), as on torchft#329's cluster"),
-    "local-ray-netns": ClusterSpec(
+    "local-ray-netns": RayCluster(
         engine="ray", topology="netns", nodes=2, job_grace=5.0,
         description="the embedded Ray cluster on 2 nodes that are network namespaces: the head (GCS at "
                     "10.77.0.1:6379) in node 0's, a raylet in node 1's, the driver joining from the switch; needs root"),
-    "local-netns-etcd": ClusterSpec(
+    "local-netns-etcd": ProcessCluster(
         engine="process", topology="netns", nodes=2, job_grace=5.0,
         description="local-netns with a real etcd (Debian's etcd-server, v2 API on) on the service address "
                     "10.77.0.254:2379, no node's: a rendezvous that survives the loss of any node",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from drillbit.spec.config import ClusterSpec
+from drillbit.spec.config import ClusterSpec, ProcessCluster, RayCluster
 from drillbit.transport import aids
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def node_netns(cluster: ClusterSpec) -> bool | None:
     config alone (the Nodes' ``node_netns``, for a dry run that connects nothing): a namespace
     cluster's do, local-process's and the embedded Ray cluster's share this machine's, real
     hosts' are found out by their agents at inject."""
-    if cluster.topology == "netns":
+    if isinstance(cluster, (ProcessCluster, RayCluster)) and cluster.topology == "netns":
         # a Ray node's agent is an actor in the node's own namespace: a cut would cut it too
         return cluster.engine != "ray"
     if cluster.engine == "process" or (cluster.engine == "ray" and cluster.address is None):

@@ -28,7 +28,7 @@ from drillbit.transport.raycluster import NAMESPACE, NODE_RESOURCE, EmbeddedClus
 import contextlib
 
 if TYPE_CHECKING:
-    from drillbit.spec.config import ClusterSpec
+    from drillbit.spec.config import RayCluster
 
 
 class RayAgentClient(AgentClient):
@@ -60,7 +60,7 @@ class RayNodes(Nodes):
     provides = frozenset({"ray_address"})
 
     @classmethod
-    def for_cluster(cls, run_dir: Path, name: str, cluster: "ClusterSpec") -> "RayNodes":
+    def for_cluster(cls, run_dir: Path, name: str, cluster: "RayCluster") -> "RayNodes":
         """The nodes of a cluster entry of engine ray: its address, size and token read here."""
         return cls(run_dir, name, address=cluster.address, nodes=cluster.nodes,
                    cpus_per_node=cluster.cpus_per_node, deadman_s=cluster.deadman,
@@ -236,7 +236,7 @@ class RayNodes(Nodes):
                     take_down(self.topology, self.note)
 
 
-def heal_on_nodes(name: str, cluster: "ClusterSpec", folders: list[str], *, force: bool = False,
+def heal_on_nodes(name: str, cluster: "RayCluster", folders: list[str], *, force: bool = False,
                   abandon: str | None = None, timeout: float = 600.0) -> tuple[list[dict], list[str]]:
     """``drill heal`` on every live node of a running Ray cluster: a task pinned to each node
     heals the registries its agents left in those run folders, where their processes are.

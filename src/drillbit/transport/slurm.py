@@ -32,7 +32,7 @@ from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.core.history import History
 from drillbit.core.proc import ProcRef
 from drillbit.core.slurm.scheduler import JobInfo, Slurm
-from drillbit.spec.config import ENV_NAME, ClusterSpec, JobProfile, RankDiscovery, SlurmJob
+from drillbit.spec.config import ENV_NAME, JobProfile, RankDiscovery, SlurmCluster, SlurmJob
 from drillbit.spec.placeholders import expand
 from drillbit.transport.inprocess import InProcessClient
 from drillbit.transport.jsonlines import JsonLinesClient
@@ -168,7 +168,7 @@ class SlurmJobHandle:
 class SlurmNodes(Nodes):
     engine = "slurm"
 
-    def __init__(self, run_dir: Path, cluster_name: str, cluster: ClusterSpec) -> None:
+    def __init__(self, run_dir: Path, cluster_name: str, cluster: SlurmCluster) -> None:
         super().__init__(run_dir, cluster_name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace)
         self.cluster = cluster
         self.slurm = Slurm(cluster.slurm_conf, cluster.partition, cluster.slurm_via)

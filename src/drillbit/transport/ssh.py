@@ -18,7 +18,7 @@ from typing import Any
 from drillbit.core.errors import DrillError
 from drillbit.transport import aids
 from drillbit.transport.nodes import Nodes
-from drillbit.spec.config import ClusterSpec, SshHost
+from drillbit.spec.config import SshCluster, SshHost
 from drillbit.transport.client import AgentClient
 from drillbit.transport.jsonlines import JsonLinesClient
 
@@ -176,7 +176,7 @@ class SshLease:
 class SshNodes(Nodes):
     engine = "ssh"
 
-    def __init__(self, run_dir: Path, cluster_name: str, cluster: ClusterSpec) -> None:
+    def __init__(self, run_dir: Path, cluster_name: str, cluster: SshCluster) -> None:
         super().__init__(run_dir, cluster_name, deadman_s=cluster.deadman, job_grace_s=cluster.job_grace)
         self.cluster = cluster
 
