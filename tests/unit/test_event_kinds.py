@@ -5,6 +5,7 @@ records by name — a comparison, a history lookup, a measurer's declared ``read
 ``record`` call — is one of :class:`Kind`, and every payload is validated as it is recorded."""
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -67,6 +68,46 @@ def test_every_kind_has_one_payload_model_and_the_signal_kinds_are_the_job_paylo
     assert set(PAYLOADS) == set(Kind)
     assert KINDS is JOB_KINDS and {"step", "restore", "ckpt.save", "members", "error"} <= set(KINDS)
     assert not set(KINDS) & {"fault.inject", "steady", "job.launch", "event.invalid"}  # the harness's own
+
+
+def _record_calls() -> list[tuple[str, int, str, set[str], bool]]:
+    """Every call that records an event by a literal kind (history.record, a Nodes' or an
+    agent's note, the Slurm probe's rec): where, the kind, the payload's field names, and
+    whether it spreads a mapping whose names cannot be read here."""
+    calls = []
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            literal = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if name not in ("record", "note", "rec") or not literal:
+                continue
+            kind = literal[-1]  # record(source, kind, ...) or note(kind, ...)
+            names = {k.arg for k in node.keywords if k.arg} | {
+                k.value for a in node.args if isinstance(a, ast.Dict) for k in a.keys if isinstance(k, ast.Constant)}
+            spread = any(k.arg is None for k in node.keywords)
+            calls.append((str(path.relative_to(SRC)), node.lineno, kind, names - {"t", "node", "rank"}, spread))
+    return calls
+
+
+def test_every_record_call_gives_the_fields_its_kind_has():
+    """A payload that a run would refuse only on the path that records it (a harness bug's
+    abort, a heal that failed) is found here, without running that path."""
+    wrong = []
+    calls = [c for c in _record_calls() if c[2] not in ("harness", "test")]  # a Nodes' note passes its kind on
+    assert len(calls) > 50
+    for where, line, kind, names, spread in calls:
+        if kind not in VOCABULARY:
+            wrong.append(f"{where}:{line}: {kind!r} is not a kind")
+            continue
+        model = PAYLOADS[Kind(kind)]
+        if model.model_config.get("extra") != "allow" and names - set(model.model_fields):
+            wrong.append(f"{where}:{line}: {kind} has no {sorted(names - set(model.model_fields))}")
+        required = {n for n, f in model.model_fields.items() if f.is_required()}
+        if not spread and required - names:
+            wrong.append(f"{where}:{line}: {kind} needs {sorted(required - names)}")
+    assert not wrong, wrong
 
 
 def test_a_payload_is_validated_as_it_is_recorded_and_kept_as_given_when_it_is_wrong():

@@ -235,3 +235,41 @@ def test_an_interrupt_inside_an_in_process_agent_call_is_the_operators_stop_not_
     with pytest.raises(Interrupted):
         service.dispatch("info", {})
     assert service.dispatch("no-such-method", {})["error"]["kind"] == "unknown-method"  # the agent lives on
+
+
+def test_resources_are_given_back_in_the_reverse_order_they_were_taken(tmp_path, monkeypatch):
+    """#46: each resource's giving back sits beside its taking (loop/runner.py): the ending is
+    recorded first, then the faults are healed while the job runs, the job is stopped, the
+    agents are closed, and the lease goes last."""
+    order: list[str] = []
+    job = FakeJob(recovers=False)
+    agent = FakeAgent("n0", job)
+    nodes = FakeNodes(tmp_path, agent)
+    close, release = nodes.close, nodes.lease.release
+    monkeypatch.setattr(nodes, "close", lambda: (order.append("close"), close())[1])
+    monkeypatch.setattr(nodes.lease, "release", lambda: (order.append("lease"), release())[1])
+    runner = DrillRunner(spec(**BROKEN), "fake", CLUSTER, "fake-job", JOB, tmp_path, nodes=nodes,
+                         probes=fake_probes(job), heal_timeout=0.3)
+    runner.history.subscribe(lambda e: order.append(e.kind) if e.kind in ("observe.end", "fault.heal", "job.stop")
+                             else None)
+    runner.run()
+    agent.release.set()
+    assert order == ["observe.end", "fault.heal", "job.stop", "close", "lease"], order
+
+
+def test_an_engine_that_fails_to_take_the_lease_is_still_closed(tmp_path, monkeypatch):
+    """An engine may start something before acquire fails (the embedded Ray cluster before its
+    lease): closing runs for whatever got that far, and nothing was launched or injected."""
+    from drillbit.core.errors import LeaseError
+
+    job = FakeJob()
+    agent = FakeAgent("n0", job)
+    nodes = FakeNodes(tmp_path, agent)
+    closed: list[bool] = []
+    close = nodes.close
+    monkeypatch.setattr(nodes, "close", lambda: (closed.append(True), close())[1])
+    monkeypatch.setattr(nodes, "acquire", lambda holder: (_ for _ in ()).throw(LeaseError("held by another drill")))
+    runner = DrillRunner(spec(), "fake", CLUSTER, "fake-job", JOB, tmp_path, nodes=nodes, probes=fake_probes(job))
+    outcome = runner.run()
+    assert closed == [True] and outcome.error_kind == "busy" and not nodes.lease.released
+    assert "job.launch" not in kinds(outcome) and "fault.inject" not in kinds(outcome)

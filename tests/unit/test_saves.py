@@ -113,6 +113,22 @@ def test_the_tracker_cuts_saves_at_quiet_spells_and_deletes_never_start_one():
     assert a.files() == {"step_2/x": {"size": 5, "closed": True}}
 
 
+def test_a_pause_inside_the_folder_the_save_made_does_not_cut_it_in_two():
+    """The Hugging Face Trainer writes checkpoint-5/config.json, then (on a loaded machine, a
+    second later) checkpoint-5/model.safetensors: one save, not two (a CI run killed 'save #2'
+    inside checkpoint-5, the first). A new folder after the pause is the next save."""
+    t = 1000.0
+    tracker = SaveTracker(settle_s=0.5)
+    a = tracker.feed(FileEvent(t, "create", "checkpoint-5", True))
+    tracker.feed(FileEvent(t + 0.1, "close", "checkpoint-5/config.json", False, 5))
+    same = tracker.feed(FileEvent(t + 1.4, "create", "checkpoint-5/model.safetensors", False, 0))
+    tracker.feed(FileEvent(t + 1.5, "close", "checkpoint-5/model.safetensors", False, 9))
+    b = tracker.feed(FileEvent(t + 4, "create", "checkpoint-10", True))
+    later = tracker.feed(FileEvent(t + 9, "create", "checkpoint-5/late.txt", False, 0))  # not this save's folder
+    assert same is a and b is not a and later is not b
+    assert [s.number for s in tracker.saves] == [1, 2, 3]
+
+
 def test_crash_points_of_a_recorded_save_in_order():
     t = 0.0
     save = Save(1, [FileEvent(t, "create", ".tmp-step_20-77", True), FileEvent(t, "create", ".tmp-step_20-77/shard_0.pt"),

@@ -27,6 +27,7 @@ verdict), never as a wrong figure.
 from __future__ import annotations
 
 import math
+import typing
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Protocol, TypeVar
 
@@ -396,8 +397,8 @@ class Predicted(HarnessPayload):
 
 
 @_kind(Kind.STEADY)
-class Steady(HarnessPayload):
-    baseline_step_s: float
+class SteadyReached(HarnessPayload):
+    baseline_step_s: float | None  # None: a campaign segment whose baseline was never measured
     step: int
 
 
@@ -412,7 +413,7 @@ class _Reason(HarnessPayload):
 
 @_kind(Kind.ABORT)
 class Abort(_Reason):
-    pass
+    where: list[str] | None = None  # a harness bug's traceback, its last frames
 
 
 @_kind(Kind.INCONCLUSIVE)
@@ -744,7 +745,10 @@ def stand_ins(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, spec in model.model_fields.items():
         if spec.is_required() and name not in data:
-            base: Any = getattr(spec.annotation, "__origin__", spec.annotation)
+            if type(None) in typing.get_args(spec.annotation):
+                out[name] = None
+                continue
+            base: Any = typing.get_origin(spec.annotation) or spec.annotation
             out[name] = plain.get(base, "test")
     return out
 

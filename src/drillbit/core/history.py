@@ -11,7 +11,7 @@ import threading
 import time
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,6 +37,13 @@ class Event(BaseModel):
     @cached_property
     def payload(self) -> events.Payload:
         return events.read(self.kind, self.data)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> "Event":
+        """A copy; its payload is read anew from its own data (a copy with other data must not
+        keep the original's)."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("payload", None)
+        return copied
 
 
 class History:

@@ -4,7 +4,9 @@ A save is a burst of file events under the checkpoint folder (:mod:`drillbit.cor
 begins with the first create or publish after the watch is armed, after a quiet spell of
 ``settle_s`` without events, or with a file written again that this save already closed (a
 file rewritten in place by every save, faster than any quiet spell), and ends with the next
-quiet spell or the next save. Deletes (the job pruning an
+quiet spell or the next save. A quiet spell inside the folder the save itself created does
+not end it: a writer paused mid-save (the Hugging Face Trainer between its config files and
+its weights, on a loaded machine) is still in that save. Deletes (the job pruning an
 old checkpoint) belong to whichever save is open, and never start one.
 
 A :class:`CrashPoint` names where in a save a crash lands: at the ``create`` of a file (it
@@ -113,9 +115,12 @@ class SaveTracker:
         saves more often than any quiet spell, and each rewrite is one save."""
         quiet = self._last_t is None or event.t - self._last_t >= self.settle_s
         current = self.current
-        if not quiet and current is not None and event.kind == "create" and not event.is_dir \
-                and any(e.kind == "close" and e.path == event.path for e in current.events):
-            quiet = True
+        rewrite = current is not None and event.kind == "create" and not event.is_dir \
+            and any(e.kind == "close" and e.path == event.path for e in current.events)
+        if quiet and not rewrite and current is not None and event.path != event.top \
+                and any(e.kind == "create" and e.is_dir and e.path == event.top for e in current.events):
+            quiet = False  # inside the folder this save made: a pause in the save (a busy writer), not a new one
+        quiet = quiet or rewrite
         if event.kind != "delete":
             self._last_t = event.t
         if quiet and event.kind != "delete":

@@ -41,6 +41,7 @@ from drillbit.core.errors import ConfigError, DrillError, Inconclusive, LeaseErr
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
 from drillbit.judging.fleet.simulate import Scenario
+from drillbit.core import events as ev
 from drillbit.core.history import Event, History
 from drillbit.loop.agentlogs import AgentLogProbe
 from drillbit.loop.bind import job_checkpoint, job_params
@@ -217,8 +218,11 @@ class DrillRunner:
     # --- the loop ------------------------------------------------------------------------
     def run(self, faults: Stream | None = None) -> RunOutcome:
         """Open, the stream's faults one at a time (a drill's own one by default), close.
-        Each resource is given back beside where it is taken (an ExitStack: the signal
-        handlers, the lease, the stop watch), and the closing phases run on every ending."""
+        Each resource is a context manager that gives it back beside where it is taken (held
+        signals, the lease, the agents, the faults, the job, the probes), all on one
+        ExitStack: however the drill ends, its ending is recorded first, then the resources
+        are given back in the reverse order they were taken, each even when one before it
+        failed (:meth:`_phase`)."""
         started = time.time()
         self._deadline = started + self.spec.abort.max_duration
         self.record("drill.start", drill=self.spec.name, cluster=self.cluster_name, job=self.job_name,
@@ -226,20 +230,19 @@ class DrillRunner:
         self.nodes.attach(self.history)
         error: str | None = None
         kind: ErrorKind | None = None
+        self._closing_error: str | None = None
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._signals_held())
             stack.callback(self._after_close)
-            closing: str | None = None
             try:
                 self._drill(stack, faults)
             except Exception as exc:
                 error, kind = self._ended_by(exc)
             except Interrupted as exc:  # not an Exception (like KeyboardInterrupt)
                 self.record("abort", reason=str(exc))
-            finally:  # on every ending, whatever escaped
-                closing = self._closing()
-            if error is None and closing is not None:
-                error, kind = closing, "harness"
+            self._holding = True  # from here on, a Ctrl-C waits for the heal
+        if error is None and self._closing_error is not None:
+            error, kind = self._closing_error, "harness"
         self.record("drill.end", error=error, error_kind=kind)
         self.history.close()
         self.ui.close()  # a game day's next prompt must not sit behind this drill's spinner
@@ -247,6 +250,33 @@ class DrillRunner:
         return RunOutcome(run_dir=self.run_dir, history=self.history, result=result, targets=self.targets,
                           handles=self.handles, error=error, error_kind=kind, started_at=started,
                           finished_at=time.time())
+
+    def _drill(self, stack: contextlib.ExitStack, faults: Stream | None) -> None:
+        """Each resource as it is taken (its giving back on ``stack``), then the job's steady
+        state and its faults."""
+        stack.enter_context(self._cluster())
+        stack.enter_context(self._faults_healed())
+        stack.enter_context(self._job_running())
+        stack.enter_context(self._probes_reading())
+        stack.enter_context(self._healed_while_running())
+        if self.stopwatch is not None:
+            self.stopwatch.start()
+        self.steady()
+        if self.stopwatch is not None:
+            self.stopwatch.counting = True  # the job is up: its brakes may go live
+        for step in (faults or (lambda _runner: [OneFault(self.spec)]))(self):
+            if not self.one_fault(step):
+                break
+
+    def _phase(self, phase: str, action: Callable[[], object]) -> None:
+        """One giving back: an error is recorded (the first is the drill's, as a harness
+        error) and the ones after it still run."""
+        try:
+            action()
+        except Exception as exc:
+            text = f"{phase}: {exc.__class__.__name__}: {exc}"
+            self.record("harness.error", phase=phase, detail=text)
+            self._closing_error = self._closing_error or text
 
     @contextlib.contextmanager
     def _signals_held(self) -> Iterator[None]:
@@ -261,30 +291,63 @@ class DrillRunner:
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
-    def _drill(self, stack: contextlib.ExitStack, faults: Stream | None) -> None:
-        """Preflight, the lease (given back when the drill ends), the agents, then the job and
-        its faults; the faults injected are healed before anything else closes."""
-        self.preflight()
-        lease = self.nodes.acquire(f"drill {self.spec.name} ({self.run_dir.name})")
-        stack.callback(lease.release)
+    @contextlib.contextmanager
+    def _cluster(self) -> Iterator[None]:
+        """The cluster: checked (preflight), leased for this drill alone, an agent started on
+        every node; at the end the agents closed (each checked to hold no fault), then the
+        lease given back. Closing runs whatever got this far (an engine may have started
+        something before it failed)."""
+        lease = None
         try:
-            self.nodes.start(ProcRef.of(psutil.Process()))
+            self.preflight()
+            lease = self.nodes.acquire(f"drill {self.spec.name} ({self.run_dir.name})")
+            try:
+                self.nodes.start(ProcRef.of(psutil.Process()))
+            finally:
+                self._record_notes()
+            yield
         finally:
-            self._record_notes()
+            self._phase("close", self._close)
+            if lease is not None:
+                self._phase("lease", lease.release)
+
+    @contextlib.contextmanager
+    def _faults_healed(self) -> Iterator[None]:
+        """Every fault injected healed, the ones that wait for the job to stop too (given back
+        after the job: a fault whose heal is ``after_job``)."""
+        try:
+            yield
+        finally:
+            self._phase("heal", self.nemesis.heal)
+
+    @contextlib.contextmanager
+    def _job_running(self) -> Iterator[None]:
+        """The job launched (or attached to), and stopped at the end if the drill launched it."""
         try:
             self.launch()
-            if self.stopwatch is not None:
-                self.stopwatch.start()
-            self.steady()
-            if self.stopwatch is not None:
-                self.stopwatch.counting = True  # the job is up: its brakes may go live
-            for step in (faults or (lambda _runner: [OneFault(self.spec)]))(self):
-                if not self.one_fault(step):
-                    break
+            yield
         finally:
-            self._holding = True  # from here on, a Ctrl-C waits for the heal
+            self._phase("teardown", self.stop_job)
+
+    @contextlib.contextmanager
+    def _probes_reading(self) -> Iterator[None]:
+        """The job's signals read (its logs, here or by the agents; the engine's own; Prometheus)."""
+        try:
+            self.start_probes()
+            yield
+        finally:
+            self._phase("teardown", self.stop_probes)
+
+    @contextlib.contextmanager
+    def _healed_while_running(self) -> Iterator[None]:
+        """The faults healed first while the job still runs (a frozen rank thawed before its job
+        is stopped), a Ctrl-C held from then on."""
+        try:
+            yield
+        finally:
+            self._holding = True
             self.ui.phase("heal", f"{len(self.handles)} fault(s) injected")
-            self.nemesis.heal(job_running=self.launched is not None)
+            self._phase("heal", lambda: self.nemesis.heal(job_running=self.launched is not None))
 
     def _ended_by(self, exc: Exception) -> tuple[str | None, ErrorKind | None]:
         """How the drill ended early, recorded: the error and its kind (None for an abort)."""
@@ -309,19 +372,6 @@ class DrillRunner:
                     where=traceback.format_exception(exc)[-3:] if not isinstance(exc, RecursionError)
                     else traceback.format_exception(exc, limit=12))
         return error, "harness"
-
-    def _closing(self) -> str | None:
-        """Teardown, heal, close: each runs whatever the one before it did; the first error."""
-        self._holding = True
-        first = None
-        for phase, action in (("teardown", self.teardown), ("heal", self.nemesis.heal), ("close", self._close)):
-            try:
-                action()
-            except Exception as exc:  # recorded; the steps after it still run
-                text = f"{phase}: {exc.__class__.__name__}: {exc}"
-                self.record("harness.error", phase=phase, detail=text)
-                first = first or text
-        return first
 
     def _after_close(self) -> None:
         # after teardown: a Ctrl-C held while the job was being stopped counts too (a suite,
@@ -376,6 +426,8 @@ class DrillRunner:
         else:
             self.ui.phase("launch", f"attaching to pid {self.job.attach_pid}")
             self.record("job.attach", pid=self.job.attach_pid, reads=self._reads())
+
+    def start_probes(self) -> None:
         if self.make_probes is None and self.cluster.logs_on_agents and self._reads_steps():
             self.probes = [AgentLogProbe(self.history, self.nodes, self.job)]
         else:
@@ -426,10 +478,10 @@ class DrillRunner:
         if want is None:
             return ""
         newest = self.history.last("members")
-        have = len(newest.data.get("members") or []) if newest is not None else 0
+        have = len(ev.Members.of(newest).members) if newest is not None else 0
         if have >= want:
             return ""
-        by = f" ({newest.data.get('by')})" if newest is not None and newest.data.get("by") else ""
+        by = f" ({ev.Members.of(newest).by})" if newest is not None and ev.Members.of(newest).by else ""
         return (f"the newest membership{by} held {have} of the {want} members steady.members asks for"
                 if newest is not None else f"no membership was printed (steady.members asks for {want})")
 
@@ -530,7 +582,7 @@ class DrillRunner:
                 reason = "window elapsed"
                 break
             last = self.progress.last
-            self.ui.status(f"+{now - t0:5.1f} s since fault · last step {last.data['n'] if last else '-'} · "
+            self.ui.status(f"+{now - t0:5.1f} s since fault · last step {ev.Step.of(last).n if last else '-'} · "
                            f"{self.progress.rate():.1f} steps/s · awaiting "
                            f"{awaiting(self.history, obs.until_steps_after_recovery)}")
             self.tick(0.2)
@@ -545,8 +597,7 @@ class DrillRunner:
         event with where the ranks of the attempt now running are stuck (pystacks.where_stuck)."""
         self.ui.phase("observe", "no recovery: dumping the live ranks' stacks")
         restarts = [e for e in self.history.of("restart") if e.t >= t_fault]
-        attempt = max((int(e.data["attempt"]) for e in restarts if isinstance(e.data.get("attempt"), int)),
-                      default=len(restarts))
+        attempt = max((a for e in restarts if (a := ev.Restart.of(e).attempt) is not None), default=len(restarts))
         try:
             ranks = self.nodes.find_ranks(self.job.ranks, self.attached)
             stacks = self.nodes.stacks(ranks)
@@ -558,9 +609,11 @@ class DrillRunner:
                     ranks=[{"rank": s.rank, "pid": s.pid, "node": s.node, "ok": s.ok, "error": s.error,
                             "frames": [f.short() for f in s.main()[:12]]} for s in stacks])
 
-    def teardown(self) -> None:
+    def stop_probes(self) -> None:
         for probe in self.probes:
             probe.stop()
+
+    def stop_job(self) -> None:
         if self.launched is not None:
             self.ui.phase("teardown", "stopping the job")
             try:

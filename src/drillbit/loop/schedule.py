@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 
+from drillbit.core.events import Step
 from drillbit.core.errors import ConfigError, Inconclusive
 from drillbit.loop.watch import Progress
 from drillbit.core.proc import ProcRef
@@ -104,7 +105,7 @@ def wait_trigger(trigger: Trigger, progress: Progress, job_exited: Callable[[], 
     if trigger.at_step is not None:
         while True:
             last = progress.last
-            if last is not None and last.data["n"] >= trigger.at_step:
+            if last is not None and Step.of(last).n >= trigger.at_step:
                 return
             code = job_exited()
             if code is not None:

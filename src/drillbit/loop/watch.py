@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable, Protocol
 
+from drillbit.core.events import SteadyReached, Step
 from drillbit.core.history import Event, History
 from drillbit.judging.probes.logs import EventsProbe, HeartbeatProbe, ProgressProbe
 from drillbit.judging.probes.preset import signals_of
@@ -70,20 +71,20 @@ class Progress:
         of a larger number counts."""
         deltas: list[float] = []
         for a, b in zip(reversed(self.steps[:-1]), reversed(self.steps[1:]), strict=False):
-            if int(b.data["n"]) > int(a.data["n"]) and b.t > a.t:
+            if Step.of(b).n > Step.of(a).n and b.t > a.t:
                 deltas.append(b.t - a.t)
                 if len(deltas) == last_n:
                     break
         if not deltas:  # every step seen was the same number (a job whose steps do not count up)
             recent = self.steps[-(last_n + 1):]
             deltas = [b.t - a.t for a, b in zip(recent, recent[1:], strict=False)]
-        return statistics.median(deltas), int(self.steps[-1].data["n"])
+        return statistics.median(deltas), Step.of(self.steps[-1]).n
 
     def advances(self) -> int:
         """How many times the step number grew: steps, not lines (several ranks may report
         the same step)."""
         return sum(1 for a, b in zip(self.steps, self.steps[1:],
-            strict=False) if int(b.data["n"]) > int(a.data["n"]) and b.t > a.t)
+            strict=False) if Step.of(b).n > Step.of(a).n and b.t > a.t)
 
     def rate(self, window: float = 5.0) -> float:
         now = time.time()
@@ -93,7 +94,7 @@ class Progress:
         """Seconds without a step since the effect, once they reach several baseline step
         times; None if steps keep coming (global progress did not stall)."""
         steady = self.history.first("steady")
-        baseline = steady.data["baseline_step_s"] if steady else 0.5
+        baseline = (SteadyReached.of(steady).baseline_step_s if steady else None) or 0.5
         need = max(5 * baseline, 2.0)
         limit = time.time() + need + 10 * baseline + 5.0
         while time.time() < limit:

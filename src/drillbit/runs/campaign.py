@@ -33,6 +33,7 @@ from drillbit.judging.checks.verdict import worst
 from drillbit.core.errors import Problem, SpecError
 from drillbit.faults import get as get_fault
 from drillbit.judging.fleet.simulate import Cause, Scenario, SimParams, load_scenario, simulate
+from drillbit.core.events import Kind, Save, SteadyReached, Step
 from drillbit.core.history import Event, History
 from drillbit.faults.loading import fault_problems, load_config
 from drillbit.loop.runner import DrillRunner
@@ -173,7 +174,7 @@ def segment(history: History, start: float, end: float, baseline_step_s: float |
     events, and the end of its observation."""
     events: list[Event] = [e for e in history if e.kind == "step" and e.t <= start]
     events.append(Event(seq=0, t=start, source="campaign", kind="steady",
-                        data={"baseline_step_s": baseline_step_s, "step": events[-1].data["n"] if events else 0}))
+                        data={"baseline_step_s": baseline_step_s, "step": Step.of(events[-1]).n if events else 0}))
     events += [e for e in history if start < e.t <= end and e.kind not in ("steady", "observe.end")]
     events.append(Event(seq=0, t=end, source="campaign", kind="observe.end", data={"reason": "segment end"}))
     return History(events=[e.model_copy(update={"seq": i}) for i, e in enumerate(events)])
@@ -241,7 +242,7 @@ class CampaignStep:
         confirmed = runner.history.last("fault.confirmed")
         t0 = confirmed.t if confirmed else self.t_start
         steady = runner.history.first("steady")
-        base = steady.data.get("baseline_step_s") if steady else None
+        base = SteadyReached.of(steady).baseline_step_s if steady else None
         begin = segments[-1]["t_end"] if segments else (steady.t if steady else self.t_start)
         seen = -1
         while True:
@@ -272,7 +273,7 @@ class CampaignStep:
 def judge(campaign: CampaignSpec, history: History, segments: list[dict[str, Any]]) -> dict[str, Any]:
     """Each fault measured and judged as a drill; one ledger for the whole campaign."""
     steady = history.first("steady")
-    base = steady.data.get("baseline_step_s") if steady else None
+    base = SteadyReached.of(steady).baseline_step_s if steady else None
     rows, total = [], Ledger(wall_s=0.0)
     verdicts = []
     prev_end = steady.t if steady else None
@@ -322,7 +323,7 @@ def predicted(report: dict[str, Any], history: History, trials: int = 2000) -> d
     # the simulator's interval is training time between checkpoints (the work a fault loses is
     # uniform over it): steps between saves x the step time, not the wall time, which holds
     # the campaign's own disruptions
-    saves = [int(e.data["step"]) for e in history.of("ckpt.save") if isinstance(e.data.get("step"), int)]
+    saves = [step for e in history.of(Kind.CKPT_SAVE) if (step := Save.of(e).step) is not None]
     gaps = [b - a for a, b in zip(saves, saves[1:], strict=False) if b > a]
     if gaps and report.get("baseline_step_s"):
         interval_s = statistics.median(gaps) * float(report["baseline_step_s"])
@@ -391,7 +392,7 @@ def markdown(report: dict[str, Any], predicted_: dict[str, Any] | None) -> str:
 
 def timeline_svg(history: History, segments: list[dict[str, Any]], width: int = 900, height: int = 220) -> str:
     """Steps against time with every fault marked (a red line at each injection)."""
-    steps = [(e.t, e.data["n"]) for e in history.of("step")]
+    steps = [(e.t, Step.of(e).n) for e in history.of(Kind.STEP)]
     if not steps:
         return ""
     t0, t1 = steps[0][0], max(steps[-1][0], max((s["t_end"] for s in segments), default=steps[-1][0]))

@@ -20,7 +20,7 @@ from drillbit.judging.checks.witness import DamagedRestore, judge_damaged_restor
 from drillbit.core.evidence import FileDamage, LinkCut, NodeGone, NodeState, SaveCrash, Slowed, TierLost, effects
 from drillbit.core.events import (CkptTiers, Error, FaultConfirmed, JobAttach, JobExit, JobLaunch, JobNodes, Kind,
                                   Predicted, Reject, ReplaceDone, Restart, Restore, RestoreCopy, RestoreFailed, Save,
-                                  SaveBegin, Steady, Step, Straggler)
+                                  SaveBegin, SteadyReached, Step, Straggler)
 from drillbit.core.history import Event, History
 
 
@@ -505,7 +505,7 @@ MEASURERS: tuple[Measurer, ...] = (
 def _before_the_fault(m: Measurements, events: list[Event]) -> None:
     """What the run says before any fault: its baseline, the prediction, what it can read."""
     steady = next((e for e in events if e.kind == Kind.STEADY), None)
-    m.baseline_step_s = Steady.of(steady).baseline_step_s if steady else None
+    m.baseline_step_s = SteadyReached.of(steady).baseline_step_s if steady else None
     predicted = next((e for e in events if e.kind == Kind.PREDICTED), None)
     if predicted is not None:
         m.predicted_detect_s, m.predicted_by = Predicted.of(predicted).detect_s, Predicted.of(predicted).by
