@@ -129,6 +129,24 @@ def test_a_pause_inside_the_folder_the_save_made_does_not_cut_it_in_two():
     assert [s.number for s in tracker.saves] == [1, 2, 3]
 
 
+def test_a_late_flush_stays_in_its_save_and_the_next_folder_begins_the_next_one():
+    """An asynchronous save (DCP's async_save) writes its shards at once and its .metadata a
+    while later, just before the next save begins: the .metadata is still step_10's save,
+    and step_20, a moment after it, is the next save (not chained into the first)."""
+    t = 1000.0
+    tracker = SaveTracker(settle_s=0.5)
+    first = tracker.feed(FileEvent(t, "create", "step_10", True))
+    tracker.feed(FileEvent(t + 0.05, "close", "step_10/__0_0.distcp", False, 9))
+    tracker.feed(FileEvent(t + 0.06, "publish", "latest", False, 0))
+    late = tracker.feed(FileEvent(t + 1.5, "close", "step_10/.metadata", False, 3))
+    second = tracker.feed(FileEvent(t + 1.6, "create", "step_20", True))
+    shard = tracker.feed(FileEvent(t + 1.65, "close", "step_20/__0_0.distcp", False, 9))
+    tracker.feed(FileEvent(t + 3.1, "close", "step_20/.metadata", False, 3))
+    third = tracker.feed(FileEvent(t + 3.2, "create", "step_30", True))
+    assert late is first and second is not first and shard is second and third is not second
+    assert [s.number for s in tracker.saves] == [1, 2, 3]
+
+
 def test_crash_points_of_a_recorded_save_in_order():
     t = 0.0
     save = Save(1, [FileEvent(t, "create", ".tmp-step_20-77", True), FileEvent(t, "create", ".tmp-step_20-77/shard_0.pt"),

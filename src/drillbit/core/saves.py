@@ -6,7 +6,9 @@ begins with the first create or publish after the watch is armed, after a quiet 
 file rewritten in place by every save, faster than any quiet spell), and ends with the next
 quiet spell or the next save. A quiet spell inside the folder the save itself created does
 not end it: a writer paused mid-save (the Hugging Face Trainer between its config files and
-its weights, on a loaded machine) is still in that save. Deletes (the job pruning an
+its weights, on a loaded machine) or a late flush (DCP's ``.metadata`` after an asynchronous
+save) is still in that save, and what comes outside that folder after such a pause is the
+next save, however soon (the next checkpoint folder), so saves never chain into one. Deletes (the job pruning an
 old checkpoint) belong to whichever save is open, and never start one.
 
 A :class:`CrashPoint` names where in a save a crash lands: at the ``create`` of a file (it
@@ -74,10 +76,15 @@ class CrashPoint:
 class Save:
     number: int
     events: list[FileEvent] = field(default_factory=list)
+    paused: bool = False  # it went on inside its own folder after a quiet spell
 
     @property
     def started(self) -> float:
         return self.events[0].t
+
+    def made(self) -> set[str]:
+        """The folders directly under the checkpoint folder that this save created."""
+        return {e.path for e in self.events if e.kind == "create" and e.is_dir and e.path == e.top}
 
     def tops(self) -> set[str]:
         """The entries directly under the checkpoint folder that the save touched."""
@@ -117,9 +124,11 @@ class SaveTracker:
         current = self.current
         rewrite = current is not None and event.kind == "create" and not event.is_dir \
             and any(e.kind == "close" and e.path == event.path for e in current.events)
-        if quiet and not rewrite and current is not None and event.path != event.top \
-                and any(e.kind == "create" and e.is_dir and e.path == event.top for e in current.events):
-            quiet = False  # inside the folder this save made: a pause in the save (a busy writer), not a new one
+        inside = current is not None and event.path != event.top and event.top in current.made()
+        if quiet and not rewrite and inside and current is not None and event.kind != "delete":
+            quiet, current.paused = False, True  # a pause in the save (a busy writer, a late flush), not a new save
+        elif current is not None and current.paused and not inside and event.kind != "delete":
+            quiet = True  # after such a pause, what is outside its folder is the next save, however soon
         quiet = quiet or rewrite
         if event.kind != "delete":
             self._last_t = event.t

@@ -14,7 +14,7 @@ from drillbit.judging.fleet.simulate import load_scenario
 from drillbit.core.paths import entered
 from drillbit.judging.probes.preset import load as load_preset
 from drillbit.spec.config import DrillConfig, JobProfile, with_builtins
-from drillbit.spec.load import Loc, _line, _loc_text, _suggest, read_yaml, validate
+from drillbit.spec.load import Loc, line_of, loc_text, suggest, read_yaml, validate
 from drillbit.spec.models import DrillSpec
 from drillbit.spec.placeholders import PLACEHOLDERS, unknown
 
@@ -27,8 +27,8 @@ def fault_problems(fault: dict, path: Path, lines: dict[Loc, int], loc: Loc) -> 
     faults = registry()
     cls = faults.get(fault["type"])
     if cls is None:
-        return [Problem(str(path), _line(lines, loc + ("type",)), _loc_text(loc + ("type",)),
-                        f"unknown fault {fault['type']!r}" + _suggest(fault["type"], list(faults)))]
+        return [Problem(str(path), line_of(lines, loc + ("type",)), loc_text(loc + ("type",)),
+                        f"unknown fault {fault['type']!r}" + suggest(fault["type"], list(faults)))]
     return validate(cls.Params, fault.get("params") or {}, path, lines, loc + ("params",))[1]
 
 def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
@@ -50,11 +50,11 @@ def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
             try:
                 load_scenario(name)
             except SpecError as exc:
-                problems.append(Problem(str(path), _line(lines, ("slo", key, "scenario")), f"slo.{key}.scenario",
+                problems.append(Problem(str(path), line_of(lines, ("slo", key, "scenario")), f"slo.{key}.scenario",
                                         exc.problems[0].message))
     if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
-        problems.append(Problem(str(path), _line(lines, ("job",)), "job",
-                                f"unknown job profile {data['job']!r}" + _suggest(data["job"], list(config.jobs),
+        problems.append(Problem(str(path), line_of(lines, ("job",)), "job",
+                                f"unknown job profile {data['job']!r}" + suggest(data["job"], list(config.jobs),
                                     "drill list --jobs")))
     if problems:
         raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.path)))
@@ -74,7 +74,7 @@ def load_config(path: Path | None) -> DrillConfig:
         for name, job in config.jobs.items():
             for loc, message in job_problems(job):
                 loc = ("jobs", name) + loc
-                problems.append(Problem(str(path), _line(lines, loc), _loc_text(loc), message))
+                problems.append(Problem(str(path), line_of(lines, loc), loc_text(loc), message))
         # folders the file names relative to itself: the same wherever drill runs from
         here = Path(path).resolve().parent
         folders: dict[str, str | None] = {}
@@ -83,7 +83,7 @@ def load_config(path: Path | None) -> DrillConfig:
             try:
                 folders[key] = entered(value, here) if value else value
             except (ValueError, OSError) as exc:
-                problems.append(Problem(str(path), _line(lines, (key,)), key, f"not a usable path: {exc}"))
+                problems.append(Problem(str(path), line_of(lines, (key,)), key, f"not a usable path: {exc}"))
         config = config.model_copy(update=folders)
     if problems:
         raise SpecError(problems)

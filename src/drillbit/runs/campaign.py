@@ -40,7 +40,7 @@ from drillbit.loop.runner import DrillRunner
 from drillbit.judging.report import multirun
 from drillbit.judging.report.multirun import Bullets, Figure, Page, Table
 from drillbit.runs.session import new_run_dir
-from drillbit.spec.load import _line, _suggest, choose, find_config, read_yaml, validate
+from drillbit.spec.load import line_of, suggest, choose, find_config, read_yaml, validate
 from drillbit.spec.models import (
     SLO,
     Abort,
@@ -434,9 +434,9 @@ def load_campaign(path: str | Path, config=None) -> CampaignSpec:
         if isinstance(f, dict):
             problems += fault_problems(f, path, lines, ("faults", i))
     if config is not None and isinstance(data.get("job"), str) and data["job"] not in config.jobs:
-        problems.append(Problem(str(path), _line(lines, ("job",)), "job",
+        problems.append(Problem(str(path), line_of(lines, ("job",)), "job",
                                 f"unknown job profile {data['job']!r}"
-                                + _suggest(data["job"], list(config.jobs), "drill list --jobs")))
+                                + suggest(data["job"], list(config.jobs), "drill list --jobs")))
     if spec is not None and spec.mix is not None:
         problems += _mix_problems(spec, path, lines)
     if problems:
@@ -447,9 +447,9 @@ def load_campaign(path: str | Path, config=None) -> CampaignSpec:
 def _mix_problems(spec: CampaignSpec, path: Path, lines) -> list:
 
     assert spec.mix is not None
-    where = _line(lines, ("mix",))
+    where = line_of(lines, ("mix",))
     listed = {f.type for f in spec.faults}
-    out = [Problem(str(path), _line(lines, ("mix", "map", cause)), f"mix.map.{cause}",
+    out = [Problem(str(path), line_of(lines, ("mix", "map", cause)), f"mix.map.{cause}",
                    f"{fault!r} is not one of the campaign's faults ({', '.join(sorted(listed))})")
            for cause, fault in spec.mix.map.items() if fault not in listed]
     try:

@@ -40,12 +40,12 @@ class _Builder:
         self._scalars = yaml.SafeLoader("")
 
     def problem(self, node: yaml.Node, loc: Loc, message: str) -> None:
-        self.problems.append(Problem(str(self.path), node.start_mark.line + 1, _loc_text(loc), message))
+        self.problems.append(Problem(str(self.path), node.start_mark.line + 1, loc_text(loc), message))
 
     def build(self, node: yaml.Node, loc: Loc = ()) -> Any:
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            raise SpecError([Problem(str(self.path), node.start_mark.line + 1, _loc_text(loc),
+            raise SpecError([Problem(str(self.path), node.start_mark.line + 1, loc_text(loc),
                                      f"more than {MAX_NODES} values once aliases are expanded; refused")])
         self.lines.setdefault(loc, node.start_mark.line + 1)  # a key's own line wins over its value's
         if isinstance(node, yaml.MappingNode):
@@ -122,14 +122,14 @@ def read_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
     return data, builder.lines
 
 
-def _line(lines: dict[Loc, int], loc: Loc) -> int | None:
+def line_of(lines: dict[Loc, int], loc: Loc) -> int | None:
     for cut in range(len(loc), -1, -1):
         if loc[:cut] in lines:
             return lines[loc[:cut]]
     return None
 
 
-def _loc_text(loc: Loc) -> str:
+def loc_text(loc: Loc) -> str:
     return ".".join(str(part) for part in loc)
 
 
@@ -150,7 +150,7 @@ def problems_from(exc: ValidationError, path: Path, lines: dict[Loc, int], prefi
             message = "unknown field" + RENAMED.get(str(loc[-1]) if loc else "", "")
         elif err["type"] == "missing":
             message = "required field is missing"
-        problems.append(Problem(str(path), _line(lines, loc), _loc_text(loc), message))
+        problems.append(Problem(str(path), line_of(lines, loc), loc_text(loc), message))
     return problems
 
 
@@ -162,7 +162,7 @@ def validate(model: type[BaseModel], data: Any, path: Path, lines: dict[Loc, int
         return None, problems_from(exc, path, lines, prefix)
 
 
-def _suggest(word: str, choices: list[str], listing: str | None = None) -> str:
+def suggest(word: str, choices: list[str], listing: str | None = None) -> str:
     """" (did you mean 'x'?)" for a near miss; else the names, or where to list them when
     there are too many for one line."""
     close = difflib.get_close_matches(word, choices, n=1)
@@ -175,7 +175,7 @@ def _suggest(word: str, choices: list[str], listing: str | None = None) -> str:
 
 def unknown(option: str, what: str, word: str, choices: list[str], listing: str | None = None) -> Problem:
     """The problem an option naming something that does not exist gets (``--cluster locl``)."""
-    return Problem(option, None, "", f"unknown {what} {word!r}" + _suggest(word, choices, listing))
+    return Problem(option, None, "", f"unknown {what} {word!r}" + suggest(word, choices, listing))
 
 
 def choose(config: DrillConfig, cluster: str | None, job: str, *, refuse_protected: bool = True) -> str:
@@ -266,7 +266,7 @@ def resolve_drill(name_or_path: str, extra: str | None = None) -> Path:
         return candidate
     known = catalogue(extra)
     if name_or_path not in known:
-        raise SpecError([Problem(name_or_path, None, "", "no such drill" + _suggest(name_or_path, list(known),
+        raise SpecError([Problem(name_or_path, None, "", "no such drill" + suggest(name_or_path, list(known),
                                                                                        "drill list"))])
     return known[name_or_path]
 
@@ -286,7 +286,7 @@ def load_suite(name_or_path: str, config: DrillConfig | None = None) -> SuiteSpe
     if candidate.suffix not in (".yaml", ".yml"):
         known = suite_catalogue()
         if name_or_path not in known:
-            raise SpecError([Problem(name_or_path, None, "", "no such suite" + _suggest(name_or_path, list(known),
+            raise SpecError([Problem(name_or_path, None, "", "no such suite" + suggest(name_or_path, list(known),
                                                                                        "drill list --suites"))])
         candidate = known[name_or_path]
     data, lines = read_yaml(candidate)
@@ -301,18 +301,18 @@ def load_suite(name_or_path: str, config: DrillConfig | None = None) -> SuiteSpe
         suite = suite.model_copy(update={"drills": entries})
         for i, entry in enumerate(entries):
             if entry.drill not in drills and not exists(entry.drill):
-                problems.append(Problem(str(candidate), _line(lines, ("drills", i)), f"drills.{i}",
-                                        f"unknown drill {entry.drill!r}" + _suggest(entry.drill, list(drills))))
+                problems.append(Problem(str(candidate), line_of(lines, ("drills", i)), f"drills.{i}",
+                                        f"unknown drill {entry.drill!r}" + suggest(entry.drill, list(drills))))
             for known in entry.known_defects:
                 if config is not None and known not in config.jobs:
-                    problems.append(Problem(str(candidate), _line(lines, ("drills", i, "known_defects", known)),
+                    problems.append(Problem(str(candidate), line_of(lines, ("drills", i, "known_defects", known)),
                                             f"drills.{i}.known_defects",
-                                            f"unknown job profile {known!r}" + _suggest(known, list(config.jobs),
+                                            f"unknown job profile {known!r}" + suggest(known, list(config.jobs),
                                                 "drill list --jobs")))
             job = entry.job or suite.job
             if config is not None and job is not None and job not in config.jobs:
-                problems.append(Problem(str(candidate), _line(lines, ("drills", i)), f"drills.{i}",
-                                        f"unknown job profile {job!r}" + _suggest(job, list(config.jobs), "drill list --jobs")))
+                problems.append(Problem(str(candidate), line_of(lines, ("drills", i)), f"drills.{i}",
+                                        f"unknown job profile {job!r}" + suggest(job, list(config.jobs), "drill list --jobs")))
     if problems:
         raise SpecError(problems)
     return suite

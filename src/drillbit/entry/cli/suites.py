@@ -151,18 +151,18 @@ def results(drill: str | None, db: str | None, limit: int, html_path: str | None
     from drillbit.runs.store import Store, store_path
 
     from drillbit.core.errors import Problem, SpecError
-    from drillbit.spec.load import _suggest, catalogue
+    from drillbit.spec.load import suggest, catalogue
 
     path = store_path(load_config(find_config(None)), db=db)
     known = set(catalogue())
     if not path.exists():
         if drill and drill not in known:
-            raise SpecError([Problem(drill, None, "", "no such drill" + _suggest(drill, sorted(known), "drill list"))])
+            raise SpecError([Problem(drill, None, "", "no such drill" + suggest(drill, sorted(known), "drill list"))])
         raise ConfigError(f"no results store at {path} yet; run a drill first")
     with Store(path) as store:
         if drill and drill not in known and drill not in store.drill_names():
             raise SpecError([Problem(drill, None, "", "no such drill, and no run of that name in the store"
-                                     + _suggest(drill, sorted(known | set(store.drill_names())), "drill list"))])
+                                     + suggest(drill, sorted(known | set(store.drill_names())), "drill list"))])
         if openmetrics or backfill:
             from drillbit.judging.report import metrics
 

@@ -12,7 +12,7 @@ from pydantic import field_validator
 from drillbit.core import events
 from drillbit.core.errors import Problem, SpecError
 from drillbit.core.paths import entered
-from drillbit.spec.load import _suggest, read_yaml, validate
+from drillbit.spec.load import suggest, read_yaml, validate
 from drillbit.spec.models import Strict, compile_regex
 from drillbit.spec.signals import Signal
 
@@ -171,7 +171,7 @@ def load(name: str) -> Preset:
     if not exists:
         if is_file(name):
             raise SpecError([Problem(name, None, "", "no such preset file")])
-        raise SpecError([Problem(name, None, "", "unknown signal preset" + _suggest(name, available()))])
+        raise SpecError([Problem(name, None, "", "unknown signal preset" + suggest(name, available()))])
     data, lines = read_yaml(path)
     preset, problems = validate(Preset, data, path, lines)
     if problems:
