@@ -125,6 +125,18 @@ def test_a_payload_is_validated_as_it_is_recorded_and_kept_as_given_when_it_is_w
         Restore.of(step)
 
 
+def test_a_read_drillbit_saw_is_an_absolute_normal_path_or_not_a_read():
+    """The truth issue's lesson: a path compared as text (a relative one against an absolute
+    one) made a false PASS. A checkpoint read the kernel named is absolute; anything else is
+    a drillbit bug, named, and the verdict cannot stand on it."""
+    h = History()
+    ok = h.record("agent:n0", "ckpt.read", pid=7, file="/ckpt/step_20/../step_20/model.pt", how="fanotify")
+    h.record("agent:n0", "ckpt.read", pid=7, file="ckpt/step_20/model.pt", how="fanotify")
+    assert ok.data["file"] == "/ckpt/step_20/model.pt"
+    assert [e.data["problem"] for e in h.of("event.invalid")] == [
+        "file: Value error, 'ckpt/step_20/model.pt' is not an absolute path"]
+
+
 def test_a_step_without_a_step_number_is_not_a_step():
     h = History()
     h.record("probe:logs", "step", n="twelve")

@@ -27,11 +27,12 @@ verdict), never as a wrong figure.
 from __future__ import annotations
 
 import math
+import os
 import typing
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Protocol, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 
 
@@ -141,6 +142,16 @@ def _count(value: Any) -> Any:
     return int(number) if number is not None and math.isfinite(number) and number == int(number) else None
 
 
+def _absolute(value: str) -> str:
+    """A path drillbit itself found (a read the kernel named): absolute and normal, so it is
+    compared as a place, never as text (a relative path once reached a checker that took
+    every path for absolute, and a false PASS followed)."""
+    if not os.path.isabs(value):
+        raise ValueError(f"{value!r} is not an absolute path")
+    return os.path.normpath(value)
+
+
+AbsolutePath = Annotated[str, AfterValidator(_absolute)]
 Number = Annotated[float | None, BeforeValidator(_number)]
 Count = Annotated[int | None, BeforeValidator(_count)]
 Word = str | int | None  # a name the line gives (who, which peer): a number where the group was read as one
@@ -572,7 +583,7 @@ class CkptRead(HarnessPayload):
     """A process opened a file of the watched checkpoint (faults/ckptfile.py's witnesses)."""
 
     pid: int
-    file: str
+    file: AbsolutePath
     how: str
     cmdline: str = ""
 
@@ -749,7 +760,8 @@ def stand_ins(kind: str, data: dict[str, Any]) -> dict[str, Any]:
                 out[name] = None
                 continue
             base: Any = typing.get_origin(spec.annotation) or spec.annotation
-            out[name] = plain.get(base, "test")
+            path = any(getattr(m, "func", None) is _absolute for m in spec.metadata)
+            out[name] = "/test" if path else plain.get(base, "test")
     return out
 
 
