@@ -124,7 +124,9 @@ class SaveTracker:
         current = self.current
         rewrite = current is not None and event.kind == "create" and not event.is_dir \
             and any(e.kind == "close" and e.path == event.path for e in current.events)
-        inside = current is not None and event.path != event.top and event.top in current.made()
+        # only across a quiet spell, or after such a pause, is it asked what folders the save made
+        inside = current is not None and (quiet or current.paused) and event.path != event.top \
+            and event.top in current.made()
         if quiet and not rewrite and inside and current is not None and event.kind != "delete":
             quiet, current.paused = False, True  # a pause in the save (a busy writer, a late flush), not a new save
         elif current is not None and current.paused and not inside and event.kind != "delete":

@@ -173,6 +173,7 @@ class DrillRunner:
         self._holding = False  # SIGINT/SIGTERM held back while healing
         self.stopwatch: StopWatch | None = None  # abort.when, once armed
         self.held_signals: list[tuple[float, str]] = []
+        self._closing_error: str | None = None  # the first error in giving a resource back
 
     # --- helpers -------------------------------------------------------------------------
     def record(self, kind: str, **data: Any) -> Event:
@@ -230,7 +231,6 @@ class DrillRunner:
         self.nodes.attach(self.history)
         error: str | None = None
         kind: ErrorKind | None = None
-        self._closing_error: str | None = None
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._signals_held())
             stack.callback(self._after_close)

@@ -58,32 +58,22 @@ def interrupted(payload: dict) -> bool:
                                                         for r in payload.get("reasons", []))
 
 
-def _unmeasured(verdict: Verdict, m: Measurements, reasons: list[str], left: bool) -> Verdict:
-    """A measurer that failed left its figures unknown, and an SLO reading an unknown figure
-    as "never came" would fail on a drillbit bug: neither pass nor fail stands on them (a
-    fault left in place still fails the drill: that was seen, not measured)."""
-    reasons.append("could not measure " + "; ".join(f"{name} ({error})" for name, error in m.measure_errors.items())
-                   + " — a drillbit bug: those figures are unknown (report the run's history.jsonl)")
-    return "inconclusive" if not left and verdict in ("pass", "fail") else verdict
-
-
-def _misrecorded(verdict: Verdict, invalid: list, reasons: list[str], left: bool) -> Verdict:
-    """An event recorded with a payload its kind does not have: what was measured from it
-    cannot be trusted either way."""
-    said = "; ".join(f"{EventInvalid.of(e).recorded_as} (event {EventInvalid.of(e).seq}: {EventInvalid.of(e).problem})"
-                     for e in invalid[:3])
-    reasons.append(f"drillbit recorded {len(invalid)} event(s) it cannot read: {said} — a drillbit bug (report the "
-                   "run's history.jsonl)")
-    return "inconclusive" if not left and verdict in ("pass", "fail") else verdict
-
-
 def _untrusted(verdict: Verdict, history: History, m: Measurements, reasons: list[str], left: bool) -> Verdict:
-    """What drillbit could not measure or could not read, by its own bug."""
+    """What drillbit could not measure (a measurer that failed left its figures unknown) or
+    could not read (an event recorded with a payload its kind does not have), by its own bug.
+    An SLO reading an unknown figure as "never came" would fail on that bug: neither pass nor
+    fail stands on them (a fault left in place still fails the drill: that was seen, not
+    measured)."""
+    invalid = [EventInvalid.of(e) for e in history.of(Kind.EVENT_INVALID)]
     if m.measure_errors:
-        verdict = _unmeasured(verdict, m, reasons, left=left)
-    invalid = history.of(Kind.EVENT_INVALID)
+        reasons.append("could not measure " + "; ".join(f"{name} ({error})" for name, error in m.measure_errors.items())
+                       + " — a drillbit bug: those figures are unknown (report the run's history.jsonl)")
     if invalid:
-        verdict = _misrecorded(verdict, invalid, reasons, left=left)
+        said = "; ".join(f"{e.recorded_as} (event {e.seq}: {e.problem})" for e in invalid[:3])
+        reasons.append(f"drillbit recorded {len(invalid)} event(s) it cannot read: {said} — a drillbit bug (report "
+                       "the run's history.jsonl)")
+    if (m.measure_errors or invalid) and not left and verdict in ("pass", "fail"):
+        return "inconclusive"
     return verdict
 
 

@@ -95,12 +95,9 @@ class Matcher:
                 data["by"] = sig.by
             if sig.kind == "error":
                 data["message"] = (data.get("message") or line).strip()[:300]
-            rank = data.pop("rank", None)
             data, problem = events.check(sig.kind, data)  # typed as its kind reads it (core/events.py)
             if problem is not None:
                 continue  # a step with no step number: the line is not this signal
-            if rank is not None:
-                data["rank"] = rank
             hits.append((sig.kind, t, data))
         return hits
 
