@@ -494,3 +494,15 @@ def test_the_new_attempts_first_step_is_where_its_numbering_went_back_whatever_i
     rows += [(T_FAULT + 11, "observe.end")]
     later = measure(History.build(rows))
     assert (later.first_step, later.restored_step, later.time_to_first_step) == (26, 25, pytest.approx(6.0))
+
+
+def test_an_event_recorded_wrong_is_still_read_for_the_verdict_it_decides():
+    """A heal that failed is recorded with a payload its kind does not have (a drillbit bug):
+    the drill still fails on the fault left in place, says what the bug was, and the check
+    itself does not fall over on the event that decides it."""
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 10, "observe.end"),
+                        (T_FAULT + 11, "heal.failed", {"fault": "kill-rank", "pid": "not-a-pid", "detail": "stuck"})]
+    result = check(spec(), History.build(rows))
+    assert result.verdict == "fail"
+    assert "fault left in place: kill-rank on node ?: stuck" in result.reasons, result.reasons
+    assert any(r.startswith("drillbit recorded 1 event(s) it cannot read: heal.failed") for r in result.reasons)

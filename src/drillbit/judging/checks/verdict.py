@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from drillbit.judging.checks.recovery import Measurements, quiet_after_fault
 from drillbit.judging.checks.slo import SLOResult
-from drillbit.core.events import Abort, EventInvalid, FaultUnconfirmed, HealFailed, Inconclusive, Kind, Stacks
-from drillbit.core.history import History
+from drillbit.core.events import Abort, EventInvalid, FaultUnconfirmed, HealFailed, Inconclusive, Kind, Payload, Stacks
+from drillbit.core.history import Event, History
 from drillbit.core.verdicts import RANK, Verdict, worst
 
 __all__ = ["RANK", "Verdict", "worst", "combine", "interrupted"]
@@ -45,10 +45,20 @@ def _quoted(m: Measurements, most: int = 3) -> str:
     return f". The job said — {said}{more}"
 
 
-def _left_in_place(event) -> str:
+def _said(event: Event, model: type[Payload], name: str, default: str) -> str:
+    """One field of an event, for a reason's words: typed where its payload reads, else as it
+    was recorded. The events the verdict rests on (a heal that failed, an abort) must decide it
+    even when drillbit recorded one wrong; its event.invalid names that bug."""
+    try:
+        value = getattr(model.of(event), name)
+    except ValueError:  # the payload does not read (pydantic's ValidationError)
+        value = event.data.get(name)
+    return default if value is None else str(value)
+
+
+def _left_in_place(event: Event) -> str:
     where = f"rank {event.rank} on {event.node}" if event.rank is not None else f"node {event.node or '?'}"
-    said = HealFailed.of(event)
-    return f"{said.fault or 'a fault'} on {where}: {said.detail or 'heal failed'}"
+    return f"{_said(event, HealFailed, 'fault', 'a fault')} on {where}: {_said(event, HealFailed, 'detail', 'heal failed')}"
 
 
 def interrupted(payload: dict) -> bool:
@@ -87,11 +97,11 @@ def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reason
     aborts = history.of("abort")
     if aborts:
         verdict = worst(verdict, "aborted")
-        reasons += [f"aborted: {Abort.of(a).reason}" for a in aborts]
+        reasons += [f"aborted: {_said(a, Abort, 'reason', 'unknown')}" for a in aborts]
     undecided = history.of("inconclusive")
     if undecided:
         verdict = worst(verdict, "inconclusive")
-        reasons += [f"inconclusive: {Inconclusive.of(e).reason}" for e in undecided]
+        reasons += [f"inconclusive: {_said(e, Inconclusive, 'reason', 'unknown')}" for e in undecided]
     if history.first("steady") is None:
         verdict = worst(verdict, "inconclusive")
         reasons.append("the job never reached steady state, so there is no baseline")
@@ -101,7 +111,8 @@ def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reason
         if m.measure_errors:  # the fault's own record could not be read: that is what is unknown
             return _untrusted(verdict, history, m, reasons, left=bool(left)), reasons
         if unconfirmed:
-            reasons += [f"the fault could not be confirmed: {FaultUnconfirmed.of(e).reason}" for e in unconfirmed]
+            reasons += [f"the fault could not be confirmed: {_said(e, FaultUnconfirmed, 'reason', 'unknown')}"
+                        for e in unconfirmed]
         elif history.first("fault.inject") is not None:
             reasons.append("the fault was injected but never confirmed to take effect")
         elif not aborts and history.first("steady") is not None:
@@ -123,6 +134,7 @@ def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reason
         reasons.append("no step signal was ever read from the job")
     verdict = _untrusted(verdict, history, m, reasons, left=bool(left))
     stuck = history.last("stacks")
-    if stuck is not None and verdict in ("fail", "inconclusive") and Stacks.of(stuck).where:
-        reasons.append(f"where the job was stuck when the window closed: {Stacks.of(stuck).where} (stacks.json)")
+    where = _said(stuck, Stacks, "where", "") if stuck is not None else ""
+    if where and verdict in ("fail", "inconclusive"):
+        reasons.append(f"where the job was stuck when the window closed: {where} (stacks.json)")
     return verdict, reasons
