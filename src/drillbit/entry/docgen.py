@@ -159,7 +159,8 @@ def _union_rows(members: list[tuple[str, type[BaseModel]]], path: str,
             rows.setdefault(key, [key, kind, dflt, meaning])
             owners.setdefault(key, []).append(str(value[model]))
     everyone = [str(v) for v in value.values()]
-    tag_key = f"{path}{members[0][0]}.{tag}"
+    prefix = f"{path}{members[0][0]}."  # clusters.NAME.
+    tag_key = prefix + tag
     rows = {tag_key: rows[tag_key], **rows}  # the tag first: it says which of the rest apply
     out = []
     for key, (_, kind, dflt, meaning) in rows.items():
@@ -168,7 +169,7 @@ def _union_rows(members: list[tuple[str, type[BaseModel]]], path: str,
             dflt = f"`{default}`" if default is not None else "required"
             meaning = "; ".join(f"{v}: {' '.join((m.__doc__ or '').split()).split(': ', 1)[-1].rstrip('.')}"
                                 for m, v in value.items())
-        elif owners[key] != everyone and "." not in key[len(path) + 6:]:
+        elif owners[key] != everyone and "." not in key[len(prefix):]:  # a member's own field, not one inside it
             meaning = f"engine {' or '.join(owners[key])} only. {meaning}"
         out.append((key, kind, dflt, meaning))
     return out
