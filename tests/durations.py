@@ -1,6 +1,6 @@
 """The order the suite runs in under pytest-xdist: longest first, the ``alone`` tests last.
 
-Five workers share two cores, and the suite is bound by them: any time a worker idles is
+Four workers share two cores, and the suite is bound by them: any time a worker idles is
 time the run takes longer. Two kinds of idling are the scheduler's to avoid:
 
 - a long test sent late is the run's tail, with the other workers done and idle (longest
