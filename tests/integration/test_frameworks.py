@@ -99,7 +99,7 @@ def test_corrupt_checkpoint_on_the_framework_layout_heals_byte_for_byte(job, tmp
     expected = {"hf": "model.safetensors", "lightning": "last.ckpt"}[job]
     assert touched.name == expected, touched  # the layout chose the file the framework loads first
     heal = result["fault"]["heals"][0]
-    assert heal["verified"] and heal["rank"] == 2, heal
+    assert heal["verified"] and heal["rank"] == 1, heal
     if "byte for byte" in heal["detail"]:
         # put back and verified by the agent; a job still running until teardown may have saved
         # last.ckpt again since (a loaded machine once made that window long enough)

@@ -88,7 +88,7 @@ def assert_across_namespaces(run_dir: Path, events: list[dict]) -> None:
 def test_kill_rank_on_two_ray_nodes_with_skewed_agent_clocks(tmp_path):
     """node-0's agent reports time 2 s behind, node-1's 3 s ahead; the controller measures
     those offsets and puts each agent's evidence back on its own clock, so detection is not
-    seconds early or late (rendezvous order decides which node holds rank 2)."""
+    seconds early or late (rendezvous order decides which node holds rank 1)."""
     skew = {"node-0": -2.0, "node-1": 3.0}
     config = write_config(tmp_path)
     with pytest.MonkeyPatch.context() as env:  # a test aid, not a setting (transport.CLOCK_SKEW_ENV)
@@ -101,7 +101,7 @@ def test_kill_rank_on_two_ray_nodes_with_skewed_agent_clocks(tmp_path):
     offsets = {e["node"]: e["data"]["offset_s"] for e in events if e["kind"] == "agent.clock"}
     assert all(abs(offsets[node] - s) < 0.2 for node, s in skew.items()), offsets
     inject = next(e for e in events if e["kind"] == "fault.inject")
-    assert inject["rank"] == 2
+    assert inject["rank"] == 1
     confirmed = next(e for e in events if e["kind"] == "fault.confirmed")
     # corrected: the kill is seen after it was sent, and well within the skew
     assert 0 <= confirmed["t"] - inject["t"] < 2.0

@@ -38,7 +38,7 @@ def test_kill_rank_passes_on_the_reference_stack(tmp_path):
     assert m["time_to_detect"] <= m["time_to_restart"] <= m["time_to_restore"] <= m["time_to_first_step"]
     assert m["restored_step"] in (10, 15) and m["lost_steps"] == m["step_at_fault"] - m["restored_step"]
     assert result["fault"]["confirmed"] and result["fault"]["healed"]
-    assert result["fault"]["targets"][0]["rank"] == 2
+    assert result["fault"]["targets"][0]["rank"] == 1
 
 
 def test_kill_rank_fails_without_a_restart_budget(tmp_path):

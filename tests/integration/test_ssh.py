@@ -106,7 +106,7 @@ def test_kill_rank_over_ssh_passes_like_the_other_engines(tmp_path, sshd):
     events = [json.loads(line_) for line_ in (run_dir / "history.jsonl").read_text().splitlines()]
     assert {e["node"] for e in events if e["kind"] == "agent.ready"} == {"host-0", "host-1"}
     inject = next(e for e in events if e["kind"] == "fault.inject")
-    assert inject["rank"] == 2 and inject["node"] in ("host-0", "host-1")  # rendezvous order places ranks
+    assert inject["rank"] == 1 and inject["node"] in ("host-0", "host-1")  # rendezvous order places ranks
     assert all(h["verified"] for h in payload["fault"]["heals"])
     if NETNS:  # each host's agent ran on its node, under the node's hostname
         netleft.assert_on_their_nodes(run_dir, events, {"host-0": "node-0", "host-1": "node-1"})
