@@ -1,6 +1,11 @@
 """restore-fidelity on the reference job and its three restore defects (#44): each restart says
 it loaded step 40 and steps on from 41; only the healthy one brings back the state. The verdict
-names what was not restored, from the job's own step lines (loss, lr, samples)."""
+names what was not restored, from the job's own step lines (loss, lr, samples).
+
+At the reference job's own 4 ranks, as the catalogue drills it: with the suite's 2 (conftest.py)
+the loss's step-to-step noise is as large as its move by step 40, a restore and a start over look
+alike, and the weights' part is unknown: then the drill is inconclusive, never a pass
+(tests/unit/test_fidelity.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,6 +23,11 @@ JOBS = {"reference": ("pass", None, None),
         "reference-nodata": ("fail", "data position", "the data loader started over")}
 
 
+@pytest.fixture(autouse=True)
+def catalogue_ranks(monkeypatch):
+    monkeypatch.delenv("DRILLBIT_REFERENCE_NPROC", raising=False)
+
+
 @pytest.mark.parametrize("job", sorted(JOBS))
 def test_restore_fidelity_names_what_the_restart_left_out(tmp_path: Path, job):
     payload, _ = execute(resolve("restore-fidelity", cluster="local-process", job=job), reports_dir=str(tmp_path))
@@ -29,7 +39,7 @@ def test_restore_fidelity_names_what_the_restart_left_out(tmp_path: Path, job):
     slo = next(s for s in payload["slos"] if s["name"] == "restore_fidelity")
     if verdict == "pass":
         assert slo["status"] == "pass" and parts["learning rate"]["status"] == "pass", parts
-        assert parts["data position"]["status"] == "pass" and parts["loss"]["status"] in ("pass", "unknown"), parts
+        assert parts["data position"]["status"] == "pass" and parts["loss"]["status"] == "pass", parts
     else:
         assert slo["status"] == "fail" and parts[part]["status"] == "fail", parts
         assert phrase in parts[part]["says"]

@@ -128,3 +128,39 @@ def test_a_world_that_shrank_at_the_restart_goes_on_from_the_saved_count():
     of kill-node: 4 ranks, then 2): the count goes on from the saved one, within a step's worth."""
     f = run(after=lambda n: {"samples": RESTORED * 64 + (n - RESTORED) * 32})
     assert parts(f)["data position"].status == "pass", f
+
+
+def noisy_run(after_loss):
+    """A loss that moves little against its noise (as 2 ranks of the reference job print it);
+    the schedule and the loader come back either way."""
+    h = History()
+    loss = lambda n: 20 - 0.2 * n + (4.0 if n % 2 else -4.0)  # noqa: E731 (moves 8.8 by step 45, band 24)
+    for n in range(1, FAULT + 1):
+        h.record("probe", "step", t=float(n), n=n, loss=loss(n), lr=lr_at(n), samples=n * 64)
+    before = h.of("step")
+    for i, n in enumerate(range(RESTORED + 1, RESTORED + 11)):
+        h.record("probe", "step", t=100.0 + i, n=n, loss=after_loss(n, loss), lr=lr_at(n), samples=n * 64)
+    return restore_fidelity(before, h.of("step")[len(before):], RESTORED)
+
+
+def test_a_loss_that_cannot_tell_leaves_the_whole_unknown_though_the_schedule_and_loader_came_back():
+    """A restart without its weights, on a loss too noisy to show it: the learning rate and the
+    data position pass, and the whole must still not pass (found with 2 ranks of the reference
+    job: restore-fidelity passed reference-noweights)."""
+    f = noisy_run(lambda n, loss: loss(1))  # the weights came back at their initialisation
+    assert parts(f)["loss"].status == "unknown" and "look alike" in parts(f)["loss"].says
+    assert parts(f)["learning rate"].status == "pass" and parts(f)["data position"].status == "pass"
+    assert f.status == "unknown", f
+    asked = Judging(slo=SLO(restore_fidelity=True), m=Measurements(restored_step=RESTORED, fidelity=f), watched=60.0,
+                    baseline=None)
+    _judge_restore_fidelity(asked)
+    assert [r.status for r in asked.results] == ["unknown"] and "loss: unknown" in asked.results[0].detail
+    unasked = Judging(slo=SLO(), m=Measurements(restored_step=RESTORED, fidelity=f), watched=60.0, baseline=None)
+    _judge_restore_fidelity(unasked)
+    assert unasked.results == [] and unasked.reasons == []  # not asked for, not decided: no claim either way
+
+
+def test_an_exact_replay_shows_the_state_came_back_however_little_the_loss_moved():
+    f = noisy_run(lambda n, loss: loss(n))  # steps 41-45 again, with the losses they had
+    assert parts(f)["loss"].status == "pass" and "gave the losses they gave before" in parts(f)["loss"].says
+    assert f.status == "pass", f

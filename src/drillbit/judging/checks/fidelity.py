@@ -25,6 +25,11 @@ and says how to add it. Nothing here claims what it did not measure.
   restored step's at the rate it grew before. A count back near zero: the loader started
   over (repeated data).
 
+The whole fails where a part fails, and passes only where every part the job prints passed: a
+part that could not tell (unknown) leaves the whole unknown, never a pass on the other parts (a
+restart that brought back the schedule and the loader but not the weights passes both of
+those).
+
 Pure: step events in, a judgement out.
 """
 from __future__ import annotations
@@ -133,6 +138,9 @@ def judge_loss(before: dict[int, float], after: dict[int, float], restored: int)
                             says=f"{figures}; the start of training was not seen, so a return toward it cannot be "
                                  "told from noise" + (f" (the replayed steps differ by {_g(replay_gap)})"
                                                       if replay_gap is not None else ""))
+    if replay_gap is not None and replay_gap <= 1e-3 * abs(level_r) + 1e-9:
+        # a deterministic replay, exact: the restored state gave the same losses, however little the loss moved
+        return FidelityPart(name="loss", status="pass", says=f"{figures}; {replay_words}")
     moved = abs(level_0 - level_r)
     if moved <= 2 * band:
         return FidelityPart(name="loss", status="unknown",
@@ -251,7 +259,10 @@ def restore_fidelity(before: list[Event], after: list[Event], restored: int | No
     parts = [judge_loss(_series(before, "loss"), _first(after, "loss"), restored),
              judge_lr(_series(before, "lr"), _first(after, "lr"), restored),
              judge_data(_series(before, key) if key else {}, _first(after, key) if key else {}, restored, key)]
+    # a part that could not tell (unknown) leaves the whole unknown: the state that came back is the state
+    # saved only where every part the job prints says so ("not measured" parts are named, never claimed)
     status: Literal["pass", "fail", "unknown"] = (
         "fail" if any(p.status == "fail" for p in parts) else
+        "unknown" if any(p.status == "unknown" for p in parts) else
         "pass" if any(p.status == "pass" for p in parts) else "unknown")
     return Fidelity(restored_step=restored, status=status, parts=parts)

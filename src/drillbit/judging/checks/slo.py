@@ -265,13 +265,16 @@ def _judge_restore_matches_save(j: Judging) -> None:
 
 def _judge_restore_fidelity(j: Judging) -> None:
     """What came back is what was saved (judging/checks/fidelity.py): judged wherever the job prints a
-    loss, learning rate or data count on its step lines, or where the spec asks (and then a
-    job that prints none is not measured: unknown)."""
+    loss, learning rate or data count on its step lines, or where the spec asks. Where the spec
+    asks, a fidelity that could not be told (a job that prints none of it, or a part that could
+    not tell) is unknown, and the drill inconclusive. Where it does not ask, only a decided
+    fidelity is an SLO: a fail, or a pass of every part the job prints; one the job's lines could
+    not decide stays in the measurements, with each part's words, and claims nothing."""
     asked, f = j.slo.restore_fidelity, j.m.fidelity
     if asked is False or f is None:
         return
     said = "; ".join(f"{p.name}: {p.status} — {p.says}" for p in f.parts)
-    if not f.measured():
+    if not f.measured() or (f.status == "unknown" and not asked):
         if asked:
             j.results.append(SLOResult(name="restore_fidelity", measurement="fidelity", limit=1, measured=None,
                                        status="unknown", detail=said))
