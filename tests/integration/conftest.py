@@ -8,8 +8,10 @@ steps after recovery — and the suite must fit CI's time. On one node it runs 2
 of 4 (``DRILLBIT_REFERENCE_NPROC``, which the Ray Train job's workers follow too): a rank's
 start is mostly ``import torch`` (1.3 CPU-s of its 2.4), and with 3 ranks the reference job's
 ranks were still 34 % of the suite's CPU (process accounting over a whole run, ci12). Rank 1
-stands for "a rank that is not rank 0". The fail-slow tests keep 250 ms and 4 ranks: a fleet
-median needs a fleet."""
+stands for "a rank that is not rank 0". Its stand-in compute sleeps in 5 ms slices instead
+of 1 ms (``DRILLBIT_REFERENCE_SLICE_MS``: 0.95 % of a core a rank instead of 2.1 %, and some
+ten ranks are alive at any time of a run); only a stop of a few ms needs 1 ms. The fail-slow
+tests keep 250 ms, 1 ms slices and 4 ranks: a fleet median needs a fleet."""
 from __future__ import annotations
 
 import json
@@ -19,6 +21,7 @@ import pytest
 
 os.environ.setdefault("DRILLBIT_REFERENCE_STEP_MS", "150")
 os.environ.setdefault("DRILLBIT_REFERENCE_NPROC", "2")
+os.environ.setdefault("DRILLBIT_REFERENCE_SLICE_MS", "5")
 
 @pytest.fixture(autouse=True)
 def ledger_partitions_every_real_window(tmp_path):

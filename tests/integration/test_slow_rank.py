@@ -16,9 +16,11 @@ SPEC = Path(__file__).parent / "drills" / "slow-rank-fast.yaml"
 
 @pytest.fixture(autouse=True)
 def catalogue_step_time(monkeypatch):
-    """A 3% slowdown of a 250 ms step, as the catalogue drills it (conftest shortens steps)."""
+    """A 3% slowdown of a 250 ms step, as the catalogue drills it (conftest shortens steps and
+    coarsens the stand-in compute's slices)."""
     monkeypatch.setenv("DRILLBIT_REFERENCE_STEP_MS", "250")
     monkeypatch.setenv("DRILLBIT_REFERENCE_NPROC", "4")
+    monkeypatch.delenv("DRILLBIT_REFERENCE_SLICE_MS")
 
 
 def run(job: str, tmp_path: Path, window: float | None = None) -> dict:

@@ -6,12 +6,15 @@ is a lower one, which load only makes easier to meet; a compute that credited wa
 would miss it by the whole stop."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
+
+from drillbit.fixtures.reference.train import SLICE_ENV
 
 CHILD = """
 import sys, time
@@ -26,7 +29,8 @@ print(f"{time.perf_counter() - t:.6f}", flush=True)
 @pytest.mark.parametrize("stops", [1, 3])
 def test_time_stopped_is_not_counted_as_compute(stops):
     work, hold = 0.5, 0.2
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(work)], stdout=subprocess.PIPE, text=True)
+    env = {k: v for k, v in os.environ.items() if k != SLICE_ENV}  # the 1 ms slice, whatever the suite's
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(work)], stdout=subprocess.PIPE, text=True, env=env)
     stopped = 0.0
     try:
         assert child.stdout.readline().strip() == "ready"
