@@ -131,16 +131,15 @@ def judge_loss(before: dict[int, float], after: dict[int, float], restored: int)
     noise_words = f"its step-to-step spread before the fault: {_g(noise)}"
     replay_words = (f"the steps it ran again ({replayed[0]}–{replayed[-1]}) gave the losses they gave before the "
                     f"fault (median gap {_g(replay_gap)})") if replayed and replay_gap is not None else ""
+    if replay_gap is not None and replay_gap <= 1e-3 * abs(level_r) + 1e-9:
+        # a deterministic replay, exact: the restored state gave the same losses, however little the loss
+        # moved and whether or not the start of training was seen
+        return FidelityPart(name="loss", status="pass", says=f"{figures}; {replay_words}")
     if not start:
-        if replay_gap is not None and replay_gap <= 1e-3 * abs(level_r) + 1e-9:  # a deterministic replay, exact
-            return FidelityPart(name="loss", status="pass", says=f"{figures}; {replay_words}")
         return FidelityPart(name="loss", status="unknown",
                             says=f"{figures}; the start of training was not seen, so a return toward it cannot be "
                                  "told from noise" + (f" (the replayed steps differ by {_g(replay_gap)})"
                                                       if replay_gap is not None else ""))
-    if replay_gap is not None and replay_gap <= 1e-3 * abs(level_r) + 1e-9:
-        # a deterministic replay, exact: the restored state gave the same losses, however little the loss moved
-        return FidelityPart(name="loss", status="pass", says=f"{figures}; {replay_words}")
     moved = abs(level_0 - level_r)
     if moved <= 2 * band:
         return FidelityPart(name="loss", status="unknown",
