@@ -4,9 +4,10 @@ sum to the window exactly (#13: the ledger must partition the window).
 
 The reference job steps every 150 ms here instead of 250 ms (``DRILLBIT_REFERENCE_STEP_MS``,
 its default for ``--step-ms``): every drill waits on steps — warm-up, the trigger step, the
-steps after recovery — and the suite must fit CI's time. On one node it runs 2 ranks instead
-of 4 (``DRILLBIT_REFERENCE_NPROC``, which the Ray Train job's workers follow too): a rank's
-start is mostly ``import torch`` (1.3 CPU-s of its 2.4), and with 3 ranks the reference job's
+steps after recovery — and the suite must fit CI's time. It runs 2 ranks instead of 4
+(``DRILLBIT_REFERENCE_NPROC``, the job's ranks over all its nodes: 2 on one node, one a node on
+two; the Ray Train job's workers follow it too): a rank's start is mostly ``import torch`` and
+DDP's import of ``torch._dynamo`` (1.9 CPU-s of its 2.2), and with 3 ranks the reference job's
 ranks were still 34 % of the suite's CPU (process accounting over a whole run, ci12). Rank 1
 stands for "a rank that is not rank 0". Its stand-in compute sleeps in 5 ms slices instead
 of 1 ms (``DRILLBIT_REFERENCE_SLICE_MS``: 0.95 % of a core a rank instead of 2.1 %, and some

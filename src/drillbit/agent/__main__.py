@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a dropped SSH session is handled as lost heartbeats
         return serve(AgentService(args.node, args.state_dir, skew_s=args.skew, version=args.pretend_version,
                                   slurm_job=args.slurm_job))
-    from drillbit.agent.deadman import guard
+    from drillbit.agent.guardian import guard
 
     return guard(Path(args.registry), ProcRef(pid=args.watch_pid, start_time=args.watch_start,
                                                 boot_start=args.watch_boot_start))

@@ -13,21 +13,19 @@ controller measured is given to the agent when it arms). The controller collects
 records into ``history.jsonl`` when it can still talk to the agent; ``drill report``
 merges them from the run folder when it could not.
 
-The guardian is ``python -m drillbit.agent guard``, a process in a session of its own
-started when the agent is armed, released (SIGTERM) when the controller disarms it.
+The guardian is ``python -m drillbit.agent guard`` (:mod:`drillbit.agent.guardian`), a
+process in a session of its own started when the agent is armed, released (SIGTERM) when the
+controller disarms it.
 """
 from __future__ import annotations
 
 import json
 import os
-import signal
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
-import psutil
 
 from drillbit.agent.api import Record
 from drillbit.agent.jobproc import stop_job as stop_tree
@@ -144,76 +142,21 @@ def heal_until_done(log: DeadmanLog, pending: Callable[[], list[Handle]], heal: 
     return True
 
 
-def _deadman_limit(registry: Path, default: float = 10.0) -> float:
-    """The dead-man limit the controller armed the agent with (its heartbeats' deadline)."""
-    try:
-        return float((json.loads(registry.read_text()).get("armed") or {}).get("deadman_s") or default)
-    except (OSError, ValueError, TypeError):
-        return default
-
-
-def listen_to_agent(fd: int) -> tuple[set[str], threading.Event]:
-    """Every handle digest the agent tells over ``fd`` (the guardian's stdin, which only the agent
-    holds), gathered by a thread until the agent closes it or dies. Every digest ever told
-    counts: an agent that dies between telling and writing leaves a told state on disk."""
-    told: set[str] = set()
-    closed = threading.Event()
-
-    def read() -> None:  # os.read on the bare fd: a buffered reader's lock would stall the exit
-        pending = b""
-        try:
-            while chunk := os.read(fd, 1 << 16):
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    try:
-                        told.update(str(d) for d in json.loads(line))
-                    except (ValueError, TypeError):
-                        continue
-        except OSError:
-            pass
-        finally:
-            closed.set()
-
-    threading.Thread(target=read, daemon=True, name="told").start()
-    return told, closed
-
-
-def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
-    """The guardian's loop: returns when released, or once ``watch`` died and all is healed."""
-
-    stop = threading.Event()
-    told, agent_gone = listen_to_agent(sys.stdin.fileno())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the drill's terminal is not our end
-    stopped_since: float | None = None
-    lost = f"the process it watched (pid {watch.pid}) is gone"
-    while not stop.is_set():
-        status = watch.status()
-        if status is None:
-            break
-        # a controller stopped (SIGSTOP, Ctrl-Z) heals nothing: past the dead-man limit it is lost too
-        if status == psutil.STATUS_STOPPED:
-            stopped_since = stopped_since or time.time()
-            if time.time() - stopped_since > _deadman_limit(registry):
-                lost = (f"the process it watched (pid {watch.pid}) has been stopped (state T) for "
-                        f"{time.time() - stopped_since:.0f} s, past the dead-man limit")
-                break
-        else:
-            stopped_since = None
-        stop.wait(poll)
-    if stop.is_set():
-        return 0  # released by a controller that heals for itself
-    agent_gone.wait(2.0)  # what a dead agent told last is read to its end (a stopped one's: what came)
+def heal_orphaned(registry: Path, told: set[str], lost: str, stop: threading.Event) -> None:
+    """The guardian tripped (:func:`drillbit.agent.guardian.guard`): the agent whose registry
+    this is lost its controller (``lost`` says how). Unless it was disarmed before, heal every
+    fault it holds and stop the job it launched, as :func:`orphan` does; ``told`` is every
+    handle digest the agent told the guardian (a state it told but did not write still counts)."""
     try:
         payload = json.loads(registry.read_text())
     except (OSError, ValueError):
         payload = {}
     armed = payload.get("armed")
     if not armed:
-        return 0  # disarmed before it died: nothing is ours to heal
+        return  # disarmed before it died: nothing is ours to heal
     agent = NodeAgent(payload.get("node", "?"), registry)
     handles = [Handle.model_validate(h) for h in payload.get("faults", [])]
-    agent.restore(handles, payload.get("job"), armed, told=set(told))
+    agent.restore(handles, payload.get("job"), armed, told=told)
     job = payload.get("job")
     log = DeadmanLog(agent.log_path, agent.node, float(armed.get("offset_s", 0.0)))
 
@@ -225,4 +168,3 @@ def guard(registry: Path, watch: ProcRef, poll: float = 0.2) -> int:
     orphan(log, lost, agent.pending, agent.heal,
            job_running=lambda: bool(job), stop_job=stop_job,
            job_grace_s=float(armed.get("job_grace_s", 0.0)), wait=stop.wait, stopped=stop.is_set)
-    return 0

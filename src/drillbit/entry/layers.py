@@ -28,11 +28,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("fixtures", ("fixtures",)),  # jobs that drillbit drills; nothing of the harness imports them
 ]
 # Internal imports kept inside a function on purpose: the command lines (drill's and the
-# agent's: a guardian process must start light) load only what a command needs — Ray,
+# agent's, and the guardian, which starts with every drill on every node and loads the fault
+# machinery only when it trips) load only what a command needs — Ray,
 # Fabric and torch take seconds to import — an engine is imported when a cluster uses it,
 # and the fixture jobs import their parts where they run (a Ray Train worker, a stack's
 # loop).
-LAZY_OK = ("drillbit.entry.cli", "drillbit.transport.__init__", "drillbit.entry.pytest_plugin", "drillbit.agent.__main__")
+LAZY_OK = ("drillbit.entry.cli", "drillbit.transport.__init__", "drillbit.entry.pytest_plugin", "drillbit.agent.__main__",
+           "drillbit.agent.guardian")
 
 
 def layer_of(module: str) -> int:
