@@ -23,6 +23,10 @@ import pytest
 os.environ.setdefault("DRILLBIT_REFERENCE_STEP_MS", "150")
 os.environ.setdefault("DRILLBIT_REFERENCE_NPROC", "2")
 os.environ.setdefault("DRILLBIT_REFERENCE_SLICE_MS", "5")
+# one OpenMP thread a process for every job the tests start (torchrun sets it only where a node
+# runs more than one process): several jobs share two cores, and torch's threads spin waiting
+# for each other's share of them
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 @pytest.fixture(autouse=True)
 def ledger_partitions_every_real_window(tmp_path):

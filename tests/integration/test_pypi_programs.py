@@ -165,7 +165,10 @@ def program_project(tmp_path: Path, venv: Path, job: str, profile: dict, maker: 
     """The project folder of one program: its profile (launched from the project folder, its
     output in the run folder's job.out), what its users have before they train (``maker``,
     run with the program's own interpreter) and the two drills."""
-    profile = {**profile, "launch": {**profile["launch"], "cwd": ".", "env": {"LOGLEVEL": "INFO"}},
+    # one thread a process, as torchrun sets it for more than one process a node: on two cores
+    # shared with the suite's other jobs, torch's OpenMP threads spin waiting for each other
+    # (LitGPT's one rank took 1.2-2.4 s a step beside them, against 50 ms alone)
+    profile = {**profile, "launch": {**profile["launch"], "cwd": ".", "env": {"LOGLEVEL": "INFO", "OMP_NUM_THREADS": "1"}},
                "logs": ["{run_dir}/job.out"]}
     project = project_with(tmp_path, {job: profile})
     subprocess.run([str(venv / "bin" / "python"), str(PROGRAMS / maker), str(project)], check=True,
