@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-
 from drillbit.agent.api import Record
 from drillbit.agent.jobproc import stop_job as stop_tree
 from drillbit.agent.node import NodeAgent
