@@ -174,9 +174,10 @@ def test_a_signal_sets_constant_fields_and_a_group_of_the_same_name_wins():
     assert m.match("fetching 4")[0][2]["tier"] == "peer"
 
 
-def flash_drilled(restored: int, tier: str, hurts: str = "rank") -> History:
+def flash_drilled(restored: int, tier: str, hurts: str = "rank", late_save: int | None = None) -> History:
     """DLRover's flash checkpoints: memory every 2 steps (known only from the job's save lines),
-    disk every 10 (a folder); killed at step 17."""
+    disk every 10 (a folder); killed at step 17. ``late_save``: a memory save whose line (no
+    time of its own) was read just after the kill was confirmed."""
     h = History()
     t = 3000.0
     for n in range(1, 18):
@@ -189,6 +190,8 @@ def flash_drilled(restored: int, tier: str, hurts: str = "rank") -> History:
     h.record("harness", "ckpt.tiers", t=t + 4.3, tiers={"memory": {}, "disk": {"/r/ckpt": 10}},
              saved={"memory": "node"})
     h.record("harness", "fault.confirmed", t=t + 4.4, expects="crash", hurts=hurts, evidence=[])
+    if late_save is not None:
+        h.record("probe", "ckpt.save", t=t + 4.456, step=late_save, tier="memory", t_source="read")
     h.record("probe", "restart", t=t + 5.0, attempt=1, by="torchrun")
     h.record("probe", "restore", t=t + 8.0, step=restored, tier=tier)
     h.record("probe", "step", t=t + 9.0, n=restored + 1)
@@ -205,6 +208,19 @@ def test_a_tier_known_from_saves_holds_the_newest_step_saved_there_and_outlives_
     assert result.verdict == "fail"
     assert any("restored step 10 from disk while step 16 survived in the memory tier: 6 step(s) behind" in r
                for r in result.reasons), result.reasons
+
+
+def test_a_save_line_read_after_the_kill_is_a_copy_the_restore_could_take():
+    """The save of step 18 was printed before the kill and read 56 ms after it was confirmed
+    (a line without a time is stamped when read; test_stacks.py's DLRover drill on a loaded
+    machine): the restore that took 18 from memory is 0 steps behind, and one that took 16
+    is 2 behind — not the other way round."""
+    m = measure(flash_drilled(18, "memory", late_save=18))
+    assert (m.best_available_step, m.best_available_tier, m.steps_behind_best) == (18, "memory", 0)
+    assert check(SPEC, flash_drilled(18, "memory", late_save=18)).verdict == "pass"
+    m = measure(flash_drilled(16, "memory", late_save=18))
+    assert (m.best_available_step, m.steps_behind_best) == (18, 2)
+    assert check(SPEC, flash_drilled(16, "memory", late_save=18)).verdict == "fail"
 
 
 def test_a_fault_that_takes_the_node_takes_a_shared_memory_tier_with_it():

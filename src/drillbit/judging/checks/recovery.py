@@ -158,6 +158,7 @@ class TierFigures(BaseModel):
 
     restored_from: str | None = None          # the tier the job's lines name (local, peer, persistent)
     best_available_step: int | None = None    # the newest step any surviving copy held when the fault hit
+    #                                            (a tier known from save lines: saved before the restore)
     best_available_tier: str | None = None
     lost_copies: list[str] = []               # tier copies the fault took away
     steps_behind_best: int | None = None
@@ -620,9 +621,15 @@ def _measure_tiers(m: Measurements, events: list[Event], confirmed: Event, t0: f
             lost.add(effect.lost.rstrip("/"))
     tiers = {name: dict(copies) for name, copies in snapshot.tiers.items()}
     fault = FaultConfirmed.of(confirmed)
+    # a tier with no folder (shared memory): the newest step the job said it saved there before
+    # its restart restored. A save line without a time of its own is stamped when it was read,
+    # which can be after the kill that came just after it (a DLRover rank killed at step 18,
+    # under load: its "saved step=18 tier=memory" was read 56 ms after the kill was confirmed,
+    # and the restart restored 18 from memory); a survivor's save between the fault and the
+    # restore is a copy the restore could take too.
+    said_until = restore.t if restore is not None else t0
     for name, lost_with in (snapshot.saved or {}).items():
-        # a tier with no folder (shared memory): the newest step the job said it saved there
-        saved = [s.step for s in (Save.of(e) for e in events if e.kind == Kind.CKPT_SAVE and e.t <= t0)
+        saved = [s.step for s in (Save.of(e) for e in events if e.kind == Kind.CKPT_SAVE and e.t <= said_until)
                  if s.tier == name and s.step is not None]
         said = f"{name} (the job's saves)"
         tiers[name] = {said: max(saved)} if saved else {}
