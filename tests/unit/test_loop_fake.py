@@ -273,3 +273,41 @@ def test_an_engine_that_fails_to_take_the_lease_is_still_closed(tmp_path, monkey
     outcome = runner.run()
     assert closed == [True] and outcome.error_kind == "busy" and not nodes.lease.released
     assert "job.launch" not in kinds(outcome) and "fault.inject" not in kinds(outcome)
+
+
+def test_a_line_written_before_the_fault_is_read_before_it(tmp_path):
+    """A line without a time of its own is stamped when it is read. The runner reads the logs
+    to their end just before it injects, so a save the job printed after the trigger step but
+    before the kill is stamped before the fault, though the probe's own thread would not have
+    read it until the drill's end (it polls once a minute here; under load a 0.1 s poll lagged
+    56 ms behind a DLRover kill, and restore_tier missed the save)."""
+    from drillbit.judging.probes.logs import EventsProbe
+    from tests.fakes.fake_cluster import FakeProbe
+
+    log = tmp_path / "job.log"
+    log.write_text("")
+
+    class SavingJob(FakeJob):
+        def _emit(self, kind, **data):
+            if kind == "step" and data.get("n") == 7:  # the trigger is step 8
+                with log.open("a") as out:
+                    out.write("saved step=7 tier=memory\n")
+            super()._emit(kind, **data)
+
+    job = SavingJob(step_s=0.05)
+    saves = [Signal(kind="ckpt.save", pattern=r"^saved step=(?P<step>\d+) tier=(?P<tier>\w+)$", ints=["step"])]
+
+    def probes(history, profile, logs, values):
+        return [FakeProbe(history, job), EventsProbe(history, [log], saves, poll=60.0)]
+
+    agent = FakeAgent("n0", job)
+    nodes = FakeNodes(tmp_path, agent)
+    outcome = DrillRunner(spec(), "fake", CLUSTER, "fake-job", JOB, tmp_path, nodes=nodes, probes=probes,
+                          heal_timeout=0.3).run()
+    agent.release.set()
+    # the first save of step 7 (the restart from step 5 saves it again)
+    save = next(e for e in outcome.history if e.kind == "ckpt.save" and e.source == "probe:events")
+    inject = outcome.history.first("fault.inject")
+    assert save.data["step"] == 7 and save.data["t_source"] == "read"
+    assert save.t < inject.t, (save.t, inject.t)
+    assert_left_clean(agent, nodes)

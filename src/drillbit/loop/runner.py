@@ -51,6 +51,7 @@ from drillbit.loop.schedule import JobExited, choose_targets, describe_trigger, 
 from drillbit.loop.stop import UNREADABLE_S, StopWatch
 from drillbit.loop.watch import Probe, ProbeFactory, Progress, log_probes
 from drillbit.judging.probes.preset import signals_of
+from drillbit.judging.probes.logs import LogProbe
 from drillbit.judging.probes.prometheus import PrometheusProbe
 from drillbit.core.proc import ProcRef
 from drillbit.core.pystacks import where_stuck
@@ -507,6 +508,7 @@ class DrillRunner:
             self.record("ckpt.tiers", tiers=tier_steps(self.job.tiers, {"run_dir": str(self.run_dir)}),
                         **({"saved": saved} if saved else {}))
         self._await_live_brakes()
+        self._read_logs_to_the_end()
         try:
             self.nemesis.inject(self.targets)
         finally:
@@ -516,6 +518,16 @@ class DrillRunner:
             step.watch(self)
         step.settle(self, confirmed)
         return True
+
+    def _read_logs_to_the_end(self) -> None:
+        """Read the job's logs on this machine to their end now, just before the fault: a line
+        without a time of its own is stamped when it is read, and one the job wrote just
+        before the fault could otherwise be stamped after it (a DLRover save of the step after
+        the trigger was read 56 ms after the kill was confirmed). The agents' tails read on
+        their nodes, on their own time."""
+        for probe in self.probes:
+            if isinstance(probe, LogProbe):
+                probe.poll_once()
 
     def _await_live_brakes(self, limit_s: float = UNREADABLE_S) -> None:
         """No fault before every stop condition can brake: each must have read healthy since the

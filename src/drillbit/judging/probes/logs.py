@@ -7,6 +7,7 @@ when the line has one, else with the time it was read.
 """
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -79,8 +80,16 @@ class LogProbe(Poller):
         self._history = history
         self._followers = [FileFollower(p) for p in paths]
         self.reader = LineReader(match, resets)
+        self._reading = threading.Lock()
 
     def poll_once(self) -> None:
+        """Read what the logs gained since the last read. Safe from any thread: the runner reads
+        the logs to their end itself, from its own thread, just before it injects a fault (what
+        was written before the fault is stamped before it) and when the job exits."""
+        with self._reading:  # one reader at a time: the probe's thread or the runner's
+            self._read()
+
+    def _read(self) -> None:
         for follower in self._followers:
             for line in follower.read_lines():
                 for kind, t, rank, data in self.reader.hits(line):
@@ -127,7 +136,7 @@ class HeartbeatProbe(LogProbe):
         self._path = Path(path)
         self._last: int | None = None
 
-    def poll_once(self) -> None:
+    def _read(self) -> None:
         try:
             fields = self._path.read_text().split()
             n, t = int(fields[0]), float(fields[1])
