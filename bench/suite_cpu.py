@@ -11,7 +11,8 @@ daemons and the jobs' ranks included, and the cgroup's ``cpuacct.usage`` is the 
 One line a test: ``cpu_s wall_s start worker nodeid``. A process that outlives its test stays
 in that test's cgroup and is counted there up to the test's end only. Without a writable
 ``/sys/fs/cgroup/cpuacct`` the plugin records nothing and the tests run as ever. Its folder
-(``drillbit-suite-cpu``) is left empty at the end: ``rmdir`` it.
+(``drillbit-suite-cpu``) stays after the run, with a test's own folder inside wherever a process
+outlived that test (a finding in itself): ``rmdir`` them.
 """
 from __future__ import annotations
 

@@ -11,10 +11,11 @@ import time
 import pytest
 
 from drillbit.judging.exitcodes import exit_code
+from drillbit.judging.probes.logs import EventsProbe
 from drillbit.loop import DrillRunner
 from drillbit.judging.report.result import build
 from drillbit.spec.signals import Signal
-from tests.fakes.fake_cluster import CLUSTER, JOB, FakeAgent, FakeJob, FakeNodes, fake_probes, spec
+from tests.fakes.fake_cluster import CLUSTER, JOB, FakeAgent, FakeJob, FakeNodes, FakeProbe, fake_probes, spec
 
 
 def drill(tmp_path, *, job: FakeJob | None = None, cluster=CLUSTER, drill_spec=None, heal_timeout: float = 0.3,
@@ -281,9 +282,6 @@ def test_a_line_written_before_the_fault_is_read_before_it(tmp_path):
     before the kill is stamped before the fault, though the probe's own thread would not have
     read it until the drill's end (it polls once a minute here; under load a 0.1 s poll lagged
     56 ms behind a DLRover kill, and restore_tier missed the save)."""
-    from drillbit.judging.probes.logs import EventsProbe
-    from tests.fakes.fake_cluster import FakeProbe
-
     log = tmp_path / "job.log"
     log.write_text("")
 
