@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from drillbit.judging.checks.fidelity import restore_fidelity
 from drillbit.judging.checks.slo import Judging, _judge_restore_fidelity
 from drillbit.judging.checks.recovery import Measurements
@@ -164,3 +166,191 @@ def test_an_exact_replay_shows_the_state_came_back_however_little_the_loss_moved
     f = noisy_run(lambda n, loss: loss(n))  # steps 41-45 again, with the losses they had
     assert parts(f)["loss"].status == "pass" and "gave the losses they gave before" in parts(f)["loss"].says
     assert f.status == "pass", f
+
+
+# --- figures bound to their own step, within their own attempt (#56) --------------------------------
+
+def _trainer_lines(h: History, steps: range, lr_of, loss_of, dict_first, spe: int = 512, t0: float = 0.0) -> None:
+    """The Trainer's output as the probes record it: its 'Num update steps per epoch' line, then per
+    step a progress-bar count and a dict with no step number, in either order (tqdm's redraws decide)."""
+    from drillbit.judging.probes.preset import load, matcher
+
+    m = matcher(load("hf-trainer").signals)
+
+    def put(line: str, t: float) -> None:
+        for kind, _, data in m.match(line):
+            h.record("probe", kind, t=t, **data)
+
+    put(f"[transformers]   Num update steps per epoch = {spe:,}", t0)
+    for i, n in enumerate(steps):
+        bar = f" 10%|█         | {n}/1000 [00:01<00:09,  4.51it/s]"
+        d = "{" + f"'loss': '{loss_of(n):.4g}', 'grad_norm': '0.79', 'learning_rate': '{lr_of(n):.4g}', " \
+                  f"'epoch': '{n / spe:.4g}'" + "}"
+        lines = [d, bar] if dict_first(n) else [bar, d]
+        for j, line in enumerate(lines):
+            put(line, t0 + i + j / 10)
+
+
+def _warmup(n: int) -> float:
+    return 2e-4 * (n - 1)
+
+
+def test_a_trainer_dict_is_its_own_steps_whether_printed_before_or_after_the_bar():
+    """transformers 5.25 printed the dict before the bar's count of its step, and after it, in one
+    run; a replay with the very learning rates of a warmup must pass (it failed: 'learning rate
+    0.0044 at step 22 after restoring step 20, against 0.0042')."""
+    from drillbit.judging.checks.fidelity import with_metrics
+
+    h = History()
+    _trainer_lines(h, range(1, 26), _warmup, lambda n: 5 - 0.05 * n + (0.02 if n % 2 else -0.02),
+                   dict_first=lambda n: n % 3 != 0)
+    before = h.of("step")
+    h.record("probe", "restart", t=100.0, attempt=1)
+    h.record("probe", "restore", t=101.0, step=20, path="/x/checkpoint-20")
+    _trainer_lines(h, range(21, 27), _warmup, lambda n: 5 - 0.05 * n + (0.02 if n % 2 else -0.02),
+                   dict_first=lambda n: n % 2 == 0, t0=102.0)
+    after = h.of("step")[len(before):]
+    events = list(h)
+    merged = with_metrics(after, events)
+    assert [(e.data["n"], e.data["lr"]) for e in merged][:3] == [(21, 0.004), (22, 0.0042), (23, 0.0044)]
+    assert not any("unbound" in e.data for e in merged)
+    f = restore_fidelity(with_metrics(before, events), merged, 20)
+    assert parts(f)["learning rate"].status == "pass", f
+    assert parts(f)["loss"].status == "pass" and "median gap 0" in parts(f)["loss"].says, f
+
+
+def test_a_figure_waiting_for_its_step_never_crosses_the_restart():
+    """The dead attempt's last dict (step 25's) was read but its bar never counted the step; it
+    must not become the restored attempt's first step's figures."""
+    from drillbit.judging.checks.fidelity import with_metrics
+
+    h = History()
+    for n in range(1, 4):
+        h.record("probe", "metrics", t=float(n), loss=9.0, lr=0.5)   # names no step: the next step's
+        h.record("probe", "step", t=n + 0.5, n=n)
+    h.record("probe", "metrics", t=10.0, loss=7.0, lr=0.25)           # the dead attempt's last
+    h.record("probe", "restart", t=11.0, attempt=1)
+    h.record("probe", "step", t=12.0, n=3)
+    merged = with_metrics(h.of("step"), list(h))
+    assert "lr" not in merged[-1].data and merged[0].data["unbound"] == ["loss", "lr"]
+
+
+def test_a_bound_figure_goes_to_its_own_attempts_step_of_that_number():
+    from drillbit.judging.checks.fidelity import with_metrics
+
+    h = History()
+    h.record("probe", "step", t=1.0, n=22)
+    h.record("probe", "metrics", t=1.1, n=22, lr=0.0042)
+    h.record("probe", "restore", t=2.0, step=20)
+    h.record("probe", "metrics", t=2.1, n=22, lr=0.0099)
+    h.record("probe", "step", t=2.2, n=22)
+    a, b = with_metrics(h.of("step"), list(h))
+    assert (a.data["lr"], b.data["lr"]) == (0.0042, 0.0099)
+
+
+def test_a_schedule_mismatch_on_figures_placed_by_position_alone_is_unknown_never_a_fail():
+    h = History()
+    for n in range(1, FAULT + 1):
+        h.record("probe", "metrics", t=float(n), lr=lr_at(n))
+        h.record("probe", "step", t=n + 0.5, n=n, loss=loss_at(n))
+    from drillbit.judging.checks.fidelity import with_metrics
+
+    before = h.of("step")
+    h.record("probe", "restore", t=100.0, step=RESTORED)
+    for i, n in enumerate(range(RESTORED + 1, RESTORED + 8)):
+        h.record("probe", "metrics", t=101.0 + i, lr=lr_at(n + 1))  # a line read out of its step's order
+        h.record("probe", "step", t=101.5 + i, n=n, loss=loss_at(n))
+    events = list(h)
+    f = restore_fidelity(with_metrics(before, events), with_metrics(h.of("step")[len(before):], events), RESTORED)
+    lr = parts(f)["learning rate"]
+    assert lr.status == "unknown" and "name no step" in lr.says, lr
+    assert f.status == "unknown"
+
+
+@pytest.mark.parametrize("epoch, spe, step", [
+    ("0.001953", 512, 1), ("0.04102", 512, 21), ("1.953", 512, 1000), ("19.53", 512, None), ("0.3333", 3, 1),
+    ("0.5", 512, None), ("nan", 512, None), ("-0.1", 10, None), ("x", 10, None), ("0.04102", 0, None),
+    ("0.04102", None, None), ("1e+03", 1, None), ("12.5", 2, 25)])
+def test_an_epoch_fraction_names_a_step_only_where_its_digits_place_one(epoch, spe, step):
+    from drillbit.judging.checks.fidelity import epoch_step
+
+    assert epoch_step(epoch, spe) == step
+
+
+# --- figures that are not numbers (#56) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_loss_that_is_not_a_number_after_the_restore_fails_naming_it(bad):
+    f = run(after=lambda n: {"loss": bad} if n >= RESTORED + 2 else {})
+    loss = parts(f)["loss"]
+    assert f.status == "fail" and loss.status == "fail", f
+    assert f"loss {bad} at step {RESTORED + 2}" in loss.says and "was a number" in loss.says
+
+
+def test_a_loss_that_was_not_a_number_before_the_fault_too_is_unknown():
+    h = History()
+    for n in range(1, FAULT + 1):
+        h.record("probe", "step", t=float(n), n=n, loss=math.nan if n == 30 else loss_at(n))
+    before = h.of("step")
+    for i, n in enumerate(range(RESTORED + 1, RESTORED + 6)):
+        h.record("probe", "step", t=100.0 + i, n=n, loss=math.nan)
+    f = restore_fidelity(before, h.of("step")[len(before):], RESTORED)
+    assert parts(f)["loss"].status == "unknown" and "before the fault too (step 30)" in parts(f)["loss"].says
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_learning_rate_that_is_not_a_number_after_the_restore_fails(bad):
+    f = run(after=lambda n: {"lr": bad})
+    assert parts(f)["learning rate"].status == "fail" and f.status == "fail", f
+
+
+def test_data_counts_that_are_not_numbers_never_decide():
+    f = run(after=lambda n: {"samples": math.nan})
+    assert parts(f)["data position"].status == "not measured", f
+
+
+def test_a_loss_beyond_the_start_is_called_so():
+    f = run(after=lambda n: {"loss": loss_at(1) * 3})
+    loss = parts(f)["loss"]
+    assert loss.status == "fail" and "beyond even the start" in loss.says, loss
+    assert "median loss" in loss.says and "over steps 36–40" in loss.says
+
+
+# --- a restart from the first step: what came back all the same (#56) ---------------------------------
+
+def started(after_loss, after_lr=lr_at, saved=RESTORED):
+    h = History()
+    for n in range(1, FAULT + 1):
+        h.record("probe", "step", t=float(n), n=n, loss=loss_at(n), lr=lr_at(n), samples=n * 64)
+    before = h.of("step")
+    for i, n in enumerate(range(1, 9)):
+        h.record("probe", "step", t=100.0 + i, n=n, loss=after_loss(n), lr=after_lr(n), samples=n * 64)
+    return restore_fidelity(before, h.of("step")[len(before):], 0, saved)
+
+
+def test_a_model_only_restore_names_the_weights_back_and_the_rest_started_over():
+    f = started(lambda n: loss_at(RESTORED + n))
+    assert f.status == "fail" and f.restored_step == 0
+    assert parts(f)["loss"].came_back is True and parts(f)["learning rate"].came_back is False
+    assert parts(f)["data position"].came_back is False and parts(f)["step counter"].came_back is False
+    assert f.started_over() == ("the weights came back, but step counter, schedule and data position started over "
+                                "(with the schedule, most often, the optimizer)")
+    m = Measurements(restored_step=0, lost_steps=FAULT, step_at_fault=FAULT, fidelity=f)
+    j = Judging(slo=SLO(max_lost_steps=5), m=m, watched=60.0, baseline=None)
+    from drillbit.judging.checks.slo import _judge_max_lost_steps
+
+    _judge_restore_fidelity(j)
+    _judge_max_lost_steps(j)
+    assert [r.name for r in j.results] == ["max_lost_steps"]  # unasked: lost steps judge a start over
+    assert "the weights came back, but step counter, schedule and data position started over" in j.reasons[0]
+    assert "the saved step" in j.reasons[0]
+
+
+def test_a_start_over_with_nothing_back_says_the_weights_started_over_too():
+    f = started(loss_at)
+    assert parts(f)["loss"].came_back is False and "started over too" in parts(f)["loss"].says
+    assert f.started_over().startswith("step counter, weights, schedule and data position started over")
+
+
+def test_a_start_over_with_nothing_saved_is_not_judged():
+    assert started(loss_at, saved=None) is None

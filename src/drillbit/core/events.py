@@ -142,6 +142,18 @@ def _count(value: Any) -> Any:
     return int(number) if number is not None and math.isfinite(number) and number == int(number) else None
 
 
+def _grouped_count(value: Any) -> Any:
+    """A count as a person prints it, digits grouped ('1,024', '1_024')."""
+    return _count(value.replace(",", "").replace("_", "") if isinstance(value, str) else value)
+
+
+def _text_of_number(value: Any) -> Any:
+    """A number kept as the line printed it: its digits say how precise it is."""
+    if value is None or isinstance(value, bool):
+        return None
+    return value if isinstance(value, str) else repr(value)
+
+
 def _absolute(value: str) -> str:
     """A path drillbit itself found (a read the kernel named): absolute and normal, so it is
     compared as a place, never as text (a relative path once reached a checker that took
@@ -217,8 +229,8 @@ class Step(JobPayload):
 @_kind(Kind.METRICS)
 class Metrics(JobPayload):
     """a step's figures printed on a line of their own (loss, lr, samples or tokens) — restore_fidelity;
-    with group n (or step) they are that step's, else the next step's (the Hugging Face Trainer prints
-    its dict before its progress bar counts the step)"""
+    they are the step the line names (group n or step, or epoch with steps_per_epoch), else the next
+    step's in the same attempt, and then a mismatch they show is unknown, never a fail"""
 
     n: Count = None
     step: Count = None
@@ -226,6 +238,12 @@ class Metrics(JobPayload):
     lr: Number = None
     samples: Number = None
     tokens: Number = None
+    # the step bound by the line's own evidence where it names none: the fraction of epochs done
+    # (kept as printed: its digits say how precisely it places a step) and the optimizer steps in
+    # an epoch, from a line of the attempt's own (the Hugging Face Trainer's "Num update steps per
+    # epoch = 1,024"; a line may carry only this)
+    epoch: Annotated[str | None, BeforeValidator(_text_of_number)] = None
+    steps_per_epoch: Annotated[int | None, BeforeValidator(_grouped_count)] = None
 
 
 @_kind(Kind.DETECT)

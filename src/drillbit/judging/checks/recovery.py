@@ -377,7 +377,7 @@ def _fidelity(m: Measurements, w: Window) -> None:
     """FidelityFigures: whether what came back is what was saved."""
     if w.restart or w.restore:
         m.fidelity = restore_fidelity(with_metrics(w.before, w.events), with_metrics(w.recovered, w.events),
-                                      m.restored_step)
+                                      m.restored_step, m.newest_save_step)
 
 
 def _attribution(m: Measurements, w: Window) -> None:

@@ -271,8 +271,8 @@ def _judge_restore_fidelity(j: Judging) -> None:
     fidelity is an SLO: a fail, or a pass of every part the job prints; one the job's lines could
     not decide stays in the measurements, with each part's words, and claims nothing."""
     asked, f = j.slo.restore_fidelity, j.m.fidelity
-    if asked is False or f is None:
-        return
+    if asked is False or f is None or (f.restored_step == 0 and not asked):
+        return  # a start from the first step is lost steps' to judge; its reason says what came back all the same
     said = "; ".join(f"{p.name}: {p.status} — {p.says}" for p in f.parts)
     if not f.measured() or (f.status == "unknown" and not asked):
         if asked:
@@ -282,7 +282,11 @@ def _judge_restore_fidelity(j: Judging) -> None:
     j.results.append(SLOResult(name="restore_fidelity", measurement="fidelity", limit=1,
                                measured=None if f.status == "unknown" else int(f.status == "pass"), status=f.status,
                                detail=said))
-    if f.status == "fail":
+    if f.status == "fail" and f.restored_step == 0:
+        if j.slo.max_lost_steps is None:  # else its reason says the same
+            j.reasons.append(f"the restart began again from the first step: {f.started_over()} ("
+                             + "; ".join(f"{p.name}: {p.says}" for p in f.parts if p.came_back is not None) + ")")
+    elif f.status == "fail":
         j.reasons.append(f"the restart resumed at step {f.restored_step}, but not the state saved there: "
                          + "; ".join(f"{p.name}: {p.says}" for p in f.failed()))
 
@@ -302,7 +306,17 @@ def _judge_max_lost_steps(j: Judging) -> None:
                 unloaded = (f"; the job had said it saved step {m.newest_save_step} {m.newest_save_s:.1f} s before "
                             "the fault, and the restart did not load it")
             j.reasons.append(f"{lost} steps were lost (restored step {m.restored_step}, fault at step "
-                             f"{m.step_at_fault}); the SLO allows {slo.max_lost_steps}{unloaded}")
+                             f"{m.step_at_fault}); the SLO allows {slo.max_lost_steps}{unloaded}{_what_came_back(m)}")
+
+
+def _what_came_back(m: Measurements) -> str:
+    """For a restart from the first step: which state came back all the same, and which started
+    over, with the figures that tell (judging/checks/fidelity.py)."""
+    f = m.fidelity
+    if f is None or f.restored_step != 0 or not f.started_over():
+        return ""
+    told = [p for p in f.parts if p.came_back is not None and p.name != "step counter"]
+    return f"; {f.started_over()}" + (" (" + "; ".join(f"{p.name}: {p.says}" for p in told) + ")" if told else "")
 
 
 def _judge_goodput_min(j: Judging) -> None:
