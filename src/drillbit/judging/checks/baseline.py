@@ -15,6 +15,7 @@ job with 0.25 s steps is noise, not a regression (the case #13 measured).
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -34,7 +35,8 @@ class Baseline:
     samples: list[Measurements] = field(default_factory=list)
 
     def values(self, name: str) -> list[float]:
-        return [float(v) for s in self.samples if (v := getattr(s, name, None)) is not None]
+        """The passing runs' figures; one that is not a number (an older run's bug) is left out."""
+        return [float(v) for s in self.samples if (v := getattr(s, name, None)) is not None and math.isfinite(v)]
 
     def floor(self, name: str) -> float:
         if name == "lost_steps":

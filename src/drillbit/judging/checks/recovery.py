@@ -6,6 +6,7 @@ job's own recovery.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import statistics
@@ -537,6 +538,10 @@ def measure(history: History, *, poll: bool = False) -> Measurements:
             continue
         try:
             measurer.measure(m, w)
+            bad = [f"{name} came out {v}" for name in measurer.writes
+                   if isinstance(v := getattr(m, name), float) and not math.isfinite(v)]
+            if bad:  # NaN or inf: a figure no comparison can judge (an event's time that was not a number)
+                raise ValueError("; ".join(bad))
         except Exception as exc:  # noqa: BLE001 — one family's bug is that family's unknown
             defaults = Measurements()
             for name in measurer.writes:

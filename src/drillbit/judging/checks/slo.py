@@ -5,6 +5,7 @@ A measurement that never came is a breach when the drill watched longer than the
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Literal
@@ -65,6 +66,8 @@ def _judge_timed(j: Judging) -> None:
         if limit is None:
             continue
         value = getattr(m, measure)
+        if _not_a_number(j, name, measure, limit, value):
+            continue
         if value is not None:
             ok = value <= limit
             j.results.append(SLOResult(name=name, measurement=measure, limit=limit, measured=round(value, 3),
@@ -79,6 +82,20 @@ def _judge_timed(j: Judging) -> None:
         else:
             j.results.append(SLOResult(name=name, measurement=measure, limit=limit, measured=None, status="unknown",
                                        detail=f"observation ended {watched:.0f} s after the fault"))
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _not_a_number(j: Judging, name: str, measure: str, limit: float, value: object) -> bool:
+    """A figure that came out NaN or infinite, judged unknown (for judges that judge several
+    figures in one call; :func:`evaluate` catches the others)."""
+    if not isinstance(value, float) or math.isfinite(value):
+        return False
+    j.results.append(SLOResult(name=name, measurement=measure, limit=limit, measured=None, status="unknown",
+                               detail=f"{measure} came out {value} (not a number): nothing can be judged from it"))
+    return True
 
 
 def _peer_copy(m: Measurements, measure: str) -> str:
@@ -210,10 +227,11 @@ def _judge_straggler(j: Judging) -> None:
         elif watched >= limit:
             j.results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
                                        measured=None, status="fail", detail=f"nobody named in {watched:.0f} s"))
-            tax = f"; the job ran {m.fleet_tax:.1%} slower meanwhile" if m.fleet_tax is not None else ""
-            j.reasons.append(f"rank {', '.join(map(str, m.target_ranks))} ran "
-                             f"{(m.slowdown_achieved or m.target_slowdown or 0):.1%} slower and was never named "
-                             f"within {limit:g} s{tax}")
+            tax = f"; the job ran {m.fleet_tax:.1%} slower meanwhile" if _finite(m.fleet_tax) else ""
+            slowed = next((v for v in (m.slowdown_achieved, m.target_slowdown) if v and _finite(v)), None)
+            j.reasons.append(f"rank {', '.join(map(str, m.target_ranks))} "
+                             + (f"ran {slowed:.1%} slower" if slowed is not None else "was slowed")
+                             + f" and was never named within {limit:g} s{tax}")
         else:
             j.results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
                                        measured=None, status="unknown",
@@ -342,6 +360,8 @@ def _judge_limits(j: Judging) -> None:
             if bound is None:
                 continue
             key = f"limits.{name}.{'max' if words == 'at most' else 'min'}"
+            if _not_a_number(j, key, name, bound, value):
+                continue
             if value is None:
                 j.results.append(SLOResult(name=key, measurement=name, limit=bound, measured=None, status="unknown"))
                 continue
@@ -363,6 +383,8 @@ def _judge_regression(j: Judging) -> None:
     for name, allowed in slo.regression.items():
         value = getattr(m, name)
         key = f"regression.{name}"
+        if _not_a_number(j, key, name, allowed, value):
+            continue
         if baseline is None or not baseline.samples:
             # The first passing run becomes the baseline; there is nothing to regress from.
             j.results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None, status="pass",
@@ -396,7 +418,7 @@ JUDGES: tuple[tuple[Judge, tuple[type[BaseModel], ...]], ...] = (
     (_judge_crash_invariants, (RecoveryFigures, SaveCrashFigures)),
     (_judge_restore_matches_save, (RecoveryFigures,)),
     (_judge_restore_fidelity, (FidelityFigures,)),
-    (_judge_max_lost_steps, (RecoveryFigures,)),
+    (_judge_max_lost_steps, (RecoveryFigures, FidelityFigures)),
     (_judge_goodput_min, (RecoveryFigures,)),
     (_judge_limits, FAMILIES),
     (_judge_regression, FAMILIES),
@@ -410,9 +432,32 @@ def evaluate(slo: SLO, m: Measurements, history: History,
     if m.t_fault is None:
         return [], []
     j = Judging(slo=slo, m=m, watched=m.observed_s or 0.0, baseline=baseline)
-    for judge, _reads in JUDGES:
+    bad = not_numbers(m)
+    for judge, reads in JUDGES:
+        results, reasons = len(j.results), len(j.reasons)
         judge(j)
+        if reads is not FAMILIES:  # limits and regressions judge each figure by itself (_not_a_number)
+            _unknown_on_not_numbers(j, {n: v for n, v in bad.items() if any(n in f.model_fields for f in reads)},
+                                    results, reasons)
     return j.results, j.reasons
+
+
+def not_numbers(m: Measurements) -> dict[str, float]:
+    """The figures that came out NaN or infinite: every comparison with them is a lie (NaN
+    compares false both ways; -inf passes any 'within')."""
+    return {name: value for name, value in m if isinstance(value, float) and not math.isfinite(value)}
+
+
+def _unknown_on_not_numbers(j: Judging, bad: dict[str, float], results: int, reasons: int) -> None:
+    """What one judge just added, where a figure of the families it reads is not a number:
+    unknown, never a pass or a fail, and no reason of its own."""
+    if not bad or len(j.results) == results:
+        return
+    said = ", ".join(f"{n} came out {v}" for n, v in bad.items())
+    for i in range(results, len(j.results)):
+        j.results[i] = j.results[i].model_copy(update={
+            "status": "unknown", "measured": None, "detail": f"{said} (not a number): nothing can be judged from it"})
+    del j.reasons[reasons:]
 
 
 def _restore_tier(limit: int, m: Measurements, watched: float, reasons: list[str]) -> SLOResult:
