@@ -49,8 +49,11 @@ def test_restore_hang_waits_forever_without_the_watchdog(tmp_path):
     first = next(s for s in result["slos"] if s["name"] == "first_step_within")
     assert first["status"] == "fail"
     assert "never made a step again" in result["reasons"][0] or "no restart ever produced a step" in result["reasons"][0]
-    # where: the live ranks' stacks, dumped before the heal, quote the frames they share (the FIFO's read)
+    # where: the live ranks' stacks, dumped before the heal: both ranks of the new attempt in the FIFO's read.
+    # The rank the fault named was attempt 0's; attempt 1's rank 1 is another process, and is not named
     stuck = [r for r in result["reasons"] if r.startswith("where the job was stuck")]
-    assert stuck and "of attempt 1 stuck in newest_valid" in stuck[0], result["reasons"]
+    assert stuck and "ranks 0–1 of attempt 1 " in stuck[0], result["reasons"]
+    assert "… → newest_valid → verify → sha256_file" in stuck[0], result["reasons"]
+    assert "the one the fault" not in stuck[0]
     [folder] = [p for p in tmp_path.iterdir() if p.name.endswith("restore-hang-fast")]
     assert (folder / "stacks.json").exists()

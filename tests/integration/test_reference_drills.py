@@ -95,6 +95,11 @@ def test_stall_nccl_fails_with_the_watchdog_off(tmp_path):
     detect = next(s for s in result["slos"] if s["name"] == "detect_within")
     assert detect["status"] == "fail"
     assert result["measurements"]["predicted_by"] == "collective"  # predicted: gloo's 30 min, past any SLO
+    # where: the stopped rank named as such, by its own frame (or among the others, where it froze in the
+    # same one), never placed on the waiting rank's frame unnamed
+    [stuck] = [r for r in result["reasons"] if r.startswith("where the job was stuck")]
+    assert "ranks 0–1 of the first attempt" in stuck, stuck
+    assert "rank 1, the one the fault stopped, in " in stuck or "(rank 1 the one the fault stopped) stuck in" in stuck, stuck
     # the heal resumed the stopped rank before teardown
     heal = result["fault"]["heals"][0]
     assert heal["verified"] and "resumed" in heal["detail"]

@@ -54,7 +54,7 @@ from drillbit.judging.probes.preset import signals_of
 from drillbit.judging.probes.logs import LogProbe
 from drillbit.judging.probes.prometheus import PrometheusProbe
 from drillbit.core.proc import ProcRef
-from drillbit.core.pystacks import where_stuck
+from drillbit.core.pystacks import Hit, where_stuck
 from drillbit.spec.config import ClusterSpec, JobProfile
 from drillbit.spec.models import DrillSpec
 from drillbit.transport.nodes import Nodes
@@ -616,10 +616,19 @@ class DrillRunner:
         except DrillError as exc:
             self.record("stacks", attempt=attempt, where=f"the ranks' stacks could not be read: {exc}", ranks=[])
             return
+        hit = self.fault_hit(ranks)
         write_atomic(self.run_dir / "stacks.json", json.dumps([s.model_dump() for s in stacks], indent=1))
-        self.record("stacks", attempt=attempt, where=where_stuck(stacks, attempt),
+        self.record("stacks", attempt=attempt, where=where_stuck(stacks, attempt, hit),
                     ranks=[{"rank": s.rank, "pid": s.pid, "node": s.node, "ok": s.ok, "error": s.error,
-                            "frames": [f.short() for f in s.main()[:12]]} for s in stacks])
+                            "hit": hit.of(s), "frames": [f.short() for f in s.main()[:12]]} for s in stacks])
+
+    def fault_hit(self, ranks: list[ProcRef]) -> Hit:
+        """Which of the live ``ranks`` the fault acted on (fault.plan's targets, named by pid and
+        start time), and its verb (fault.confirmed's): the rank a stall stopped is named as such."""
+        plan, confirmed = self.history.first("fault.plan"), self.history.first("fault.confirmed")
+        targets = [ProcRef.model_validate(t) for t in ev.FaultPlan.of(plan).targets] if plan is not None else []
+        verb = ev.FaultConfirmed.of(confirmed).verb if confirmed is not None else "hurt"
+        return Hit.among(ranks, targets, verb)
 
     def stop_probes(self) -> None:
         for probe in self.probes:
