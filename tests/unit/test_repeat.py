@@ -64,3 +64,30 @@ def test_a_suspected_regression_is_confirmed_or_cleared_by_re_runs():
     confirmed = confirm_regression(regressed(), 2, lambda: regressed())
     assert confirmed["verdict"] == "fail"
     assert confirmed["reasons"][0].startswith("confirmed: regressed in the first run and in all 2 re-run(s)")
+
+
+def stuck(reasons=("detected after 0.4 s, restarted 2 times but no restart ever produced a step",)) -> dict:
+    """A run whose restart never stepped again (a plain Trainer job under torchrun, torch 2.13)."""
+    return {"drill": "kill-rank", "cluster": "local", "job": "hf", "verdict": "fail", "reasons": list(reasons),
+            "error": None, "error_kind": None,
+            "measurements": {"t_fault": 1.0, "expects": "crash", "time_to_detect": 0.4, "time_to_first_step": None,
+                             "time_to_escalate": None, "lost_steps": None}}
+
+
+def test_a_restart_that_never_came_back_fails_whatever_the_pass_rate():
+    runs = [run("pass", 0.2)] * 4 + [stuck(["no restart ever produced a step", "no first step within 100 s",
+                                            "where the job was stuck: init_process_group",
+                                            "the restart carries the mark of torchrun-shared-store: …"])]
+    agg = aggregate("kill-rank", runs, ["r"] * 5, min_pass_rate=0.8)
+    assert agg["verdict"] == "fail" and agg["exit_code"] == 1
+    assert agg["never_recovered"] == {"runs": [5], "rate": 0.2}
+    assert any("never stepped again after the fault in 1 of 5 runs (20%: run 5)" in r for r in agg["reasons"])
+    assert any(r.startswith("run 5: fail:") and "torchrun-shared-store" in r for r in agg["reasons"])
+    assert "| never stepped again | 1 of 5 |" in summary_markdown(agg)
+
+
+def test_a_slow_figure_within_the_pass_rate_still_passes_and_counts_no_lost_recovery():
+    slow = run("fail", 2.0, ["detected after 2.0 s; the SLO says 1 s"])
+    slow["measurements"].update({"t_fault": 1.0, "expects": "crash", "time_to_first_step": 5.0})
+    agg = aggregate("kill-rank", [run("pass", 0.2)] * 4 + [slow], ["r"] * 5, min_pass_rate=0.8)
+    assert agg["verdict"] == "pass" and agg["never_recovered"]["runs"] == []

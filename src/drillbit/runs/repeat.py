@@ -29,13 +29,22 @@ def p90(values: list[float]) -> float:
     return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]  # nearest rank
 
 
+def never_recovered(payload: dict[str, Any]) -> bool:
+    """A run that failed because the job never stepped again after a fault that stops or
+    stalls it (nor escalated to a person): not a figure near a limit, a recovery that never came."""
+    m = payload.get("measurements") or {}
+    return (payload.get("verdict") == "fail" and m.get("t_fault") is not None and m.get("expects") in ("crash", "stall")
+            and m.get("time_to_first_step") is None and m.get("time_to_escalate") is None)
+
+
 def aggregate(drill: str, payloads: list[dict[str, Any]], run_dirs: list[str],
               min_pass_rate: float | None = None) -> dict[str, Any]:
     n = len(payloads)
     passes = sum(1 for p in payloads if p["verdict"] == "pass")
     need = n if min_pass_rate is None else math.ceil(min_pass_rate * n - 1e-9)
     kinds = [p.get("error_kind") or ("harness" if p.get("error") else None) for p in payloads]
-    if passes >= need and not any(kinds):
+    lost = [i + 1 for i, p in enumerate(payloads) if never_recovered(p)]
+    if passes >= need and not any(kinds) and not lost:
         verdict = "pass"
     else:
         verdict = worst(*[p["verdict"] for p in payloads if p["verdict"] != "pass"]) if passes < n else "pass"
@@ -51,17 +60,31 @@ def aggregate(drill: str, payloads: list[dict[str, Any]], run_dirs: list[str],
                     strict=False)) if p["verdict"] != "pass"]
     rule = "every run" if min_pass_rate is None else f"at least {min_pass_rate:.0%} of the runs ({need} of {n})"
     reasons = [] if verdict == "pass" else [f"{passes} of {n} runs passed; the drill needs {rule} to pass"]
-    reasons += [f"run {f['run']}: {f['verdict']}: {'; '.join(f['reasons'][:2]) or f['error'] or '-'}"
-                for f in failing]
+    if lost:
+        reasons.append(f"the job never stepped again after the fault in {len(lost)} of {n} runs "
+                       f"({len(lost) / n:.0%}: run{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))}): a "
+                       "recovery that comes back only sometimes is a defect, whatever share of runs passed (a pass "
+                       "rate allows for figures near a limit, not for a recovery that never came)")
+    reasons += [f"run {f['run']}: {f['verdict']}: {_why(f)}" for f in failing]
     return {"drill": drill, "repeat": n, "passes": passes, "min_pass_rate": min_pass_rate, "verdict": verdict,
             "exit_code": code, "reasons": reasons, "stats": stats, "failing": failing, "run_dirs": run_dirs,
+            "never_recovered": {"runs": lost, "rate": len(lost) / n if n else None},
             "cluster": payloads[0]["cluster"] if payloads else None, "job": payloads[0]["job"] if payloads else None}
+
+
+def _why(failing: dict[str, Any]) -> str:
+    """A failing run's first reasons, and a known mechanism its evidence named (mechanisms.py)."""
+    said = failing["reasons"][:2] + [r for r in failing["reasons"][2:] if "carries the mark of" in r][:1]
+    return "; ".join(said) or failing["error"] or "-"
 
 
 def page(agg: dict[str, Any]) -> Page:
     head = ("measurement", "median", "p90", "min", "max", "runs")
     rows = [[name, f"{st['median']:.3g}", f"{st['p90']:.3g}", f"{st['min']:.3g}", f"{st['max']:.3g}", str(st["n"])]
             for name, st in agg["stats"].items()]
+    lost = agg.get("never_recovered") or {}
+    if lost.get("runs") is not None:
+        rows.append(["never stepped again", f"{len(lost['runs'])} of {agg['repeat']}", "", "", "", str(agg["repeat"])])
     blocks: list = [Table(head, rows, right=frozenset(head[1:]))]
     if agg["reasons"]:
         blocks.append(Bullets(list(agg["reasons"])))

@@ -4,6 +4,7 @@ Combining ranks fail > aborted > inconclusive > pass.
 """
 from __future__ import annotations
 
+from drillbit.judging.checks import mechanisms
 from drillbit.judging.checks.recovery import Measurements, quiet_after_fault
 from drillbit.judging.checks.slo import SLOResult
 from drillbit.core.events import Abort, EventInvalid, FaultUnconfirmed, HealFailed, Inconclusive, Kind, Payload, Stacks
@@ -133,8 +134,15 @@ def combine(history: History, m: Measurements, slos: list[SLOResult], slo_reason
         verdict = worst(verdict, "inconclusive")
         reasons.append("no step signal was ever read from the job")
     verdict = _untrusted(verdict, history, m, reasons, left=bool(left))
+    if verdict in ("fail", "inconclusive"):
+        reasons += _stuck(history, m)
+    return verdict, reasons
+
+
+def _stuck(history: History, m: Measurements) -> list[str]:
+    """Where the job was stuck when the window closed, and a known mechanism whose mark that
+    shows (judging/checks/mechanisms.py)."""
     stuck = history.last("stacks")
     where = _said(stuck, Stacks, "where", "") if stuck is not None else ""
-    if where and verdict in ("fail", "inconclusive"):
-        reasons.append(f"where the job was stuck when the window closed: {where} (stacks.json)")
-    return verdict, reasons
+    said = [f"where the job was stuck when the window closed: {where} (stacks.json)"] if where else []
+    return said + mechanisms.named(history, m)
