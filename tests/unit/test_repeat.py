@@ -70,7 +70,7 @@ def stuck(reasons=("detected after 0.4 s, restarted 2 times but no restart ever 
     """A run whose restart never stepped again (a plain Trainer job under torchrun, torch 2.13)."""
     return {"drill": "kill-rank", "cluster": "local", "job": "hf", "verdict": "fail", "reasons": list(reasons),
             "error": None, "error_kind": None,
-            "measurements": {"t_fault": 1.0, "expects": "crash", "time_to_detect": 0.4, "time_to_first_step": None,
+            "measurements": {"expects": "crash", "time_to_detect": 0.4, "time_to_first_step": None,
                              "time_to_escalate": None, "lost_steps": None}}
 
 
@@ -88,6 +88,6 @@ def test_a_restart_that_never_came_back_fails_whatever_the_pass_rate():
 
 def test_a_slow_figure_within_the_pass_rate_still_passes_and_counts_no_lost_recovery():
     slow = run("fail", 2.0, ["detected after 2.0 s; the SLO says 1 s"])
-    slow["measurements"].update({"t_fault": 1.0, "expects": "crash", "time_to_first_step": 5.0})
+    slow["measurements"].update({"expects": "crash", "time_to_first_step": 5.0})
     agg = aggregate("kill-rank", [run("pass", 0.2)] * 4 + [slow], ["r"] * 5, min_pass_rate=0.8)
     assert agg["verdict"] == "pass" and agg["never_recovered"]["runs"] == []

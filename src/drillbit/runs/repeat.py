@@ -33,7 +33,7 @@ def never_recovered(payload: dict[str, Any]) -> bool:
     """A run that failed because the job never stepped again after a fault that stops or
     stalls it (nor escalated to a person): not a figure near a limit, a recovery that never came."""
     m = payload.get("measurements") or {}
-    return (payload.get("verdict") == "fail" and m.get("t_fault") is not None and m.get("expects") in ("crash", "stall")
+    return (payload.get("verdict") == "fail" and m.get("expects") in ("crash", "stall")  # set once the fault took
             and m.get("time_to_first_step") is None and m.get("time_to_escalate") is None)
 
 
