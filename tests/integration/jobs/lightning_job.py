@@ -26,7 +26,7 @@ class Tiny(L.LightningModule):
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.net(x), y)
-        self.log("train_loss", loss)
+        self.log("train_loss", loss, prog_bar=True)  # on the bar, where the lightning preset reads it
         time.sleep(self.step_time)  # a tiny model steps in milliseconds; keep a step near a real one's length
         return loss
 
