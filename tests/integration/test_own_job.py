@@ -121,3 +121,23 @@ def test_a_job_already_running_is_drilled_in_place_by_attach_pid_and_left_runnin
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
+
+
+def test_a_log_the_job_never_writes_ends_the_drill_at_its_grace_listing_what_the_launch_wrote(tmp_path):
+    """The profile names {run_dir}/logs/train.log; the job writes {run_dir}/train.log. Within
+    logs_grace of the job's ranks being found, and long before the steady-state timeout (300 s),
+    the drill ends with exit 2 naming the log and listing the run folder's files."""
+    job = ("import sys, time\nprint('starting', flush=True)\n"
+           "with open(sys.argv[1] + '/train.log', 'a') as log:\n"
+           "    for i in range(1, 2000):\n        print('step', i, file=log, flush=True); time.sleep(0.1)\n")
+    path = tmp_path / "drill.yaml"
+    path.write_text(json.dumps({"jobs": {"wrong-log": {
+        "presets": ["torchrun"], "signals": [{"kind": "step", "pattern": "^step (?P<n>\\d+)$", "ints": ["n"]}],
+        "launch": {"command": [sys.executable, "-c", job, "{run_dir}"], "env": {"RANK": "0"}},
+        "ranks": {"cmdline": "train\\.log"}, "logs": ["{run_dir}/logs/train.log"], "logs_grace": "2s"}}}))
+    proc = drill_cli("run", str(HERE / "drills" / "kill-rank-fast.yaml"), "--job", "wrong-log", "--config",
+                     str(path), "--cluster", "local-process", "--reports", str(tmp_path / "r"), "--json", timeout=150)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]  # the description, not the job
+    error = json.loads(proc.stdout)["error"]
+    assert "logs/train.log was never written" in error and "no steady state" not in error, error
+    assert "train.log (" in error and "job.out (" in error, error  # what the launch wrote, in the run folder

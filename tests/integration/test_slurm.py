@@ -247,3 +247,25 @@ def test_attached_to_a_running_job_the_drill_never_cancels_it(tmp_path, slurm_cl
         assert info is not None and info.state == "RUNNING"  # still the user's, still running
     finally:
         slurm.scancel(jid)
+
+
+def test_the_own_job_pages_slurm_example_passes_kill_rank_one_torchrun_per_node(tmp_path, slurm_cluster):
+    """docs/own-job.md's Slurm example as printed, this test's Slurm in place of the page's
+    slurm.conf (`# yours`): a batch job of two nodes, one torchrun on each through srun, the
+    rendezvous at the allocation's first node ({head} in each task), every node's output in the
+    batch output, read unnamed."""
+    from tests.integration.cli import drill_cli
+    from tests.integration.own_docs import project
+
+    folder = project(tmp_path / "gpt", "# drill.yaml: a multi-node torchrun job on Slurm", cluster={
+        "engine": "slurm", "slurm_conf": str(slurm_cluster.conf), "state_dir": str(tmp_path / "agents"),
+        "slurm_via": slurm_cluster.via})
+    proc = drill_cli("run", "kill-rank", "--job", "gpt", "--cluster", "hpc", "--json", cwd=folder, timeout=420)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 0 and result["verdict"] == "pass", result["reasons"]
+    assert result["measurements"]["restarts"] == 1 and result["measurements"]["time_to_requeue"] is None
+    (run_dir,) = (folder / "reports").glob("*-kill-rank")
+    events = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    assert len({e["node"] for e in events if e["kind"] == "agent.ready" and e["node"] != "slurmctld"}) == 2
+    assert_nothing_left(slurm_cluster, events)

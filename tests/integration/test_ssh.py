@@ -231,3 +231,26 @@ def test_drill_heal_on_an_ssh_cluster_heals_each_hosts_registry_on_that_host(tmp
         victim.send_signal(signal.SIGCONT)
         victim.kill()
         victim.wait()
+
+
+@pytest.mark.slow
+def test_the_own_job_pages_ssh_example_passes_kill_rank_reading_each_hosts_launcher_output(tmp_path, sshd):
+    """docs/own-job.md's SSH example as printed, this test's hosts in place of the page's
+    (`# yours`) and its project folder for /shared/gpt: one torchrun per host, each host's
+    agent reading its own job-<host>.out, no log named."""
+    from tests.integration.cli import drill_cli
+    from tests.integration.own_docs import project
+
+    folder = tmp_path / "gpt"
+    hosts = [{"name": name, **sshd.entries[i], "python": sys.executable, "state_dir": str(tmp_path / f"agent-{i}")}
+             for i, name in enumerate(("node-a", "node-b"))]
+    project(folder, "# drill.yaml: a multi-node torchrun job on SSH hosts", replace={"/shared/gpt": str(folder)},
+            cluster={"engine": "ssh", "known_hosts": str(sshd.known_hosts), "hosts": hosts})
+    proc = drill_cli("run", "kill-rank", "--job", "gpt", "--cluster", "lab", "--json", cwd=folder, timeout=420)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["verdict"] == "pass" and result["measurements"]["restarts"] == 1, result["reasons"]
+    (run_dir,) = (folder / "reports").glob("*-kill-rank")
+    events = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    assert {e["source"] for e in events if e["kind"] == "step"} <= {"probe:node-a", "probe:node-b"}  # read on hosts
+    assert sorted(p.name for p in run_dir.glob("job*.out")) == ["job-node-a.out", "job-node-b.out"]

@@ -105,13 +105,13 @@ def test_config_errors_and_builtins(tmp_path):
           staging: {engine: local, protectd: true}
         jobs:
           mine:
-            ranks: {cmdline: train.py}
+            logs: [train.log]
     """, name="drill.yaml")
     with pytest.raises(SpecError) as info:
         load_config(path)
     found = {(p.line, p.path) for p in info.value.problems}
     assert (2, "clusters.staging.protectd") in found
-    assert (4, "jobs.mine.logs") in found
+    assert (4, "jobs.mine.ranks") in found
     config = load_config(None)
     assert "local" in config.clusters and "reference-nowatchdog" in config.jobs
 

@@ -22,7 +22,7 @@ from drillbit.spec.signals import Signal
 
 # Bumped when a method, a request or a reply changes shape. The drillbit version is
 # compared too: controller and agent must run the same code (Ray pickles by reference).
-PROTOCOL = 4  # 4: stacks
+PROTOCOL = 5  # 4: stacks; 5: globs in tail_start, the logs missing, list_folders
 
 
 class Message(BaseModel):
@@ -154,7 +154,7 @@ class Records(Message):
 
 
 class TailStart(Message):
-    paths: list[str]  # already expanded for this node
+    paths: list[str]  # already expanded for this node; a glob follows each file it matches, as it appears
     signals: list[Signal]
     base: str | None = Field(None, description="the job's working folder: a relative path in its lines is taken "
                                                "against it")
@@ -178,6 +178,17 @@ class TailBatch(Message):
     lines: int  # lines read so far
     unmatched: list[str]  # the first lines no signal matched
     paused: int  # polls skipped because the buffer was full
+    missing: list[str] = Field(default_factory=list, description="the logs followed that no file answers yet: a "
+                                                                 "path not there, a glob that matches none")
+
+
+class ListFolders(Message):
+    folders: list[str] = Field(max_length=64)
+    ignore: list[str] = Field(default_factory=list, description="names not listed (globs): drillbit's own files")
+
+
+class Listing(Message):
+    folders: dict[str, str]  # each folder: what it holds, in words (tail.folder_listing)
 
 
 class Method(BaseModel):
@@ -208,6 +219,8 @@ METHODS: dict[str, Method] = {
     "tail_start": Method(request=TailStart, reply=Empty, doc="follow the job's logs on this node, matching signals"),
     "tail_fetch": Method(request=TailFetch, reply=TailBatch, doc="the matched events waiting, oldest first"),
     "tail_stop": Method(request=Empty, reply=TailBatch, doc="stop following; the last events"),
+    "list_folders": Method(request=ListFolders, reply=Listing,
+                           doc="what folders on this node hold (a log the job was said to write and did not)"),
     "stacks": Method(request=StacksRequest, reply=Stacks, doc="the Python stacks of ranks it found (py-spy)"),
 }
 

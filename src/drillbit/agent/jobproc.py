@@ -74,6 +74,8 @@ def start_job(argv: list[str], env: dict[str, str], cwd: str | None, out_path: P
         raise ConfigError(f"launch.command: {argv[0]} does not exist on this node (from {cwd or os.getcwd()})")
     if cwd is not None and not Path(cwd).is_dir():
         raise ConfigError(f"launch.cwd: {cwd} is not a folder on this node")
+    # the launcher's output file is in the run folder's path, which a host of its own may not have yet
+    Path(out_path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with open(out_path, "ab") as out:
         popen = subprocess.Popen([sys.executable, "-I", str(JOBINIT), *argv], cwd=cwd, env=full, stdout=out,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -15,7 +15,7 @@ from collections import deque
 
 from drillbit.judging.probes.logs import LineReader
 from drillbit.judging.probes.preset import Matcher
-from drillbit.judging.probes.tail import FileFollower
+from drillbit.judging.probes.tail import FileSet
 from drillbit.spec.signals import Signal
 
 CHUNK = 1 << 20  # bytes read per file per poll
@@ -24,7 +24,7 @@ CHUNK = 1 << 20  # bytes read per file per poll
 class LogTail:
     def __init__(self, paths: list[str], signals: list[Signal], *, clock, max_buffer: int = 20_000,
                  poll: float = 0.1, base: str | None = None) -> None:
-        self._followers = [FileFollower(p) for p in paths]
+        self.files = FileSet(paths)  # globs followed as their files appear
         self.reader = LineReader(Matcher(signals, base))
         self._clock = clock
         self.max_buffer = max_buffer
@@ -52,11 +52,11 @@ class LogTail:
             full = len(self._events) >= self.max_buffer
         if full:
             self.paused += 1
-            for follower in self._followers:
+            for follower in self.files.followers():
                 follower.observe()  # a rotation while we wait still counts what it took with it
             self._report_lost([])
             return
-        for follower in self._followers:
+        for follower in self.files.followers():
             lines = follower.read_lines(CHUNK)
             now = self._clock()
             out = [{"kind": kind, "t": t if t is not None else now, "rank": rank, "data": data}
@@ -64,7 +64,7 @@ class LogTail:
             self._report_lost(out)
 
     def _report_lost(self, out: list[dict]) -> None:
-        lost = sum(f.lost for f in self._followers) - self._reported_lost
+        lost = self.files.lost - self._reported_lost
         if lost > 0:
             self._reported_lost += lost
             out.append({"kind": "probe.gap", "t": self._clock(), "rank": None,

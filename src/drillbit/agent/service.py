@@ -27,6 +27,7 @@ from drillbit.agent import api
 from drillbit.agent.deadman import DeadmanLog, orphan, read_records
 from drillbit.agent.jobproc import LaunchedJob, free_port, start_job
 from drillbit.agent.logtail import LogTail
+from drillbit.judging.probes.tail import folder_listing
 from drillbit.agent.node import NodeAgent
 from drillbit.core.errors import ConfigError
 from drillbit.faults import get as get_fault
@@ -199,10 +200,14 @@ class AgentService:
             return api.TailBatch(events=[], more=False, lines=0, unmatched=[], paused=0)
         events, more = tail.fetch(max_events)
         return api.TailBatch(events=[api.TailEvent(**e) for e in events], more=more,
-                             lines=tail.reader.lines, unmatched=tail.reader.unmatched, paused=tail.paused)
+                             lines=tail.reader.lines, unmatched=tail.reader.unmatched, paused=tail.paused,
+                             missing=tail.files.missing())
 
     def _tail_fetch(self, req: api.TailFetch) -> api.TailBatch:
         return self._tail_batch(req.max_events)
+
+    def _list_folders(self, req: api.ListFolders) -> api.Listing:
+        return api.Listing(folders={folder: folder_listing(folder, ignore=req.ignore) for folder in req.folders})
 
     def _tail_stop(self, req: api.Empty) -> api.TailBatch:
         if self._tail is None:

@@ -16,7 +16,7 @@ from drillbit.judging.probes.preset import load as load_preset
 from drillbit.spec.config import DrillConfig, JobProfile, with_builtins
 from drillbit.spec.load import Loc, line_of, loc_text, suggest, read_yaml, validate
 from drillbit.spec.models import DrillSpec
-from drillbit.spec.placeholders import PLACEHOLDERS, unknown
+from drillbit.spec.placeholders import PLACEHOLDERS, per_node_findings, unknown
 
 
 def fault_problems(fault: dict, path: Path, lines: dict[Loc, int], loc: Loc) -> list[Problem]:
@@ -91,7 +91,8 @@ def load_config(path: Path | None) -> DrillConfig:
 
 def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
     """What a job profile's model cannot see: presets that do not exist or do not load,
-    placeholders drillbit does not fill, and a job with no way to see its progress."""
+    placeholders drillbit does not fill, per-node placeholders in a launch that is not per node
+    ({node_rank}, torchrun's --nnodes {nnodes}), and a job with no way to see its progress."""
     out: list[tuple[Loc, str]] = []
     signals = list(job.signals)
     for i, name in enumerate(job.presets):
@@ -121,9 +122,34 @@ def job_problems(job: JobProfile) -> list[tuple[Loc, str]]:
         if bad:
             known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
             out.append((loc, f"unknown placeholder {{{bad[0]}}}; drillbit fills {known}"))
+    if job.launch is not None:
+        out += per_node_findings(job.launch.command, job.launch.env, job.launch.per_node)[0]
+    if not job.logs and (job.launch is None or not job.launcher_log) and not job.heartbeat_file and not job.prometheus:
+        out.append((("logs",), "nothing to read: " + ("the job is attached to, and drillbit knows no output of its; "
+                                                      if job.launch is None else "launcher_log is off, and ")
+                    + "name the files the job logs to in logs"))
     if not any(s.kind == "step" for s in signals) and not job.heartbeat_file and \
             not any(p.kind == "step" for p in job.prometheus):
         out.append(((), "no step signal and no heartbeat_file: drillbit could not see the job make progress; add a "
                         "preset that reads its step lines, a `signals:` entry of kind step with a group n, a "
                         "heartbeat_file ('<step> <epoch>'), or a prometheus: signal of kind step"))
+    return out
+
+
+def config_warnings(path: Path) -> list[Problem]:
+    """What drill.yaml's job profiles say that may not do what was meant, without being wrong
+    (a launch told {nnodes} that starts on one node): said by drill validate, never refused."""
+    data, lines = read_yaml(Path(path))
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    out: list[Problem] = []
+    for name, raw in (jobs or {}).items() if isinstance(jobs, dict) else ():
+        try:
+            job = JobProfile.model_validate(raw)
+        except ValueError:
+            continue  # its problems are said by load_config
+        if job.launch is None:
+            continue
+        for loc, message in per_node_findings(job.launch.command, job.launch.env, job.launch.per_node)[1]:
+            loc = ("jobs", name) + loc
+            out.append(Problem(str(path), line_of(lines, loc), loc_text(loc), message))
     return out

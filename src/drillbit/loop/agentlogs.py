@@ -30,6 +30,7 @@ class AgentLogProbe(Poller):
         self.lines: dict[str, int] = {}
         self.unmatched: list[str] = []
         self.paused: dict[str, int] = {}
+        self.missing_on: dict[str, list[str]] = {}  # each node's logs no file answers yet
 
     def start(self) -> None:
         for node, paths in self._assigned.items():
@@ -54,6 +55,7 @@ class AgentLogProbe(Poller):
                         self._history.record(f"probe:{node}", e.kind, t=e.t, rank=e.rank, node=where, **fields)
                     self.lines[node] = batch.lines
                     self.paused[node] = batch.paused
+                    self.missing_on[node] = batch.missing
                     self.unmatched = self.unmatched or batch.unmatched
                     if not batch.more or final:
                         break
@@ -64,6 +66,10 @@ class AgentLogProbe(Poller):
             self.poll_once(final=True)
         except Exception as exc:
             self._history.record("probe:agents", "probe.error", detail=f"{exc.__class__.__name__}: {exc}")
+
+    def missing(self) -> dict[str | None, list[str]]:
+        """The logs no file answers yet on each node, as its agent last said."""
+        return {node: paths for node, paths in self.missing_on.items() if paths}
 
     def explain(self) -> str:
         steps = [s.pattern for s in self._signals if s.kind == "step"]

@@ -5,8 +5,9 @@ function, asked by the drill (``DrillRunner.preflight`` raises what it returns) 
 Only refusals that need no running job and no agent are here: a protected cluster, the
 engine's checks (``Nodes.check``: a fault of another engine, a network cut on nodes that
 share this machine's network, a placeholder only another engine fills, Slurm's rights), the
-fault's binding to the profile (a checkpoint, a tier's folder, a control plane), and what the
-spec asks of the profile's signals and the cluster's Prometheus.
+fault's binding to the profile (a checkpoint, a tier's folder, a control plane), a launch's
+per-node placeholders without ``per_node``, and what the spec asks of the profile's signals and
+the cluster's Prometheus.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from drillbit.core.errors import ConfigError
 from drillbit.loop.bind import job_params
 from drillbit.judging.probes.preset import signals_of
 from drillbit.spec.config import ClusterSpec, JobProfile
+from drillbit.spec.load import loc_text
 from drillbit.spec.models import DrillSpec
+from drillbit.spec.placeholders import per_node_findings
 
 
 def refusals(spec: DrillSpec, job: JobProfile, job_name: str, cluster: ClusterSpec, cluster_name: str,
@@ -42,8 +45,21 @@ def refusals(spec: DrillSpec, job: JobProfile, job_name: str, cluster: ClusterSp
     if spec.abort.when and not cluster.prometheus:
         out.append(f"abort.when needs the Prometheus that watches the job: prometheus: URL in cluster "
                    f"{cluster_name!r} of drill.yaml")
+    out += [f"job {job_name!r} {loc_text(loc)}: {message}" for loc, message in _per_node(job)[0]]
     kinds = {s.kind for s in signals_of(job.presets, job.signals)}
     if spec.steady.members is not None and "members" not in kinds:
         out.append(f"steady.members needs a membership signal (kind members, as the torchft preset reads the "
                    f"lighthouse's quorum); job {job_name!r} reads none")
     return list(dict.fromkeys(out))
+
+
+def cautions(job: JobProfile, job_name: str) -> list[str]:
+    """What the drill says before it starts and does not refuse (a launch told {nnodes} that
+    starts on one node: right for a launcher that reaches the other nodes itself)."""
+    return [f"job {job_name!r} {loc_text(loc)}: {message}" for loc, message in _per_node(job)[1]]
+
+
+def _per_node(job: JobProfile) -> tuple[list, list]:
+    if job.launch is None:
+        return [], []
+    return per_node_findings(job.launch.command, job.launch.env, job.launch.per_node)

@@ -44,8 +44,9 @@ from drillbit.judging.fleet.simulate import Scenario
 from drillbit.core import events as ev
 from drillbit.core.history import Event, History
 from drillbit.loop.agentlogs import AgentLogProbe
+from drillbit.loop.logcheck import NamedLogs
 from drillbit.loop.bind import job_checkpoint, job_params
-from drillbit.loop.preflight import refusals
+from drillbit.loop.preflight import cautions, refusals
 from drillbit.loop.nemesis import HARNESS, HealAbandoned, Nemesis
 from drillbit.loop.schedule import JobExited, choose_targets, describe_trigger, wait_trigger
 from drillbit.loop.stop import UNREADABLE_S, StopWatch
@@ -401,6 +402,8 @@ class DrillRunner:
                            self.run_dir)
         if refused:
             raise ConfigError("; ".join(refused))
+        for caution in cautions(self.job, self.job_name):
+            self.ui.phase("preflight", f"warning: {caution}")
         self.nodes.allowed_hosts = self.cluster.allowed_hosts  # checked at each agent's handshake
         if self.nodes.launches(self.job) is None and self.job.attach_pid is not None:
             self.attached = self.nodes.attach_root(self.job.attach_pid, self.job.attach_start_time)
@@ -456,7 +459,9 @@ class DrillRunner:
         want, members = self.spec.steady.warmup_steps, self.spec.steady.members
         self.ui.phase("steady", f"waiting for {want} steps" + (f" and {members} members" if members else ""))
         limit = time.time() + self.spec.steady.timeout
+        named = NamedLogs(self.job, self.nodes, self.probes, self.run_dir, self.attached)
         while self.progress.advances() < want or self._members_short(members):
+            named.check(stepped=bool(self.progress.steps))  # a log never written: exit 2 within logs_grace
             code = self.job_exit_code()
             if code is not None:
                 self.record("job.exit", code=code)

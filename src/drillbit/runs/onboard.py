@@ -22,7 +22,7 @@ from drillbit.faults import get as get_fault
 from drillbit.faults.loading import load_drill
 from drillbit.loop.preflight import refusals
 from drillbit.judging.probes.preset import load as load_preset
-from drillbit.judging.probes.tail import FileFollower
+from drillbit.judging.probes.tail import FileSet
 from drillbit.core.proc import ProcRef
 from drillbit.core.saves import SaveTracker
 from drillbit.spec.config import ClusterSpec, JobProfile
@@ -83,14 +83,14 @@ class Watcher:
             self.tallies.append((Tally(sig.kind, "profile", sig.pattern,
                                        label_of(sig.kind, sig.by, "profile", sig.pattern, sig.name)), sig,
                                  re.compile(sig.pattern)))
-        self.followers = [FileFollower(p) for p in paths]
+        self.files = FileSet(paths)  # globs followed as their files appear
         self.paths = paths
         self.lines = 0
         self.unmatched: list[str] = []
         self.steps: list[tuple[float, int]] = []  # (time, n), one per new step number
 
     def poll(self) -> None:
-        for follower in self.followers:
+        for follower in self.files.followers():
             for line in follower.read_lines():
                 self.lines += 1
                 now = time.time()

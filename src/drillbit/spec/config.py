@@ -265,8 +265,10 @@ def cluster_spec(**fields: Any) -> Cluster:
 class LaunchSpec(Strict):
     command: list[str] = Field(min_length=1, description="placeholders: {run_dir} {python} {node} {node_rank} "
                                                           "{nnodes} {head} {port} {ray_address}")
-    per_node: bool = Field(False, description="run the command on every node (one launcher per node), "
-                                              "not only the first")
+    per_node: bool = Field(False, description="run the command on every node (one launcher per node, each its "
+                                              "output in the run folder's job-<node>.out), not only the first (its "
+                                              "output in job.out); a command with {node_rank}, or torchrun's "
+                                              "--nnodes {nnodes}, needs it")
     env: dict[str, str] = Field(default_factory=dict, description="names are shell variable names "
                                                                   "([A-Za-z_][A-Za-z0-9_]*)")
     cwd: str | None = None
@@ -297,8 +299,8 @@ class SlurmJob(Strict):
     args: list[str] = Field(default_factory=list, description="more sbatch options, e.g. [--time=1:00:00, "
                                                              "--exclusive]")
     output: str = Field("{run_dir}/job.out", description="the batch script's output file (sbatch -o, appended "
-                                                         "across requeues); read by the log probes when listed in "
-                                                         "logs")
+                                                         "across requeues; every node's srun task writes there "
+                                                         "too); read without being named in logs (launcher_log)")
     job_id: str | None = Field(None, description="attach to this queued or running job instead of submitting")
 
 
@@ -466,8 +468,16 @@ class JobProfile(Strict):
                           "one process; required on clusters of more than this machine")
     ranks: RankDiscovery
     """how its rank processes are found on a node"""
-    logs: list[str] = Field(min_length=1)
-    """log files the probes follow (placeholders as in launch.command)"""
+    logs: list[str] = Field(default_factory=list)
+    """log files the probes follow besides the launcher's output (placeholders as in launch.command, {node} and
+    {node_rank} filled per node; a glob (*, ?, [..]) follows every file it matches, those that appear later too)"""
+    launcher_log: bool = Field(True, description=(
+        "also follow what the launch writes, without naming it in logs: the run folder's job.out (one launcher), "
+        "job-<node>.out (per_node, one per node), on engine slurm the batch output (slurm.output); false where that "
+        "output repeats a log named in logs (a launcher that tees), whose lines would count twice"))
+    logs_grace: Duration = Field(30.0, description=(
+        "how long after the job's ranks were first found a log named in logs may take to appear while no step has "
+        "come; past it, a log still missing ends the drill (exit 2), listing the files the launch wrote"))
     heartbeat_file: str | None = None
     """a '<step> <epoch>' file, for jobs that log no step lines"""
     prometheus: list[PrometheusSignal] = Field(

@@ -156,6 +156,10 @@ class AgentClient:
         return batch.model_copy(update={"events": [e.model_copy(update={"t": self.local_time(e.t)})
                                                    for e in batch.events]})
 
+    def list_folders(self, folders: list[str], ignore: list[str] | None = None) -> dict[str, str]:
+        """What each folder holds on this agent's node, in words (less the names ``ignore`` matches)."""
+        return self.request("list_folders", api.ListFolders(folders=folders, ignore=ignore or []), 30.0).folders
+
     def free_port(self) -> int:
         return self.request("free_port").port
 

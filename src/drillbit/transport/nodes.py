@@ -10,6 +10,7 @@ releases anything. Transports subclass it only to connect and to hold the lease.
 from __future__ import annotations
 
 import fnmatch
+import os
 import sys
 import threading
 import time
@@ -313,16 +314,24 @@ class Nodes:
         spec = profile.launch
         self.run_dir.mkdir(parents=True, exist_ok=True)
         per_node = self.launched_values = self.node_values()
-        nodes = list(per_node) if spec.per_node else list(per_node)[:1]
+        outputs = self.launch_outputs(profile)
         refs = {}
-        for node in nodes:
+        for node, out in outputs.items():
             values = with_python(spec, per_node[node])
-            out = str(self.run_dir / (f"job-{node}.out" if len(nodes) > 1 else "job.out"))
             argv = self.wrap(node, [expand(a, values) for a in spec.command])
             refs[node] = self.clients[node].launch(
                 argv, {**self.node_env(node), **self._env(profile, values)},
                 expand(spec.cwd, values) if spec.cwd else None, out, spec.stop_timeout)
-        return NodeJobs({n: self.clients[n] for n in nodes}, refs, spec.stop_timeout)
+        return NodeJobs({n: self.clients[n] for n in outputs}, refs, spec.stop_timeout)
+
+    def launch_outputs(self, profile: JobProfile) -> dict[str, str]:
+        """The file each launcher's output goes to, by the node it runs on: the run folder's
+        ``job.out`` for one launcher, ``job-<node>.out`` for one per node (``per_node``, on more
+        than one node); none for a job attached to. Read without being named in ``logs``."""
+        if profile.launch is None:
+            return {}
+        nodes = list(self.clients) if profile.launch.per_node else list(self.clients)[:1]
+        return {n: str(self.run_dir / (f"job-{n}.out" if len(nodes) > 1 else "job.out")) for n in nodes}
 
     @staticmethod
     def _env(profile: JobProfile, values: dict[str, str]) -> dict[str, str]:
@@ -337,21 +346,53 @@ class Nodes:
     def expand(self, text: str) -> str:
         return expand(text, self.values)
 
+    def log_nodes(self) -> list[str]:
+        """The nodes whose values fill the placeholders of the paths the drill follows, in
+        their order ({node_rank})."""
+        return list(self.clients)
+
+    def log_values(self) -> dict[str, dict[str, str]]:
+        """Each node's placeholder values for the logs: as the job was launched with them, else
+        (a job attached to, or not launched yet) the cluster's own, node by node."""
+        if self.launched_values:
+            return self.launched_values
+        nodes = self.log_nodes()
+        return {n: {**self.values, "node": n, "node_rank": str(i), "nnodes": str(len(nodes)),
+                    "head": self.head_host()} for i, n in enumerate(nodes)}
+
+    def logs_of_nodes(self, profile: JobProfile) -> dict[str, list[str]]:
+        """What the drill follows on each node: the profile's ``logs`` filled in with the node's
+        values ({node}, {node_rank}; a glob stays a glob, matched where it is read), then the
+        launcher's output on that node (``launch_outputs``) unless ``launcher_log`` is off."""
+        outputs = self.launch_outputs(profile) if profile.launcher_log else {}
+        out: dict[str, list[str]] = {}
+        for node, values in self.log_values().items():
+            out[node] = [expand(p, values) for p in profile.logs]
+            if node in outputs:
+                out[node].append(outputs[node])
+        for node, path in outputs.items():
+            if node not in out:  # a launcher that is no node's: Slurm's batch output, read by the controller
+                out[node] = [path]
+        return out
+
     def log_paths(self, profile: JobProfile) -> list[Path]:
-        return [Path(self.expand(p)) for p in profile.logs]
+        """The logs as the controller follows them (a cluster whose files this machine sees):
+        every node's, each file once."""
+        paths = [p for paths in self.logs_of_nodes(profile).values() for p in paths]
+        return [Path(p) for p in dict.fromkeys(os.path.normpath(p) for p in paths)]
 
     def logs_by_node(self, profile: JobProfile) -> dict[str, list[str]]:
         """The log files each agent follows: the profile's paths filled in for its node, each
         (host, path) given to one agent only (simulated nodes share a host)."""
         taken: set[tuple[str, str]] = set()
         out: dict[str, list[str]] = {}
-        for node, values in self.node_values().items():
+        for node, paths in self.logs_of_nodes(profile).items():
             host = self.hosts.get(node, node)
-            for path in profile.logs:
-                key = (host, expand(path, values))
+            for path in paths:
+                key = (host, os.path.normpath(path))
                 if key not in taken:
                     taken.add(key)
-                    out.setdefault(node, []).append(key[1])
+                    out.setdefault(node, []).append(path)
         return out
 
     # --- faults --------------------------------------------------------------------------

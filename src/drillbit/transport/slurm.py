@@ -44,6 +44,9 @@ SCHEDULER = "slurmctld"  # the scheduler agent's name among the nodes
 # Placeholders that name a node: in a batch script they are the node's own Slurm variables
 _PER_NODE = {"node": "SLURMD_NODENAME", "node_rank": "SLURM_NODEID", "nnodes": "SLURM_JOB_NUM_NODES",
              "head": "SLURM_SUBMIT_HOST"}
+# in the tasks srun starts on every node (a per-node launch), {head} is the address of the node
+# srun ran on: the batch host, the allocation's first node, where a rendezvous host belongs
+_PER_NODE_TASK = {**_PER_NODE, "head": "SLURM_LAUNCH_NODE_IPADDR"}
 
 
 def is_scheduler_fault(fault: str) -> bool:
@@ -98,14 +101,14 @@ class SrunAgentClient(JsonLinesClient):
         self._end()
 
 
-def _render(arg: str, values: dict[str, str]) -> str:
+def _render(arg: str, values: dict[str, str], variables: dict[str, str] = _PER_NODE) -> str:
     """One argument of the batch script, double-quoted: the user's text taken literally, the
     per-node placeholders as the node's Slurm variables (expanded where the line runs)."""
-    marks = {name: f"\x00{name}\x00" for name in _PER_NODE}
+    marks = {name: f"\x00{name}\x00" for name in variables}
     text = expand(arg, {**values, **marks})
     for ch in ("\\", '"', "$", "`"):
         text = text.replace(ch, "\\" + ch)
-    for name, var in _PER_NODE.items():
+    for name, var in variables.items():
         text = text.replace(marks[name], "${" + var + "}")
     return f'"{text}"'
 
@@ -117,18 +120,22 @@ def batch_script(profile: JobProfile, values: dict[str, str]) -> str:
     spec = profile.launch
     values = with_python(spec, values)
     lines = ["#!/bin/bash", "# written by drillbit: the job profile's launch command under sbatch"]
+    nodes = profile.slurm.nodes if profile.slurm else 1
+    # per node, the environment is set in each node's task too: {node_rank} there is that node's
+    variables = _PER_NODE_TASK if spec.per_node and nodes > 1 else _PER_NODE
+    exports = []
     for key, value in spec.env.items():
         if not ENV_NAME.fullmatch(key):  # refused at load; a profile built in code is held to it too
             raise ConfigError(f"launch.env: {key[:40]!r} is not an environment variable name")
-        lines.append(f"export {key}={_render(value, values)}")
+        exports.append(f"export {key}={_render(value, values, variables)}")
     if spec.cwd:
         lines.append(f"cd {_render(spec.cwd, values)} || exit 2")
-    line = " ".join(_render(a, values) for a in spec.command)
-    nodes = profile.slurm.nodes if profile.slurm else 1
+    line = " ".join(_render(a, values, variables) for a in spec.command)
     if spec.per_node and nodes > 1:
-        lines.append(f"exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {shlex.quote(line)}")
+        task = "; ".join([*exports, f"exec {line}"])
+        lines.append(f"exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {shlex.quote(task)}")
     else:
-        lines.append(f"exec {line}")
+        lines += [*exports, f"exec {line}"]
     return "\n".join(lines) + "\n"
 
 
@@ -210,7 +217,7 @@ class SlurmNodes(Nodes):
             values = {**self.values, "port": str(self.clients[SCHEDULER].free_port())}
             script = self.run_dir / "sbatch.sh"
             write_private(script, batch_script(profile, values))  # launch.env may hold secrets
-            output = os.path.abspath(expand(sj.output, values))
+            output = self.launch_outputs(profile)[SCHEDULER]
             args = ["-N", str(sj.nodes), "-o", output, "--open-mode=append", "-J", f"drill-{self.run_dir.name}",
                     "--requeue" if sj.requeue else "--no-requeue", *self._time_limit(sj), *sj.args, str(script)]
             self.job_id = self.slurm.sbatch(args)
@@ -219,6 +226,18 @@ class SlurmNodes(Nodes):
         self._start_agents(info)
         return SlurmJobHandle(self, self.job_id, profile.launch.stop_timeout if profile.launch else 20.0,
                               attached=sj.job_id is not None)
+
+    def launch_outputs(self, profile: JobProfile) -> dict[str, str]:
+        """The batch job's output (``slurm.output``, sbatch -o: every node's srun task writes there
+        too), read by the controller; none for a job attached to by id."""
+        sj = profile.slurm or SlurmJob()
+        if profile.launch is None or sj.job_id is not None:
+            return {}
+        return {SCHEDULER: os.path.abspath(expand(sj.output, self.values))}
+
+    def log_nodes(self) -> list[str]:
+        """The job's allocation, in Slurm's order ({node_rank}: SLURM_NODEID)."""
+        return list(self.allocation) or list(self.node_agents()) or [SCHEDULER]
 
     def _time_limit(self, sj: SlurmJob) -> list[str]:
         """Unless the profile sets one, a time limit past the drill's own (its abort limit and

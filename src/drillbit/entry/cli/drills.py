@@ -1,12 +1,14 @@
 """``drill run | report | validate | list | faults``: one drill, its folder, the catalogue."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from drillbit.judging import exitcodes
 from drillbit.entry.cli.common import (drills_option, emit_json, err, json_option, listing, out, problems_header,
@@ -14,7 +16,7 @@ from drillbit.entry.cli.common import (drills_option, emit_json, err, json_optio
 from drillbit.core.errors import Problem, SpecError
 from drillbit.judging.report.console import ConsoleUI, summary
 from drillbit.spec.load import catalogue, find_config, read_yaml, unknown
-from drillbit.faults.loading import load_config, load_drill
+from drillbit.faults.loading import config_warnings, load_config, load_drill
 from drillbit.spec.config import DrillConfig
 
 
@@ -109,6 +111,10 @@ def validate(files: tuple[str, ...], config_path: str | None, as_json: bool) -> 
             load_config(extra)
         except SpecError as exc:
             problems += exc.problems
+    warnings: list[Problem] = []
+    for yaml_file in ([config_file] if config_file else []) + configs[1:]:
+        with contextlib.suppress(SpecError):  # an unreadable file: its problems are said above
+            warnings += config_warnings(yaml_file)
     known = catalogue()
     named = [f for f in files if Path(f) not in configs]
     paths = [Path(f) if Path(f).exists() or f not in known else known[f] for f in named]
@@ -123,9 +129,11 @@ def validate(files: tuple[str, ...], config_path: str | None, as_json: bool) -> 
             load_drill(path, config)
         except SpecError as exc:
             problems += exc.problems
+    for warning in warnings:  # said, never refused: the exit code is the problems'
+        err.print(f"[yellow]warning:[/] {escape(str(warning))}", highlight=False)
     if as_json:
         emit_json({"ok": not problems, "specs": [str(p) for p in paths], "config": str(config_file) if config_file else None,
-                   "problems": [str(p) for p in problems],
+                   "problems": [str(p) for p in problems], "warnings": [str(w) for w in warnings],
                    **({"error": problems_header(problems).rstrip(":"), "exit": exitcodes.USAGE} if problems else {})})
         if problems:
             show_problems(problems)

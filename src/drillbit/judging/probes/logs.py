@@ -15,7 +15,7 @@ from drillbit.core.history import History
 from drillbit.judging.probes.poller import Poller
 from drillbit.judging.probes.preset import Matcher, matcher
 from drillbit.spec.signals import Signal
-from drillbit.judging.probes.tail import FileFollower
+from drillbit.judging.probes.tail import FileSet
 
 
 # a line of these kinds begins a new attempt: the same step number after it is a step again
@@ -78,7 +78,7 @@ class LogProbe(Poller):
         super().__init__(poll)
         self.name = self.source
         self._history = history
-        self._followers = [FileFollower(p) for p in paths]
+        self.files = FileSet(paths)  # globs followed as their files appear
         self.reader = LineReader(match, resets)
         self._reading = threading.Lock()
 
@@ -90,7 +90,7 @@ class LogProbe(Poller):
             self._read()
 
     def _read(self) -> None:
-        for follower in self._followers:
+        for follower in self.files.followers():
             for line in follower.read_lines():
                 for kind, t, rank, data in self.reader.hits(line):
                     self._history.record(self.source, kind, t=t, rank=rank, **data)
@@ -106,9 +106,14 @@ class ProgressProbe(LogProbe):
         self.paths = paths
         self.step_patterns = [s.pattern for s in signals if s.kind == "step"]
 
+    def missing(self) -> dict[str | None, list[str]]:
+        """The logs followed here that no file answers yet (by node: None, this machine)."""
+        gone = self.files.missing()
+        return {None: gone} if gone else {}
+
     def explain(self) -> str:
         """Why no step was seen, in terms a person can fix."""
-        missing = [str(p) for p in self.paths if not p.exists()]
+        missing = self.files.missing()
         parts = [f"step signals: {self.step_patterns or 'none'}",
                  f"the logs held {self.reader.lines} line(s)"
                  + (f"; not found: {', '.join(missing)}" if missing else f" ({', '.join(map(str, self.paths))})")]
