@@ -70,6 +70,32 @@ def test_in_process_version_mismatch_is_refused_naming_both(tmp_path):
         client.close()
 
 
+def test_a_busy_lease_crosses_the_wire_as_its_own_kind_naming_the_holder(tmp_path):
+    """#56: on SSH the lease is held by the first host's agent, and a busy one came back as a
+    `failed` call (exit 5, "harness"). It is `busy`, raised as a LeaseError that names the
+    holder (exit 2), and `--wait` retries it through the agent until the holder lets go."""
+    from drillbit.core.errors import LeaseError
+    from drillbit.core.lease import Lease, LeaseWait, take
+
+    client = InProcessClient(AgentService("n0", tmp_path))
+    holder = Lease("hosts", "game-day drill by alice")
+    holder.acquire()
+    try:
+        raw = client._send("lease_acquire", {"cluster": "hosts", "holder": "drill b"}, 30.0)
+        assert raw["error"]["kind"] == "busy" and "is held by game-day drill by alice (pid" in raw["error"]["message"]
+        with pytest.raises(LeaseError, match=r"is held by game-day drill by alice \(pid \d+ on .*, since .*\); wait "
+                                             r"for it to finish \(--wait\)"):
+            client.lease_acquire("hosts", "drill b")
+        holder.release()
+        take(lambda: client.lease_acquire("hosts", "drill b"), LeaseWait(limit=60.0), lambda _text: None)
+        with pytest.raises(LeaseError, match="is held by drill b"):  # the agent holds it now
+            Lease("hosts", "drill c").acquire()
+    finally:
+        holder.release()
+        client.lease_release()
+        client.close()
+
+
 def test_drill_against_agents_of_another_version_exits_2_before_launching(tmp_path):
     config = tmp_path / "drill.yaml"
     config.write_text(json.dumps({"clusters": {"old": {"engine": "process"}}}))

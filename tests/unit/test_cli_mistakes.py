@@ -91,3 +91,38 @@ def test_drills_names_another_folder_on_every_command_that_looks_drills_up(tmp_p
             "gameday run"} <= takes, takes
     pushes = {name for name, c in cli.commands.items() if any(p.name == "pushgateway" for p in c.params)}
     assert {"run", "gate", "compare"} <= pushes, pushes
+
+
+def test_listings_off_a_terminal_are_full_width_with_no_cell_wrapped(tmp_path):
+    """#56: piped (a CI log), `drill list` wrapped every summary at 80 columns, a word or two
+    a line. Off a terminal a row is one line however long; $COLUMNS, where set, still rules."""
+    import os
+    import subprocess
+    import sys
+
+    from drillbit.faults.loading import load_drill
+    from drillbit.spec.load import catalogue
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "DRILLBIT_CONFIG")}
+    done = subprocess.run([sys.executable, "-m", "drillbit.entry.cli", "list"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120)  # stdout a pipe: no terminal
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) > 80
+    for name, path in catalogue().items():  # each drill one line: its name, then its whole summary
+        summary = load_drill(path).summary
+        assert any(line.split()[:1] == [name] and summary in line for line in lines), (name, summary)
+    narrow = subprocess.run([sys.executable, "-m", "drillbit.entry.cli", "list"], capture_output=True, text=True,
+                            cwd=tmp_path, env={**env, "COLUMNS": "100"}, timeout=120)
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 100
+
+
+def test_every_command_that_takes_the_lease_can_wait_for_it():
+    from drillbit.entry.cli import cli
+
+    takes = {name for name, c in cli.commands.items() if any(p.name == "wait" for p in c.params)}
+    takes |= {f"{g} {n}" for g in ("suite", "gameday") for n, c in cli.commands[g].commands.items()
+              if any(p.name == "wait" for p in c.params)}
+    assert takes == {"run", "probe", "sweep", "compare", "campaign", "gate", "suite run", "gameday run"}, takes
+    code, _, stderr = docgen.answer("drill run kill-rank --cluster local-process --wait soon")
+    assert code == 2 and "--wait" in stderr and "'soon' is not a duration" in stderr, stderr

@@ -22,7 +22,7 @@ from drillbit.spec.signals import Signal
 
 # Bumped when a method, a request or a reply changes shape. The drillbit version is
 # compared too: controller and agent must run the same code (Ray pickles by reference).
-PROTOCOL = 5  # 4: stacks; 5: globs in tail_start, the logs missing, list_folders
+PROTOCOL = 5  # 4: stacks; 5: globs in tail_start, the logs missing, list_folders; busy, an error kind
 
 
 class Message(BaseModel):
@@ -226,7 +226,8 @@ METHODS: dict[str, Method] = {
 
 
 class RemoteError(BaseModel):
-    kind: Literal["unknown-method", "bad-request", "refused", "failed", "config"]  # config: the description is wrong
+    # config: the description is wrong; busy: another drill holds the cluster's lease
+    kind: Literal["unknown-method", "bad-request", "refused", "failed", "config", "busy"]
     message: str
 
 

@@ -29,7 +29,7 @@ from drillbit.agent.jobproc import LaunchedJob, free_port, start_job
 from drillbit.agent.logtail import LogTail
 from drillbit.judging.probes.tail import folder_listing
 from drillbit.agent.node import NodeAgent
-from drillbit.core.errors import ConfigError
+from drillbit.core.errors import ConfigError, LeaseError
 from drillbit.faults import get as get_fault
 from drillbit.faults import registry as fault_registry
 from drillbit.core.lease import Lease
@@ -74,6 +74,8 @@ class AgentService:
             reply = self._handlers[method](request)
         except Refused as exc:
             return api.Envelope(error=api.RemoteError(kind="refused", message=str(exc))).model_dump(mode="json")
+        except LeaseError as exc:  # another drill holds the cluster: its holder, for the controller to name
+            return api.Envelope(error=api.RemoteError(kind="busy", message=exc.held)).model_dump(mode="json")
         except ConfigError as exc:  # the job's description does not fit what the node holds (exit 2)
             return api.Envelope(error=api.RemoteError(kind="config", message=str(exc))).model_dump(mode="json")
         except Exception as exc:  # the error goes back to the controller; the agent lives on

@@ -45,5 +45,17 @@ class FaultError(DrillError):
     """A fault could not be planned, injected or healed."""
 
 
-class LeaseError(DrillError):
-    """The cluster is held by another drill."""
+class LeaseError(ConfigError):
+    """The cluster is held by another drill (exit 2 on every command that takes the lease:
+    nothing was started). ``held`` names the holder (who, pid, host, since); ``hint`` says
+    what to do about it."""
+
+    def __init__(self, held: str, hint: str = "wait for it to finish (--wait), or stop it") -> None:
+        self.held = held
+        self.hint = hint
+        super().__init__(f"{held}; {hint}" if hint else held)
+
+
+class Stopped(DrillError):
+    """The operator stopped the command (Ctrl-C, SIGTERM) before it took the cluster: nothing
+    was started, nothing is left to heal (exit 4, aborted)."""

@@ -314,6 +314,7 @@ MISTAKES: list[tuple[str, int]] = [
     ("drill run kill-rank --repeat 0", 2),
     ("drill run kill-rank --drills /nonexistent", 2),
     ("drill run kill-rank --config empty.yaml", 2),
+    ("drill run --wait kill-rank", 2),
     ("drill run kill-rank --cluster locl --json", 2),
     ("drill suite run nightly", 2),
     ("drill results kill-rnk", 2),

@@ -43,6 +43,7 @@ from drillbit.faults.base import Handle
 from drillbit.judging.fleet.simulate import Scenario
 from drillbit.core import events as ev
 from drillbit.core.history import Event, History
+from drillbit.core.lease import LEASE_WAIT, take
 from drillbit.loop.agentlogs import AgentLogProbe
 from drillbit.loop.logcheck import NamedLogs
 from drillbit.loop.bind import job_checkpoint, job_params
@@ -142,6 +143,7 @@ class RunOutcome:
     error_kind: ErrorKind | None = None
     started_at: float = 0.0
     finished_at: float = 0.0
+    leased: bool = False  # the drill held the cluster's lease; False: it touched nothing on the cluster
 
 
 class DrillRunner:
@@ -176,6 +178,7 @@ class DrillRunner:
         self.stopwatch: StopWatch | None = None  # abort.when, once armed
         self.held_signals: list[tuple[float, str]] = []
         self._closing_error: str | None = None  # the first error in giving a resource back
+        self.leased = False  # the cluster's lease was taken (before it, nothing on the cluster was touched)
 
     # --- helpers -------------------------------------------------------------------------
     def record(self, kind: str, **data: Any) -> Event:
@@ -251,7 +254,7 @@ class DrillRunner:
         result = check(self.spec, self.history, baseline=self.baseline, scenarios=self.scenarios)
         return RunOutcome(run_dir=self.run_dir, history=self.history, result=result, targets=self.targets,
                           handles=self.handles, error=error, error_kind=kind, started_at=started,
-                          finished_at=time.time())
+                          finished_at=time.time(), leased=self.leased)
 
     def _drill(self, stack: contextlib.ExitStack, faults: Stream | None) -> None:
         """Each resource as it is taken (its giving back on ``stack``), then the job's steady
@@ -295,14 +298,18 @@ class DrillRunner:
 
     @contextlib.contextmanager
     def _cluster(self) -> Iterator[None]:
-        """The cluster: checked (preflight), leased for this drill alone, an agent started on
-        every node; at the end the agents closed (each checked to hold no fault), then the
-        lease given back. Closing runs whatever got this far (an engine may have started
-        something before it failed)."""
+        """The cluster: checked (preflight), leased for this drill alone (queued behind another
+        drill's lease where ``--wait`` asks), an agent started on every node; at the end the
+        agents closed (each checked to hold no fault), then the lease given back. Closing runs
+        whatever got this far (an engine may have started something before it failed)."""
         lease = None
         try:
             self.preflight()
-            lease = self.nodes.acquire(f"drill {self.spec.name} ({self.run_dir.name})")
+            asked = time.time()
+            holder = f"drill {self.spec.name} ({self.run_dir.name})"
+            lease = take(lambda: self.nodes.acquire(holder), LEASE_WAIT.get(), lambda text: self.ui.phase("lease", text))
+            self.leased = True
+            self._deadline += time.time() - asked  # abort.max_duration counts from the lease, not the queue
             try:
                 self.nodes.start(ProcRef.of(psutil.Process()))
             finally:

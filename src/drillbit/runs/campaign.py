@@ -39,7 +39,7 @@ from drillbit.faults.loading import fault_problems, load_config
 from drillbit.loop.runner import DrillRunner
 from drillbit.judging.report import multirun
 from drillbit.judging.report.multirun import Bullets, Figure, Page, Table
-from drillbit.runs.session import new_run_dir
+from drillbit.runs.session import new_run_dir, refuse_unstarted
 from drillbit.spec.load import line_of, suggest, choose, find_config, read_yaml, validate
 from drillbit.spec.models import (
     SLO,
@@ -479,6 +479,7 @@ def execute(campaign: CampaignSpec, *, cluster: str | None = None, job: str | No
                          config.jobs[job_name], run_dir, ui, nodes=connect(cluster_name, spec, run_dir))
     faults = CampaignFaults(campaign)
     outcome = runner.run(faults)
+    refuse_unstarted(outcome, run_dir, cluster_name)  # busy, or stopped while it waited: no campaign folder
     history = History.load(run_dir / "history.jsonl")
     report = judge(campaign, history, faults.segments)
     pred = predicted(report, history)

@@ -7,17 +7,19 @@ whether this job can run it and what is missing.
 from __future__ import annotations
 
 import re
+import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
 from drillbit.spec.checkpoints import scan
 from drillbit.core.dirwatch import DirWatch
-from drillbit.core.errors import ConfigError, SpecError
+from drillbit.core.errors import ConfigError, LeaseError, SpecError, Stopped
+from drillbit.core.lease import LEASE_WAIT, take
 from drillbit.faults import get as get_fault
 from drillbit.faults.loading import load_drill
 from drillbit.loop.preflight import refusals
@@ -210,7 +212,11 @@ def _fault_needs(fault: str, job: JobProfile, checkpoints: list | None) -> list[
 
 
 def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfile, run_dir: Path,
-          drills: dict[str, DrillSpec], *, steps: int = 20, seconds: float = 120.0, status=None) -> dict:
+          drills: dict[str, DrillSpec], *, steps: int = 20, seconds: float = 120.0, status=None,
+          waiting: Callable[[str], None] | None = None) -> dict:
+    """What drillbit can see of the job (the module's docstring). The cluster's lease is taken
+    as a drill takes it: a busy cluster is a ConfigError (exit 2) naming the holder, or is
+    waited for where ``--wait`` asks (``waiting`` is told that it waits, and for whom)."""
 
     if cluster.protected:
         raise ConfigError(f"cluster {cluster_name!r} is protected; drillbit launches nothing there")
@@ -218,7 +224,7 @@ def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfil
         raise ConfigError(f"job profile {job_name!r} has neither launch nor attach_pid")
     run_dir.mkdir(parents=True, exist_ok=True)
     nodes = connect(cluster_name, cluster, run_dir)
-    lease = nodes.acquire(f"probe {job_name} ({run_dir.name})")
+    lease = _leased(nodes, f"probe {job_name} ({run_dir.name})", cluster_name, run_dir, waiting)
     launched, attached = None, None
     started = time.time()
     try:
@@ -286,6 +292,25 @@ def probe(cluster_name: str, cluster: ClusterSpec, job_name: str, job: JobProfil
         "catalogue": catalogue,
         "step_signal_fired": step_fired,
     }
+
+
+def _leased(nodes: Any, holder: str, cluster_name: str, run_dir: Path, waiting: Callable[[str], None] | None) -> Any:
+    """The cluster's lease for the probe, as a drill takes it (``--wait`` too). Refused or
+    stopped while it waited: nothing was started, so the engine's connections are closed and
+    the run folder goes."""
+    try:
+        return take(lambda: nodes.acquire(holder), LEASE_WAIT.get(), waiting or (lambda _text: None))
+    except BaseException as exc:
+        try:
+            nodes.close()
+        finally:
+            if isinstance(exc, (LeaseError, KeyboardInterrupt)):
+                shutil.rmtree(run_dir, ignore_errors=True)
+        if isinstance(exc, LeaseError):
+            raise ConfigError(f"{exc}; nothing was started (probe it once that drill is done)") from None
+        if isinstance(exc, KeyboardInterrupt):
+            raise Stopped(f"interrupted before the probe took cluster {cluster_name!r}: nothing was started") from None
+        raise
 
 
 def load_drills(config, drills_dir: str | None = None) -> dict[str, DrillSpec]:

@@ -17,7 +17,7 @@ from drillbit.core.atomic import write_atomic
 from drillbit.judging.checks import CheckResult, check
 from drillbit.judging.checks.baseline import Baseline
 from drillbit.judging.checks.predict import predict
-from drillbit.core.errors import ConfigError, DrillError
+from drillbit.core.errors import ConfigError, DrillError, Stopped
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import PlanStep
 from drillbit.judging.fleet.simulate import Scenario, load_scenario
@@ -183,9 +183,7 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
                              nodes=connect(r.cluster, cluster, run_dir), baseline=found,
                              scenarios=scenarios_for(r.spec))
         outcome = runner.run()
-        if outcome.error_kind == "busy":  # no drill ran: no run folder, no row of an aborted drill
-            shutil.rmtree(run_dir, ignore_errors=True)
-            raise ConfigError(f"{outcome.error}; nothing was started (run it once that drill is done)")
+        refuse_unstarted(outcome, run_dir, r.cluster)
         payload = publish(run_dir, r.spec, r.cluster, r.job, runner.params.model_dump(), outcome.history,
                           outcome.result, outcome.error, found.runs[0] if found else None, outcome.error_kind)
         store.record(payload, str(run_dir))
@@ -195,6 +193,21 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
             print(f"drillbit: the webhook at {sent['host']} was not told of {r.spec.name}'s {payload['verdict']}: "
                   f"{sent.get('error')}", file=sys.stderr)
     return payload, outcome
+
+
+def refuse_unstarted(outcome: RunOutcome, run_dir: Path, cluster: str) -> None:
+    """A drill that never held the cluster touched nothing there: no run folder, no row of an
+    aborted drill. Busy (another drill holds the lease, and no ``--wait`` outlasted it): a
+    ConfigError, exit 2, naming the holder. Stopped by the operator before it took the lease
+    (while it waited for it): Stopped, exit 4."""
+    if outcome.error_kind == "busy":
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise ConfigError(f"{outcome.error}; nothing was started (run it once that drill is done)")
+    if not outcome.leased and outcome.error_kind is None and outcome.result.verdict == "aborted":
+        shutil.rmtree(run_dir, ignore_errors=True)
+        abort = outcome.history.last("abort")
+        why = abort.data.get("reason", "stopped") if abort is not None else "stopped"
+        raise Stopped(f"{why} before the drill took cluster {cluster!r}: nothing was started")
 
 
 def publish_metrics(reports: Path, store: Store, pushgateway: str | None = None) -> None:

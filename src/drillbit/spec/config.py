@@ -271,11 +271,24 @@ class LaunchSpec(Strict):
                                               "--nnodes {nnodes}, needs it")
     env: dict[str, str] = Field(default_factory=dict, description="names are shell variable names "
                                                                   "([A-Za-z_][A-Za-z0-9_]*)")
-    cwd: str | None = None
-    """the job's working folder (default: the run folder)"""
-    python: str | None = Field(None, description="the interpreter {python} stands for in this job's command and "
-                                                 "environment (another virtual environment: another version of the "
-                                                 "stack, for drill compare); default: the node's")
+    cwd: str | None = Field(None, description=(
+        "the folder the job starts in, on each node (placeholders as in command: {run_dir}/job). Unset, the job "
+        "starts where the engine starts it, which is not the run folder: on process engines and the embedded Ray "
+        "cluster (local), the folder drill runs in; on slurm, that same path on the allocated node (sbatch's "
+        "default; Slurm falls back to /tmp where the node lacks it); on ssh, the SSH user's home folder on each "
+        "host; on a running Ray cluster (address), the folder `ray start` ran in on each node. A relative "
+        "checkpoint.dir or tier folder, and a relative path in the job's lines, are taken against this folder, and "
+        "this folder (relative, or unset) against the folder drill runs in: on ssh and a running Ray cluster, "
+        "where the job starts elsewhere, give an absolute one"))
+    python: str | None = Field(None, description=(
+        "the interpreter {python} stands for in this job's command and env, on every node. Set it when the job "
+        "has a virtual environment of its own (its torch, its launcher) and its command starts with {python}: "
+        "unset, {python} is drillbit's own interpreter (the controller's on process and ray engines, the same path "
+        "on every node; hosts[].python on ssh; the cluster's python on slurm), which has drillbit's packages, not "
+        "the job's. drill compare also reads each profile's stack versions from it. A command that names its "
+        "interpreter or launcher by path (/opt/job/.venv/bin/torchrun) runs without it; a bare name (torchrun) "
+        "is looked up on the PATH the job inherits, on process engines and slurm the one drill runs with, "
+        "drillbit's virtual environment first where it is activated"))
     stop_timeout: Duration = 20.0
     """at teardown, SIGTERM, then SIGKILL after this long"""
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import drillbit
 from drillbit.agent import api
-from drillbit.core.errors import ConfigError, DrillError
+from drillbit.core.errors import ConfigError, DrillError, LeaseError
 from drillbit.faults import registry as fault_registry
 from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.core.proc import ProcRef
@@ -32,6 +32,10 @@ class VersionMismatch(AgentError, ConfigError):
 
 class AgentConfigError(AgentError, ConfigError):
     """The agent found the job's description wrong for what its node holds (exit 2)."""
+
+
+class AgentBusy(AgentError, LeaseError):
+    """The agent found the cluster's lease held by another drill (exit 2, naming the holder)."""
 
 
 class AgentClient:
@@ -60,6 +64,8 @@ class AgentClient:
         except ValueError as exc:
             raise AgentError(f"agent on {self.node}: {method}: an answer that is not an envelope ({exc})") from None
         if envelope.error is not None:
+            if envelope.error.kind == "busy":
+                raise AgentBusy(envelope.error.message)
             cls = (VersionMismatch if "version mismatch" in envelope.error.message else
                    AgentConfigError if envelope.error.kind == "config" else AgentError)
             raise cls(f"agent on {self.node}: {method} {envelope.error.kind}: {envelope.error.message}")

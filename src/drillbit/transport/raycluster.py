@@ -123,8 +123,8 @@ class RayLease:
             self._actor = None
             raise LeaseError(
                 f"cluster {self.cluster!r} is held by {who['holder']} (pid {who['pid']} on {who['host']}, "
-                f"since {time.ctime(who['since'])}, last renewed {who['silent_s']:g} s ago); wait for it to "
-                f"finish, or stop it — a lease not renewed for {who['ttl']:g} s expires")
+                f"since {time.ctime(who['since'])}, last renewed {who['silent_s']:g} s ago)",
+                f"wait for it to finish (--wait), or stop it — a lease not renewed for {who['ttl']:g} s expires")
 
     def renew(self) -> None:
         """Renew, and look at the answer to the previous renewal: a lease that was taken

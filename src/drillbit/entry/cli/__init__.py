@@ -2,9 +2,10 @@
 
 :func:`main` (the installed ``drill`` script and ``python -m drillbit.entry.cli``) runs the click
 group without click's own exit handling and maps every way out to DESIGN.md's codes:
-usage and config errors (anywhere they are found) 2, a harness error or bug 5 (never a
-traceback on the terminal; it goes to ``$DRILLBIT_HOME/last-error.txt``), Ctrl-C at a
-prompt 4; a command that ran drills returns its own code from :mod:`drillbit.judging.exitcodes`.
+usage and config errors (anywhere they are found) and a cluster another drill holds 2, a
+harness error or bug 5 (never a traceback on the terminal; it goes to
+``$DRILLBIT_HOME/last-error.txt``), Ctrl-C at a prompt or while waiting for the cluster 4;
+a command that ran drills returns its own code from :mod:`drillbit.judging.exitcodes`.
 
 Commands live in three modules: drills (run, report, validate, list, faults, probe plan),
 suites (suite, gate, gameday, results, runbook) and fleet (cadence, simulate).
@@ -20,7 +21,8 @@ import click
 
 from drillbit.judging import exitcodes
 from drillbit.entry.cli.common import emit_json, problems_header, show_error
-from drillbit.core.errors import ConfigError, DrillError, SpecError
+from drillbit.core.errors import ConfigError, DrillError, SpecError, Stopped
+from drillbit.core.lease import LEASE_WAIT
 from drillbit.spec.load import EXTRA_DRILLS
 
 
@@ -72,11 +74,13 @@ def run_cli(argv: list[str] | None = None) -> int:
     as_json = _wants_json(argv)
     # what options set for this command line only (a test or a program may call this twice)
     drills_token = EXTRA_DRILLS.set(None)
+    wait_token = LEASE_WAIT.set(None)
     pushgateway = os.environ.get("DRILLBIT_PUSHGATEWAY")
     try:
         return _run(argv, as_json)
     finally:
         EXTRA_DRILLS.reset(drills_token)
+        LEASE_WAIT.reset(wait_token)
         if pushgateway is None:
             os.environ.pop("DRILLBIT_PUSHGATEWAY", None)
         else:
@@ -97,8 +101,10 @@ def _run(argv: list[str], as_json: bool) -> int:
         return _fail(exitcodes.USAGE, exc.format_message(), as_json, hint=hint)
     except SpecError as exc:
         return _fail(exitcodes.USAGE, problems_header(exc.problems), as_json, exc.problems)
-    except ConfigError as exc:
+    except ConfigError as exc:  # a busy cluster too (LeaseError): naming who holds it
         return _fail(exitcodes.USAGE, str(exc), as_json)
+    except Stopped as exc:  # Ctrl-C before the command took the cluster: nothing was started
+        return _fail(exitcodes.ABORTED, str(exc), as_json)
     except DrillError as exc:
         return _fail(exitcodes.HARNESS, f"harness: {exc}", as_json)
     except KeyboardInterrupt:

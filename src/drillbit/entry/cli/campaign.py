@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from drillbit.entry.cli.common import emit_json, err, json_option, out
+from drillbit.entry.cli.common import emit_json, err, json_option, out, wait_option
 from drillbit.judging.report.console import ConsoleUI
 
 
@@ -13,6 +13,7 @@ from drillbit.judging.report.console import ConsoleUI
 @click.option("--job", help="job profile (default: the campaign's, else reference)")
 @click.option("--config", "config_path", help="drill.yaml path (default: ./drill.yaml or $DRILLBIT_CONFIG)")
 @click.option("--reports", "reports_dir", help="where the run folder goes (default: reports/)")
+@wait_option
 @json_option
 def campaign(spec: str, cluster: str | None, job: str | None, config_path: str | None, reports_dir: str | None,
              as_json: bool) -> int:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import Any
 
 import click
@@ -9,9 +11,27 @@ from rich.console import Console
 from rich.table import Table
 
 from drillbit.core.errors import Problem
+from drillbit.core.lease import LEASE_WAIT, LeaseWait
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# off a terminal (a pipe, a CI log) a line is as wide as it needs: rich would wrap every table
+# cell at 80 columns there. $COLUMNS, where the user set it, still rules.
+OFF_TERMINAL_WIDTH = 10_000
+
+
+def console(stderr: bool = False) -> Console:
+    """A console for the command's output: the terminal's width on a terminal, $COLUMNS where
+    it is set, else (a pipe, a file, a CI log) full width: no table cell wrapped."""
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream: not a terminal
+        tty = False
+    wide = not tty and not (os.environ.get("COLUMNS") or "").isdigit()
+    return Console(stderr=stderr, soft_wrap=True, width=OFF_TERMINAL_WIDTH if wide else None)
+
+
+out = console()
+err = console(stderr=True)
 
 json_option = click.option("--json", "as_json", is_flag=True, help="print the result as JSON on stdout (an error "
                            "too: {\"error\", \"exit\", \"problems\"})")
@@ -41,6 +61,29 @@ pushgateway_option = click.option(
     "--pushgateway", metavar="URL", callback=_use_pushgateway, expose_value=False,
     help="also send the results' metrics (reports/metrics.prom) to this Prometheus Pushgateway after every drill "
     "(env DRILLBIT_PUSHGATEWAY)")
+
+
+def _use_wait(ctx: click.Context, param: click.Parameter, value: str | None) -> None:  # noqa: ARG001
+    if value is None:
+        return
+    if value == "":
+        LEASE_WAIT.set(LeaseWait())
+        return
+    from drillbit.spec.models import parse_duration
+
+    try:
+        LEASE_WAIT.set(LeaseWait(parse_duration(value)))
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}; a bare --wait waits without a limit, but it takes the word after it as "
+                                 "the limit: put it last, or write --wait=10m", ctx, param) from None
+
+
+# every command that takes the cluster's lease takes it (drill run, probe, suite run, gate,
+# gameday run, sweep, compare, campaign): a busy cluster is waited for, not refused
+wait_option = click.option(
+    "--wait", metavar="[DURATION]", is_flag=False, flag_value="", default=None, callback=_use_wait,
+    expose_value=False, help="when another drill holds the cluster, wait for it (at most DURATION: 30s, 10m, 2h; "
+    "bare: without a limit) instead of exit 2; Ctrl-C while waiting is exit 4, nothing started")
 
 
 def problems_header(problems: list[Problem]) -> str:

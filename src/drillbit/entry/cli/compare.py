@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from drillbit.entry.cli.common import drills_option, emit_json, err, json_option, out, pushgateway_option
+from drillbit.entry.cli.common import drills_option, emit_json, err, json_option, out, pushgateway_option, wait_option
 from drillbit.judging.report.console import ConsoleUI
 from drillbit.spec.load import find_config
 from drillbit.faults.loading import load_config
@@ -19,6 +19,7 @@ from drillbit.faults.loading import load_config
 @click.option("--reports", "reports_dir", help="where run folders go")
 @click.option("--db", help="results store (default: <reports>/drills.db)")
 @drills_option
+@wait_option
 @pushgateway_option
 @json_option
 def compare(suite_name: str, jobs: str, cluster: str | None, config_path: str | None, reports_dir: str | None,

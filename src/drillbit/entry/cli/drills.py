@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from drillbit.judging import exitcodes
 from drillbit.entry.cli.common import (drills_option, emit_json, err, json_option, listing, out, problems_header,
-                                 pushgateway_option, show_problems)
+                                 pushgateway_option, show_problems, wait_option)
 from drillbit.core.errors import Problem, SpecError
 from drillbit.judging.report.console import ConsoleUI, summary
 from drillbit.spec.load import catalogue, find_config, read_yaml, unknown
@@ -31,6 +31,7 @@ from drillbit.spec.config import DrillConfig
 @click.option("--repeat", type=click.IntRange(1, 1000), default=1, help="run the drill N times, a fresh job each "
               "time; it passes only if every run does (or --min-pass-rate)")
 @click.option("--min-pass-rate", type=click.FloatRange(0, 1), help="with --repeat: the share of runs that must pass")
+@wait_option
 @pushgateway_option
 @json_option
 def run(drill: str, cluster: str | None, job: str | None, config_path: str | None,

@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from drillbit.judging import exitcodes
-from drillbit.entry.cli.common import drills_option, emit_json, err, json_option, listing, out
+from drillbit.entry.cli.common import drills_option, emit_json, err, json_option, listing, out, wait_option
 
 
 @click.command()
@@ -18,6 +18,7 @@ from drillbit.entry.cli.common import drills_option, emit_json, err, json_option
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
               help="stop after this long, steps or not")
 @click.option("--reports", "reports_dir", help="where the probe's run folder goes (default: reports/)")
+@wait_option
 @json_option
 def probe(job: str, cluster: str | None, config_path: str | None, steps: int,
           seconds: float, reports_dir: str | None, as_json: bool) -> int:
@@ -39,7 +40,8 @@ def probe(job: str, cluster: str | None, config_path: str | None, steps: int,
     with err.status("probing") as spinner:
         found = run_probe(cluster_name, config.clusters[cluster_name], job, config.jobs[job], run_dir,
                           load_drills(config), steps=steps, seconds=seconds,
-                          status=lambda text: spinner.update(text) if not as_json else None)
+                          status=lambda text: spinner.update(text) if not as_json else None,
+                          waiting=lambda text: err.print(f"drillbit: {text}", markup=False, highlight=False))
     if as_json:
         emit_json(found)
     else:

@@ -8,7 +8,8 @@ from typing import Any, Callable
 import click
 
 from drillbit.judging import exitcodes
-from drillbit.entry.cli.common import drills_option, emit_json, err, json_option, listing, out, pushgateway_option
+from drillbit.entry.cli.common import (drills_option, emit_json, err, json_option, listing, out, pushgateway_option,
+                                       wait_option)
 from drillbit.faults.loading import load_config
 from drillbit.judging.report.console import ConsoleUI
 from drillbit.judging.report import multirun
@@ -37,6 +38,7 @@ _suite_options = [
     click.option("--reports", "reports_dir", help="where run folders go"),
     click.option("--db", help="results store (default: <reports>/drills.db)"),
     drills_option,
+    wait_option,
     pushgateway_option,
     json_option,
 ]

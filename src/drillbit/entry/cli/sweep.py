@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from drillbit.entry.cli.common import drills_option, emit_json, err, json_option, out
+from drillbit.entry.cli.common import drills_option, emit_json, err, json_option, out, wait_option
 from drillbit.judging.report.console import ConsoleUI
 
 
@@ -18,6 +18,7 @@ from drillbit.judging.report.console import ConsoleUI
                                                                    "(default: every one)")
 @click.option("--point", "points", multiple=True, help="drill this crash point only ('torn shard_*.pt'); repeat "
                                                        "for several; skips the recording pass")
+@wait_option
 @json_option
 def sweep(drill: str, cluster: str | None, job: str | None, config_path: str | None,
           reports_dir: str | None, n: int | None, points: tuple[str, ...], as_json: bool) -> int:
