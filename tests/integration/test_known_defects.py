@@ -79,3 +79,39 @@ def test_compare_catches_four_checkpoint_defects_and_passes_their_fixes(tmp_path
     md = (folder / "compare.md").read_text()
     assert "[NVIDIA-NeMo/Automodel#3254](https://github.com/NVIDIA-NeMo/Automodel/issues/3254)" in md
     assert "`redo-save-atomic`: PASS" in md
+
+
+@pytest.mark.parametrize("framework", ["trainer", "lightning"])
+def test_a_plain_framework_jobs_restart_meets_torchruns_stale_store_and_the_one_line_fix_restarts_every_time(
+        framework, tmp_path):
+    """pytorch#135712 at torch 2.13, on a plain Trainer and a plain Lightning job (2 ranks, one
+    restart): it bites only sometimes (3 of 4 runs here), so the affected job is drilled until a
+    restart never steps again (at most 4 runs: all 4 coming back would be 1 in 250), and the
+    repeated result reports the rate and names the store and its fix for every such run; the same
+    job with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 passes every repeat."""
+    from drillbit.runs.repeat import aggregate, never_recovered, run_repeated
+
+    pytest.importorskip("transformers" if framework == "trainer" else "lightning")
+    drill = f"torchrun-restart-store-{framework}"
+    job = "hf" if framework == "trainer" else "lightning"
+    payloads, dirs = [], []
+    for _ in range(4):
+        payload, outcome = execute(resolve(drill, cluster="local-process"), reports_dir=str(tmp_path))
+        payloads.append(payload)
+        dirs.append(str(outcome.run_dir))
+        if never_recovered(payload):
+            break
+    affected = aggregate(drill, payloads, dirs)
+    lost = affected["never_recovered"]
+    assert lost["runs"], affected["reasons"]
+    assert affected["verdict"] == "fail" and affected["exit_code"] == 1
+    assert any(f"never stepped again after the fault in {len(lost['runs'])} of {len(payloads)} runs" in r
+               for r in affected["reasons"])
+    for i in lost["runs"]:
+        reasons = payloads[i - 1]["reasons"]
+        assert reasons[0].startswith("known defect pytorch/pytorch#135712"), reasons
+        assert any("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in r for r in reasons), reasons
+    fixed, _ = run_repeated(resolve(drill, cluster="local-process", job=f"{job}-plain-fixed"), 2,
+                            reports_dir=str(tmp_path))
+    assert fixed["verdict"] == "pass" and fixed["passes"] == 2, fixed["reasons"]
+    assert fixed["never_recovered"]["runs"] == [] and fixed["stats"]["lost_steps"]["max"] <= 5

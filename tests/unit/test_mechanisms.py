@@ -4,10 +4,13 @@ named. Histories built by hand, shaped as a plain Hugging Face Trainer job under
 2.13, gloo) recorded them: attempt 1 refused by gloo, attempt 2 waiting in init_process_group."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from drillbit.judging.checks import check
 from drillbit.core.history import History
 from tests.unit.test_checks import BASE, T_FAULT, prelude, spec, steps
 
+DRILLS = Path(__file__).resolve().parents[2] / "drills" / "known-defects"
 REFUSED = ("RuntimeError: Gloo connectFullMesh failed with [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
            "pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:45093")
 WAITING = ["_new_process_group_helper (distributed_c10d.py:2169)", "init_process_group (distributed_c10d.py:1899)",
@@ -58,3 +61,26 @@ def test_another_launcher_or_a_restart_that_came_back_names_nothing():
     rows += steps(21, 30, T_FAULT + 10) + [(T_FAULT + 20, "observe.end")]
     assert named(History.build(rows)) == []
     assert BASE < T_FAULT
+
+
+def test_a_known_defect_marked_by_a_mechanism_is_named_from_its_stuck_frames_or_error_lines():
+    from drillbit.faults.loading import load_drill
+    from drillbit.spec.config import DrillConfig, with_builtins
+
+    spec = load_drill(str(DRILLS / "torchrun-restart-store-trainer.yaml"), with_builtins(DrillConfig()))
+    for history in (failed_restart(), failed_restart(error=None)):
+        result = check(spec, history)
+        assert result.verdict == "fail" and result.reasons[0].startswith("known defect pytorch/pytorch#135712"), \
+            result.reasons
+    other = check(spec, failed_restart(error=None, other=["forward (model.py:10)"]))
+    assert other.reasons[0].startswith("not clearly pytorch/pytorch#135712"), other.reasons
+
+
+def test_every_defect_mark_in_the_catalogue_is_a_known_mechanism():
+    import yaml
+
+    from drillbit.judging.checks.mechanisms import KNOWN
+
+    marks = {(yaml.safe_load(p.read_text()).get("defect") or {}).get("mark") for p in
+             DRILLS.glob("*.yaml")} - {None}
+    assert marks and marks <= {m.id for m in KNOWN}, marks

@@ -865,16 +865,18 @@ BUILTIN_JOBS.update({
 
 
 def _defect_job(module: str, description: str, *flags: str, presets: list[str], checkpoint: CheckpointSpec,
-                signals: list[Signal] | None = None) -> JobProfile:
+                signals: list[Signal] | None = None, ranks: int = 2, restarts: int = 3,
+                env: dict[str, str] | None = None) -> JobProfile:
     """A job of :mod:`drillbit.fixtures.defects` (drills/known-defects/): 2 ranks under torchrun
     (--standalone, 3 restarts, polled every 0.5 s), its output in the run folder's job.out."""
     return JobProfile(
         description=description,
         presets=presets,
         signals=signals or [],
-        launch=LaunchSpec(command=["{python}", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                                   "--max-restarts", "3", "--monitor-interval", "0.5", "-m",
-                                   f"drillbit.fixtures.defects.{module}", *flags], env={"LOGLEVEL": "INFO"}),
+        launch=LaunchSpec(command=["{python}", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                                   str(ranks), "--max-restarts", str(restarts), "--monitor-interval", "0.5", "-m",
+                                   f"drillbit.fixtures.defects.{module}", *flags],
+                          env={"LOGLEVEL": "INFO", **(env or {})}),
         ranks=RankDiscovery(cmdline=rf"-m drillbit\.fixtures\.defects\.{module}\b", exclude_cmdline=r"torch\.distributed\.run"),
         launcher=r"torch\.distributed\.run",
         logs=["{run_dir}/job.out"],
@@ -972,6 +974,19 @@ BUILTIN_JOBS.update({
         "redo_save", "the redo-save job with Automodel#3261's fix: shards go into step_N.partial/ (a leftover is "
         "cleared), renamed into place once every rank has written", "--ckpt-dir", "{run_dir}/job/ckpt",
         "--save", "atomic", presets=["torchrun"], checkpoint=_REDO_CKPT, signals=_LOOP_SIGNALS),
+    **{f"{name}-plain{'-fixed' if fixed else ''}": _defect_job(
+        "plain_restart", (f"a plain {words} job under torchrun (2 ranks, one restart allowed) with "
+                          "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: each rendezvous round a store of its own (the fix of "
+                          "pytorch#135712)") if fixed else
+        (f"pytorch#135712 at torch 2.13: a plain {words} job under torchrun (2 ranks, one restart allowed) making its "
+         "process group from torchrun's environment; a restarted attempt meets the dead one's keys in the store "
+         "torchrun keeps across restarts"),
+        "--framework", name, "--out", "{run_dir}/job/out", presets=["torchrun", preset], checkpoint=ckpt,
+        restarts=1, env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"} if fixed else None)
+       for name, words, preset, ckpt in (("hf", "Hugging Face Trainer", "hf-trainer", _HF_OUT),
+                                         ("lightning", "Lightning", "lightning",
+                                          CheckpointSpec(dir="{run_dir}/job/out/checkpoints", layout="lightning")))
+       for fixed in (False, True)},
 })
 
 def with_builtins(config: DrillConfig) -> DrillConfig:

@@ -348,6 +348,10 @@ class Defect(Strict):
                                                     "what failed the drill (named in the verdict)")
     check: str | None = Field(None, description="the SLO whose failure is the defect's mark, where the job prints "
                                                 "no error (a hang, a silent wrong restore): e.g. restore_matches_save")
+    mark: str | None = Field(None, description="a known mechanism of a restart that never came back "
+                                               "(judging/checks/mechanisms.py, e.g. torchrun-shared-store) whose mark in "
+                                               "the evidence names the defect: the job's error lines or the restarted "
+                                               "ranks' stuck frames")
     fixed: str | None = None
     """the job profile with the fix or workaround, which passes; none where no fix exists"""
     fix: str = ""
@@ -365,9 +369,9 @@ class Defect(Strict):
 
     @model_validator(mode="after")
     def _evidence(self) -> "Defect":
-        if self.signature is None and self.check is None:
-            raise ValueError("a defect needs its evidence: signature (a regex on the job's error lines) or check "
-                             "(the SLO whose failure marks it)")
+        if self.signature is None and self.check is None and self.mark is None:
+            raise ValueError("a defect needs its evidence: signature (a regex on the job's error lines), check "
+                             "(the SLO whose failure marks it) or mark (a known mechanism)")
         return self
 
 

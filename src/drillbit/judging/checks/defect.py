@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from drillbit.judging.checks import mechanisms
 from drillbit.judging.checks.recovery import Measurements
 from drillbit.judging.checks.slo import SLOResult
 from drillbit.core.events import Error, Kind, Restart
@@ -18,6 +19,13 @@ from drillbit.spec.models import Defect
 
 def recognise(defect: Defect, m: Measurements, history: History, slos: list[SLOResult]) -> str:
     head = f"known defect {defect.id} ({defect.title})"
+    if defect.mark is not None:
+        mark = mechanisms.mark_of(defect.mark, history, m)
+        if mark is not None:
+            return f"{head}: {mark}"
+        if defect.signature is None and defect.check is None:
+            return (f"not clearly {defect.id}: the drill failed, but its evidence does not carry the mark of "
+                    f"{defect.mark}; another failure may be at work")
     if defect.check is not None:
         failed = next((s for s in slos if s.name == defect.check and s.status == "fail"), None)
         if failed is not None:

@@ -61,6 +61,15 @@ def named(history: History, m: Measurements) -> list[str]:
     return out
 
 
+def mark_of(mechanism: str, history: History, m: Measurements) -> str | None:
+    """The mark of the known mechanism named ``mechanism`` in a failed restart's evidence, in
+    words, or None (none there, the restart came back, or no such mechanism)."""
+    if m.time_to_first_step is not None or not m.restarts or m.t_fault is None:
+        return None
+    mech = next((k for k in KNOWN if k.id == mechanism), None)
+    return _mark(mech, history, m) if mech is not None else None
+
+
 def _mark(mech: Mechanism, history: History, m: Measurements) -> str | None:
     t0 = m.t_fault or 0.0
     launchers = {Restart.of(e).by for e in history.of(Kind.RESTART) if e.t >= t0}
