@@ -321,8 +321,9 @@ def _judge_max_lost_steps(j: Judging) -> None:
         if status == "fail":
             unloaded = ""
             if m.newest_save_step is not None and m.restored_step is not None and m.newest_save_step > m.restored_step:
-                unloaded = (f"; the job had said it saved step {m.newest_save_step} {m.newest_save_s:.1f} s before "
-                            "the fault, and the restart did not load it")
+                when = f" {m.newest_save_s:.1f} s before the fault" if _finite(m.newest_save_s) else " before the fault"
+                unloaded = (f"; the job had said it saved step {m.newest_save_step}{when}, and the restart did not "
+                            "load it")
             j.reasons.append(f"{lost} steps were lost (restored step {m.restored_step}, fault at step "
                              f"{m.step_at_fault}); the SLO allows {slo.max_lost_steps}{unloaded}{_what_came_back(m)}")
 
