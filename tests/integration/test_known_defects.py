@@ -2,7 +2,7 @@
 (drills/known-defects/): each drill FAILs on its affected job with a verdict that names the
 defect from what the job printed, and PASSes on the fixed profile.
 
-- transformers#35782 with the real Trainer (5.24.0 still saves checkpoint-N in place and
+- transformers#35782 with the real Trainer (5.25.0 still saves checkpoint-N in place and
   auto-resumes from the highest one): the restart crash-loops on trainer_state.json;
 - NeMo Automodel#3254 by its mechanism: the redone save raises FileExistsError on rank 0;
 - pytorch#144657 by its mechanism: an async save of live CPU tensors holds later values, seen

@@ -959,7 +959,7 @@ BUILTIN_JOBS.update({
         "write", "--ckpt-dir", "{run_dir}/job/ckpt", "--stage", "copy", presets=["torchrun"],
         checkpoint=_LOOP_CKPT, signals=_DIGEST_SIGNALS),
     "hf-autoresume": _defect_job(
-        "hf_resume", "transformers#35782: a Hugging Face Trainer job (transformers 5.24, 2 ranks) whose restart "
+        "hf_resume", "transformers#35782: a Hugging Face Trainer job (transformers 5.25, 2 ranks) whose restart "
         "resumes from get_last_checkpoint, the highest checkpoint-N, complete or not", "--out", "{run_dir}/job/out",
         presets=["torchrun", "hf-trainer"], checkpoint=_HF_OUT),
     "hf-autoresume-complete": _defect_job(
