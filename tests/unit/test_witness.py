@@ -224,3 +224,16 @@ def test_silence_from_a_watch_that_placed_no_read_at_all_is_no_veto():
 def test_a_relative_path_is_within_nothing():
     assert not within("ckpt/iter_0000020/x.pt", "ckpt/iter_0000020")
     assert not within(f"{DAMAGED}/x.pt", "ckpt")
+
+
+def test_the_reason_names_the_damaged_file_not_the_first_file_read_beside_it():
+    """A Trainer reads config.json before the model.safetensors the fault damaged: the reason
+    named config.json (#56); it names the damaged file, where the reader read it."""
+    h = history(20, [read(T + 3, f"{DAMAGED}/config.json"), read(T + 3.1, f"{DAMAGED}/mp_rank_00/model_optim_rng.pt"),
+                     read(T + 3.2, f"{DAMAGED}/trainer_state.json")], MEGATRON_LINE)
+    result = check(spec(), h)
+    assert any("rank 0 read iter_0000020/mp_rank_00/model_optim_rng.pt after it was damaged" in r
+               for r in result.reasons), result.reasons
+    # a reader that never opened the damaged file itself is still placed in the damaged checkpoint, by what it read
+    h = history(20, [read(T + 3, f"{DAMAGED}/config.json")], MEGATRON_LINE)
+    assert any("rank 0 read iter_0000020/config.json after it was damaged" in r for r in check(spec(), h).reasons)

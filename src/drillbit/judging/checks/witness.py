@@ -166,7 +166,10 @@ def _reads_witness(evidence: FileDamage, reads: list[Event], checkpoint: str, un
         if first_damaged is None:
             continue
         last, where = events[-1]
-        read = _short(CkptRead.of(first_damaged).file, root)
+        # the file the fault damaged, where this reader read it; else the first file of that checkpoint it read
+        # (a Trainer reads config.json before the damaged model.safetensors: the reason names the damaged one)
+        touched = next((e for e, _ in events if within(CkptRead.of(e).file, evidence.file)), first_damaged)
+        read = _short(CkptRead.of(touched).file, root)
         if where == checkpoint:
             loaded_by.setdefault(read, []).append(first_damaged)
         else:
