@@ -354,3 +354,18 @@ def test_a_start_over_with_nothing_back_says_the_weights_started_over_too():
 
 def test_a_start_over_with_nothing_saved_is_not_judged():
     assert started(loss_at, saved=None) is None
+
+
+def test_with_gradient_accumulation_the_trainers_epoch_fraction_binds_nothing():
+    """The Trainer's epoch counts batches; with accumulation that does not divide them it is not
+    steps over 'Num update steps per epoch' (3001 batches, 4 a step: epoch '0.877' is step 658, the
+    fraction says 659). Its figures are then placed by position, marked so, and never fail."""
+    from drillbit.judging.checks.fidelity import with_metrics
+
+    h = History()
+    h.record("probe", "metrics", t=0.0, steps_per_epoch=751)
+    h.record("probe", "metrics", t=0.0, accumulation=4)
+    h.record("probe", "metrics", t=1.0, loss=1.0, lr=0.1, epoch="0.877")
+    h.record("probe", "step", t=1.1, n=658)
+    [step] = with_metrics(h.of("step"), list(h))
+    assert step.data["lr"] == 0.1 and step.data["unbound"] == ["loss", "lr"]

@@ -43,7 +43,7 @@ def test_a_refused_connect_after_the_restart_names_torchruns_shared_store_and_it
 
 def test_every_rank_of_a_restart_waiting_in_init_process_group_names_it_too():
     [said] = named(failed_restart(error=None))
-    assert "every rank of attempt 2 it could read was waiting in init_process_group (distributed_c10d.py:1899)" \
+    assert "every rank of attempt 2 was waiting in init_process_group (distributed_c10d.py:1899)" \
         in said
 
 

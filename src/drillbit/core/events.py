@@ -244,6 +244,9 @@ class Metrics(JobPayload):
     # epoch = 1,024"; a line may carry only this)
     epoch: Annotated[str | None, BeforeValidator(_text_of_number)] = None
     steps_per_epoch: Annotated[int | None, BeforeValidator(_grouped_count)] = None
+    # batches an optimizer step accumulates ("Gradient Accumulation steps = 4"): the Trainer's epoch
+    # counts batches, so only without accumulation is it steps over steps per epoch
+    accumulation: Annotated[int | None, BeforeValidator(_grouped_count)] = None
 
 
 @_kind(Kind.DETECT)

@@ -41,25 +41,29 @@ def aggregate(drill: str, payloads: list[dict[str, Any]], run_dirs: list[str],
               min_pass_rate: float | None = None) -> dict[str, Any]:
     n = len(payloads)
     passes = sum(1 for p in payloads if p["verdict"] == "pass")
-    need = n if min_pass_rate is None else math.ceil(min_pass_rate * n - 1e-9)
+    need = n if min_pass_rate is None else max(1, math.ceil(min_pass_rate * n - 1e-9))  # a pass needs one run passing
     kinds = [p.get("error_kind") or ("harness" if p.get("error") else None) for p in payloads]
     lost = [i + 1 for i, p in enumerate(payloads) if never_recovered(p)]
-    if passes >= need and not any(kinds) and not lost:
+    stopped = bool(payloads) and interrupted(payloads[-1])  # the operator stopped it: the runs asked were not run
+    if passes >= need and not any(kinds) and not lost and not stopped:
         verdict = "pass"
     else:
         verdict = worst(*[p["verdict"] for p in payloads if p["verdict"] != "pass"]) if passes < n else "pass"
     code = exitcodes.suite_exit_code([(verdict, k) for k in kinds]) if any(kinds) else exitcodes.BY_VERDICT[verdict]
     stats = {}
     for name in STATS:
-        values = [float(v) for p in payloads if isinstance(v := p["measurements"].get(name), (int, float))]
+        values = [float(v) for p in payloads if isinstance(v := (p.get("measurements") or {}).get(name), (int, float))]
         if values:
             stats[name] = {"n": len(values), "median": statistics.median(values), "p90": p90(values),
                            "min": min(values), "max": max(values)}
-    failing = [{"run": i + 1, "run_dir": d, "verdict": p["verdict"], "reasons": p["reasons"],
+    failing = [{"run": i + 1, "run_dir": d, "verdict": p["verdict"], "reasons": p.get("reasons") or [],
                 "error": p.get("error")} for i, (p, d) in enumerate(zip(payloads, run_dirs,
                     strict=False)) if p["verdict"] != "pass"]
     rule = "every run" if min_pass_rate is None else f"at least {min_pass_rate:.0%} of the runs ({need} of {n})"
     reasons = [] if verdict == "pass" else [f"{passes} of {n} runs passed; the drill needs {rule} to pass"]
+    if stopped:
+        reasons.insert(0, next(r for r in payloads[-1]["reasons"] if r.startswith("aborted: interrupted by"))
+                       + f" (after {n} run(s))")
     if lost:
         reasons.append(f"the job never stepped again after the fault in {len(lost)} of {n} runs "
                        f"({len(lost) / n:.0%}: run{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))}): a "
@@ -68,7 +72,7 @@ def aggregate(drill: str, payloads: list[dict[str, Any]], run_dirs: list[str],
     reasons += [f"run {f['run']}: {f['verdict']}: {_why(f)}" for f in failing]
     return {"drill": drill, "repeat": n, "passes": passes, "min_pass_rate": min_pass_rate, "verdict": verdict,
             "exit_code": code, "reasons": reasons, "stats": stats, "failing": failing, "run_dirs": run_dirs,
-            "never_recovered": {"runs": lost, "rate": len(lost) / n if n else None},
+            "never_recovered": {"runs": lost, "rate": len(lost) / n if n else None}, "interrupted": stopped,
             "cluster": payloads[0]["cluster"] if payloads else None, "job": payloads[0]["job"] if payloads else None}
 
 

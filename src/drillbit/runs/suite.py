@@ -96,7 +96,8 @@ def run_suite(suite: SuiteSpec, *, cluster: str | None = None, job: str | None =
             run.run_dirs.append(outcome.run_dir)
         if after is not None:
             after(resolved, payload)
-        if (suite.stop_on_failure and payload["verdict"] != "pass") or interrupted(payload):
+        if (suite.stop_on_failure and payload["verdict"] != "pass") or interrupted(payload) \
+                or (payload.get("repeat") or {}).get("interrupted"):
             break
     assert run is not None
     return run

@@ -410,7 +410,7 @@ class SuiteEntry(Strict):
     cluster: str | None = Field(None, description="this drill's cluster (kill-node needs one of 2+ nodes), over the "
                                                   "suite's; --cluster still overrides both")
     repeat: int = Field(1, ge=1, le=1000, description="run the drill this many times, a fresh job each time")
-    min_pass_rate: float | None = Field(None, ge=0, le=1, description="with repeat: the share of runs that must "
+    min_pass_rate: float | None = Field(None, gt=0, le=1, description="with repeat: the share of runs that must "
                                                                       "pass (default: all)")
     known_defects: dict[str, str] = Field(
         default_factory=dict, description="drill compare: job profile -> a defect of that stack this drill FAILs on "

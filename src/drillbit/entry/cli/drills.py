@@ -30,7 +30,8 @@ from drillbit.spec.config import DrillConfig
 @click.option("--dry-run", is_flag=True, help="print the plan (the exact targets where they can be found) and stop")
 @click.option("--repeat", type=click.IntRange(1, 1000), default=1, help="run the drill N times, a fresh job each "
               "time; it passes only if every run does (or --min-pass-rate)")
-@click.option("--min-pass-rate", type=click.FloatRange(0, 1), help="with --repeat: the share of runs that must pass")
+@click.option("--min-pass-rate", type=click.FloatRange(0, 1, min_open=True),
+              help="with --repeat: the share of runs that must pass (above 0)")
 @wait_option
 @pushgateway_option
 @json_option

@@ -41,9 +41,10 @@ def recognise(defect: Defect, m: Measurements, history: History, slos: list[SLOR
             who = error.quote().split(": ", 1)[0]  # attempts 1–3, rank 0
             return f"{head}: the job said, {who}: {excerpt(error.message)}"
     after = m.t_fault if m.t_fault is not None else float("-inf")
+    until = m.t_observe_end if m.t_observe_end is not None else float("inf")  # not the heal's or teardown's lines
     for e in history.of("error"):
         message = Error.of(e).message
-        if e.t >= after and pattern.search(message):
+        if after <= e.t <= until and pattern.search(message):
             where = f"rank {e.rank}: " if e.rank is not None else ""
             return f"{head}: the job said, {where}{excerpt(message)}"
     return (f"not clearly {defect.id}: the drill failed, but none of the job's error lines after the fault "

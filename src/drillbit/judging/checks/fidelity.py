@@ -200,6 +200,11 @@ def judge_loss(before: dict[int, float], after: dict[int, float], restored: int)
     noise_words = f"its step-to-step spread before the fault: {_g(noise)}"
     replay_words = (f"the steps it ran again ({replayed[0]}–{replayed[-1]}) gave the losses they gave before the "
                     f"fault (median gap {_g(replay_gap)})") if replayed and replay_gap is not None else ""
+    flat = noise == 0 and len({before[n] for n in pre}) == 1
+    if flat:
+        return FidelityPart(name="loss", status="unknown",
+                            says=f"{figures}: the loss was {_g(level_r)} at every step before the fault, so the same "
+                                 "loss after the restore shows nothing (a start over prints it too)")
     if replay_gap is not None and replay_gap <= 1e-3 * abs(level_r) + 1e-9:
         # a deterministic replay, exact: the restored state gave the same losses, however little the loss
         # moved and whether or not the start of training was seen
@@ -217,6 +222,14 @@ def judge_loss(before: dict[int, float], after: dict[int, float], restored: int)
                                  "here — trigger the fault later in training")
     if replay_gap is not None and replay_gap <= band:
         return FidelityPart(name="loss", status="pass", says=f"{figures}; {replay_words} ({noise_words})")
+    return _by_level(figures, noise_words, level_0, level_r, level_post, band, restored)
+
+
+def _by_level(figures: str, noise_words: str, level_0: float, level_r: float, level_post: float, band: float,
+              restored: int) -> FidelityPart:
+    """The loss part by levels alone (no exact replay): where the loss after the restore sits
+    between the restored step's and the start's."""
+    moved = abs(level_0 - level_r)
     back = (level_post - level_r) * (1 if level_0 >= level_r else -1)
     if back > moved + band:
         return FidelityPart(name="loss", status="fail",
@@ -230,6 +243,11 @@ def judge_loss(before: dict[int, float], after: dict[int, float], restored: int)
         return FidelityPart(name="loss", status="pass",
                             says=f"{figures}; lower than the restored step's by more than {_g(band)} ({noise_words}): "
                                  "the model went on from where it was saved")
+    if back > band:
+        return FidelityPart(name="loss", status="unknown",
+                            says=f"{figures}: {_g(back)} back toward the start, more than the noise band ({_g(band)}; "
+                                 f"{noise_words}) but less than half the way the loss had moved ({_g(moved)}): neither "
+                                 "the state saved nor a start over")
     return FidelityPart(name="loss", status="pass", says=f"{figures}; within {_g(band)} of the restored step's "
                                                          f"({noise_words})")
 
@@ -242,6 +260,11 @@ def judge_lr(before: dict[int, float], after: dict[int, float], restored: int) -
     if broken is not None:
         return broken
     before, after = _finite(before), _finite(after)
+    if before and after and all(_same(v, next(iter(before.values()))) for v in [*before.values(), *after.values()]):
+        return FidelityPart(name="learning rate", status="not measured",
+                            says=f"the learning rate was {_g(next(iter(before.values())))} at every step, before and "
+                                 "after: a constant rate does not tell a schedule that came back from one that started "
+                                 "over")
     replayed = [n for n in sorted(after) if n in before and n > restored]
     if not replayed:
         return FidelityPart(name="learning rate", status="unknown",
@@ -323,17 +346,17 @@ def epoch_step(epoch: str | None, steps_per_epoch: int | None) -> int | None:
         return None
     try:
         exact = decimal.Decimal(epoch.strip())
-    except decimal.InvalidOperation:
-        return None
-    if not exact.is_finite() or exact < 0:
-        return None
-    exponent = exact.as_tuple().exponent
-    if not isinstance(exponent, int):
-        return None
-    half = decimal.Decimal(5).scaleb(exponent - 1)  # half a unit of its last printed digit
-    steps, spread = exact * steps_per_epoch, half * steps_per_epoch
-    nearest = steps.to_integral_value(rounding=decimal.ROUND_HALF_EVEN)
-    if spread >= decimal.Decimal("0.5") or abs(steps - nearest) > spread:
+        if not exact.is_finite() or exact < 0 or exact.adjusted() > 12:  # no run trains 10^12 epochs
+            return None
+        exponent = exact.as_tuple().exponent
+        if not isinstance(exponent, int):
+            return None
+        half = decimal.Decimal(5).scaleb(exponent - 1)  # half a unit of its last printed digit
+        steps, spread = exact * steps_per_epoch, half * steps_per_epoch
+        nearest = steps.to_integral_value(rounding=decimal.ROUND_HALF_EVEN)
+        if spread >= decimal.Decimal("0.5") or abs(steps - nearest) > spread:
+            return None
+    except (decimal.DecimalException, ValueError):  # digits past what a Decimal context holds
         return None
     return int(nearest) if nearest >= 1 else None
 
@@ -343,11 +366,16 @@ def _figures(said: Metrics) -> dict:
     return {k: v for k in FIGURES if (v := getattr(said, k, None)) is not None}
 
 
-def _named_step(e: Event, steps_per_epoch: int | None) -> int | None:
-    """The step a metrics line names, by its own evidence, or None."""
+def _named_step(e: Event, steps_per_epoch: int | None, accumulation: int | None) -> int | None:
+    """The step a metrics line names, by its own evidence, or None. An epoch fraction names one
+    only where an optimizer step is one batch: the Trainer counts its epoch in batches, and with
+    gradient accumulation that does not divide them, batches over the batches an epoch holds is
+    not steps over its (rounded-up) steps per epoch."""
     said = Metrics.of(e)
     named = said.n if said.n is not None else said.step
-    return named if named is not None else epoch_step(said.epoch, steps_per_epoch)
+    if named is not None:
+        return named
+    return epoch_step(said.epoch, steps_per_epoch) if accumulation in (None, 1) else None
 
 
 def with_metrics(steps: list[Event], events: list[Event]) -> list[Event]:
@@ -371,20 +399,21 @@ def with_metrics(steps: list[Event], events: list[Event]) -> list[Event]:
     pending: dict = {}
     placed: dict[int, dict] = {}                          # step seq -> figures, by position
     steps_per_epoch: int | None = None
+    accumulation: int | None = None
     for e in sorted(events, key=lambda e: e.seq):
         if e.kind in _PENDING_BOUNDS:
             pending = {}
         if e.kind in _ATTEMPT_BOUNDS:
             segment += 1
-            steps_per_epoch = None
+            steps_per_epoch = accumulation = None
         if e.kind == "metrics":
             said = Metrics.of(e)
-            if said.steps_per_epoch:
-                steps_per_epoch = said.steps_per_epoch
+            steps_per_epoch = said.steps_per_epoch or steps_per_epoch
+            accumulation = said.accumulation or accumulation
             figures = _figures(said)
             if not figures:
                 continue
-            n = _named_step(e, steps_per_epoch)
+            n = _named_step(e, steps_per_epoch, accumulation)
             if n is not None:
                 named.append((segment, n, e))
             else:

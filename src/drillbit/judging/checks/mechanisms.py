@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from drillbit.core.events import Error, Kind, Restart, Stacks
+from drillbit.core.events import FaultConfirmed, Kind, Restart, Stacks
 from drillbit.core.history import History
 from drillbit.judging.checks.recovery import Measurements
 
@@ -76,22 +76,22 @@ def _mark(mech: Mechanism, history: History, m: Measurements) -> str | None:
     if mech.launcher not in launchers:
         return None
     errors = re.compile(mech.errors)
+    # the job's own errors of a restarted attempt, within the watch (job_errors: up to observe.end)
     restarted = [e for e in m.job_errors if any(a >= 1 for a in e.attempts)]
     said = next((e for e in restarted if errors.search(e.message)), None)
     if said is not None:
         return f"the job said, {said.quote()}"
-    line = next((Error.of(e) for e in history.of(Kind.ERROR) if e.t >= t0 and errors.search(Error.of(e).message)),
-                None)
-    if line is not None and m.restarts:
-        return f"the job said, after the restart: {line.message[:200]}"
+    confirmed = history.first("fault.confirmed")
+    if confirmed is None or FaultConfirmed.of(confirmed).hurts == "node":
+        return None  # survivors of a node that is gone wait in init_process_group for it: no mark in frames alone
     frames = re.compile(mech.frames)
     for e in reversed(history.of(Kind.STACKS)):
         stacks = Stacks.of(e)
-        if stacks.attempt < 1:
+        if stacks.attempt < 1 or (m.t_observe_end is not None and e.t > m.t_observe_end + 30):
             continue
-        stuck = [r for r in stacks.ranks if isinstance(r, dict) and r.get("ok") and r.get("frames")
-                 and any(frames.search(str(f)) for f in r["frames"][:3])]
-        if stuck and len(stuck) == sum(1 for r in stacks.ranks if isinstance(r, dict) and r.get("ok")):
+        ranks = [r for r in stacks.ranks if isinstance(r, dict)]
+        stuck = [r for r in ranks if r.get("ok") and r.get("frames") and any(frames.search(str(f)) for f in r["frames"][:3])]
+        if stuck and len(stuck) == len(ranks):  # every rank of the attempt read, every one waiting there
             where = [str(f) for f in stuck[0]["frames"][:3] if frames.search(str(f))][-1]  # the caller's name
-            return f"every rank of attempt {stacks.attempt} it could read was waiting in {where}"
+            return f"every rank of attempt {stacks.attempt} was waiting in {where}"
     return None

@@ -363,9 +363,36 @@ def _first_step(m: Measurements, w: Window, marker: float, floor: int) -> None:
             m.restored_step = m.first_step - 1
 
 
+def _counted_from(m: Measurements, w: Window, marker: float, floor: int) -> int:
+    """The step the restart really went on from. A restore line is the job's word; its steps are
+    what it did: where the first step after the restore comes at or below the step the line
+    named, the job's count began again there (a restore line for step 20, then step 1), and that
+    is what was kept."""
+    if w.restore is None:
+        return floor
+    first = next((e for e in w.after if e.t >= marker), None)
+    if first is None or Step.of(first).n > floor:
+        return floor
+    m.restored_step = Step.of(first).n - 1
+    return m.restored_step
+
+
+def _fell_back(m: Measurements, w: Window) -> None:
+    """A later restart that restored an older step than the first (the job died again after it
+    recovered, and went back further): the steps from that older step on were lost too."""
+    if w.restore is None or m.restored_step is None:
+        return
+    later = [Restore.of(e).step for e in w.events if e.kind == "restore" and e.t > w.restore.t]
+    older = min((s for s in later if s is not None), default=None)
+    if older is not None and older < m.restored_step:
+        m.restored_step = older
+
+
 def _recovery(m: Measurements, w: Window) -> None:
     """RecoveryFigures: the restore, the first step after it, what was lost."""
-    _first_step(m, w, *_restore(m, w))
+    marker, floor = _restore(m, w)
+    _first_step(m, w, marker, _counted_from(m, w, marker, floor))
+    _fell_back(m, w)
     if m.step_at_fault is not None and m.restored_step is not None:
         m.lost_steps = max(0, m.step_at_fault - m.restored_step)
     elif m.step_at_fault is not None and m.time_to_first_step is not None:

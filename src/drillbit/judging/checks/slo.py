@@ -289,6 +289,12 @@ def _judge_restore_fidelity(j: Judging) -> None:
     fidelity is an SLO: a fail, or a pass of every part the job prints; one the job's lines could
     not decide stays in the measurements, with each part's words, and claims nothing."""
     asked, f = j.slo.restore_fidelity, j.m.fidelity
+    if f is None and asked and (j.m.restarts or j.m.restored_step is not None):
+        j.results.append(SLOResult(name="restore_fidelity", measurement="fidelity", limit=1, measured=None,
+                                   status="unknown", detail="nothing to judge the state that came back against: the "
+                                   "restart began again from the first step (or never stepped) and the job said it "
+                                   "saved nothing before the fault"))
+        return
     if asked is False or f is None or (f.restored_step == 0 and not asked):
         return  # a start from the first step is lost steps' to judge; its reason says what came back all the same
     said = "; ".join(f"{p.name}: {p.status} — {p.says}" for p in f.parts)
@@ -301,9 +307,8 @@ def _judge_restore_fidelity(j: Judging) -> None:
                                measured=None if f.status == "unknown" else int(f.status == "pass"), status=f.status,
                                detail=said))
     if f.status == "fail" and f.restored_step == 0:
-        if j.slo.max_lost_steps is None:  # else its reason says the same
-            j.reasons.append(f"the restart began again from the first step: {f.started_over()} ("
-                             + "; ".join(f"{p.name}: {p.says}" for p in f.parts if p.came_back is not None) + ")")
+        j.reasons.append(f"the restart began again from the first step: {f.started_over()} ("
+                         + "; ".join(f"{p.name}: {p.says}" for p in f.parts if p.came_back is not None) + ")")
     elif f.status == "fail":
         j.reasons.append(f"the restart resumed at step {f.restored_step}, but not the state saved there: "
                          + "; ".join(f"{p.name}: {p.says}" for p in f.failed()))
@@ -325,14 +330,16 @@ def _judge_max_lost_steps(j: Judging) -> None:
                 unloaded = (f"; the job had said it saved step {m.newest_save_step}{when}, and the restart did not "
                             "load it")
             j.reasons.append(f"{lost} steps were lost (restored step {m.restored_step}, fault at step "
-                             f"{m.step_at_fault}); the SLO allows {slo.max_lost_steps}{unloaded}{_what_came_back(m)}")
+                             f"{m.step_at_fault}); the SLO allows {slo.max_lost_steps}{unloaded}"
+                             f"{_what_came_back(m, any(r.name == 'restore_fidelity' for r in j.results))}")
 
 
-def _what_came_back(m: Measurements) -> str:
+def _what_came_back(m: Measurements, said: bool) -> str:
     """For a restart from the first step: which state came back all the same, and which started
-    over, with the figures that tell (judging/checks/fidelity.py)."""
+    over, with the figures that tell (judging/checks/fidelity.py); '' where restore_fidelity's
+    own reason ``said`` it."""
     f = m.fidelity
-    if f is None or f.restored_step != 0 or not f.started_over():
+    if said or f is None or f.restored_step != 0 or not f.started_over():
         return ""
     told = [p for p in f.parts if p.came_back is not None and p.name != "step counter"]
     return f"; {f.started_over()}" + (" (" + "; ".join(f"{p.name}: {p.says}" for p in told) + ")" if told else "")
@@ -387,9 +394,12 @@ def _judge_regression(j: Judging) -> None:
         if _not_a_number(j, key, name, allowed, value):
             continue
         if baseline is None or not baseline.samples:
-            # The first passing run becomes the baseline; there is nothing to regress from.
-            j.results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None, status="pass",
-                                       detail="no passing baseline run yet"))
+            # The first passing run becomes the baseline; there is nothing to regress from (but a figure this run
+            # never measured is no pass either: such a run must not become the baseline on it)
+            j.results.append(SLOResult(name=key, measurement=name, limit=allowed, measured=None,
+                                       status="pass" if value is not None else "unknown",
+                                       detail="no passing baseline run yet" + ("" if value is not None else
+                                                                             "; not measured in this run")))
             continue
         verdict = baseline.judge(name, float(value), allowed) if value is not None else None
         if verdict is None:
