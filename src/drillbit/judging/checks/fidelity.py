@@ -233,8 +233,9 @@ def _by_level(figures: str, noise_words: str, level_0: float, level_r: float, le
     back = (level_post - level_r) * (1 if level_0 >= level_r else -1)
     if back > moved + band:
         return FidelityPart(name="loss", status="fail",
-                            says=f"{figures}: the loss came back beyond even the start of training's — the state "
-                                 f"that came back is not the one saved at step {restored} ({noise_words})")
+                            says=f"{figures}: the loss came back beyond even the start of training's — its weights "
+                                 f"were not restored (at their initialisation, or broken: not the state saved at step "
+                                 f"{restored}; {noise_words})")
     if back > band and back >= 0.5 * moved:
         return FidelityPart(name="loss", status="fail",
                             says=f"{figures}: the model came back nearer the start of training than the step it "
