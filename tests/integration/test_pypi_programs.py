@@ -50,8 +50,9 @@ def program_venv(name: str) -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (venv / ".complete").exists():
-            return venv
+        shared = venv / "shared-torch" / "torch"
+        if (venv / ".complete").exists() and (shared.exists() or not shared.is_symlink()):
+            return venv  # (a shared torch whose suite environment is gone, a removed clone's, is made again)
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         python = str(venv / "bin" / "python")

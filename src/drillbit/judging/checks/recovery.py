@@ -365,13 +365,14 @@ def _first_step(m: Measurements, w: Window, marker: float, floor: int) -> None:
 
 def _counted_from(m: Measurements, w: Window, marker: float, floor: int) -> int:
     """The step the restart really went on from. A restore line is the job's word; its steps are
-    what it did: where the first step after the restore comes at or below the step the line
-    named, the job's count began again there (a restore line for step 20, then step 1), and that
-    is what was kept."""
+    what it did: where the first step after the restore is the first step of training (a restore
+    line for step 20, then step 1), the job's count began again, and nothing was kept. (A step
+    below the restored one but past the start is a survivor's that did not restart, as torchft's
+    replicas step on while one heals: no evidence the count began again.)"""
     if w.restore is None:
         return floor
     first = next((e for e in w.after if e.t >= marker), None)
-    if first is None or Step.of(first).n > floor:
+    if first is None or floor <= 1 or Step.of(first).n > 1:
         return floor
     m.restored_step = Step.of(first).n - 1
     return m.restored_step
@@ -379,10 +380,14 @@ def _counted_from(m: Measurements, w: Window, marker: float, floor: int) -> int:
 
 def _fell_back(m: Measurements, w: Window) -> None:
     """A later restart that restored an older step than the first (the job died again after it
-    recovered, and went back further): the steps from that older step on were lost too."""
+    recovered, and went back further): the steps from that older step on were lost too. Only a
+    restore after another restart line counts."""
     if w.restore is None or m.restored_step is None:
         return
-    later = [Restore.of(e).step for e in w.events if e.kind == "restore" and e.t > w.restore.t]
+    again = next((e.t for e in w.events if e.kind == "restart" and e.t > w.restore.t), None)
+    if again is None:
+        return  # one attempt's restore lines (a tier it fell back from) are the restore's own story
+    later = [Restore.of(e).step for e in w.events if e.kind == "restore" and e.t > again]
     older = min((s for s in later if s is not None), default=None)
     if older is not None and older < m.restored_step:
         m.restored_step = older
