@@ -13,7 +13,9 @@ from drillbit.spec.checkpoints import CheckpointSpec
 from drillbit.judging.checks.recovery import Measurements, _judge_crash_restore, crash_class
 from drillbit.judging.checks.slo import _crash_invariants
 from drillbit.core.dirwatch import DirWatch, FileEvent, inotify_available
-from drillbit.faults.kill_during_save import judge_crash, restore_folder
+from drillbit.core.jobhands import Hands
+from drillbit.faults.ckptfile import acts_as
+from drillbit.faults.kill_during_save import KillDuringSaveState, judge_crash, restore_folder
 from drillbit.core.saves import CrashPoint, Save, SaveTracker, crash_points, pattern_of, sample
 
 MODES = ["poll"] + (["inotify"] if inotify_available() else [])
@@ -268,15 +270,20 @@ def test_restore_after_puts_the_folder_back_and_keeps_the_jobs_later_files(tmp_p
     _folder(folder, "step_00000010", FULL)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    import shutil
-    shutil.copytree(folder, scratch / "before")
+    hands = Hands.mine()
+    answer, body = hands.call("pack", {"real_root": str(tmp_path), "dirs": [], "name": "ckpt"})
+    (scratch / "before.tar").write_bytes(body)
+    parent = os.stat(tmp_path)
+    state = KillDuringSaveState(dir=str(folder), before=str(scratch / "before.tar"), manifest=answer["manifest"],
+                                parent_id=[parent.st_dev, parent.st_ino], **acts_as(hands))
     (folder / "step_00000010" / "shard_0.pt").write_bytes(b"half")
     _folder(folder, "step_00000020", FULL)
-    report = restore_folder(folder, scratch / "before")
-    assert report.healed and report.verified
+    report = restore_folder(state)
+    assert report.healed and report.verified, report
     assert sorted(p.name for p in folder.iterdir()) == ["step_00000010"]
     assert (folder / "step_00000010" / "shard_0.pt").read_bytes() == b"w" * 8
-    assert (scratch / "replaced" / "step_00000020" / "shard_0.pt").exists()
+    [aside] = tmp_path.glob(".ckpt.drillbit-replaced-*")  # beside it: the job's user may write only there
+    assert (aside / "step_00000020" / "shard_0.pt").exists() and str(aside) in report.detail
 
 
 def test_a_during_save_trigger_fires_after_the_nth_file_of_the_save(tmp_path):

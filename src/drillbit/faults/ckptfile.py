@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import shutil
 import stat
 import time
@@ -20,14 +19,16 @@ from pydantic import Field
 from drillbit.spec.checkpoints import Checkpoint, CheckpointSpec, scan, unmatched, where
 from drillbit.core.errors import ConfigError, FaultError
 from drillbit.faults.base import HealReport, Observation, Params, State
+from drillbit.core.jobhands import Hands
 from drillbit.core.paths import entered, is_within
 from drillbit.core.proc import ProcRef
 from drillbit.core.readwatch import ReadWatch
 
 
 def sha256(path: Path) -> str | None:
-    """The file's sha256; None when it is missing or not a regular file (never opens a FIFO,
-    whose read would block forever)."""
+    """The sha256 of a file of the agent's own (a copy in its scratch folder); None when it is
+    missing or not a regular file (never opens a FIFO, whose read would block forever). A job's
+    file is looked at by the job's hands (:func:`look`)."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None
@@ -72,9 +73,30 @@ def metadata_of(ckpt: Checkpoint, layout: str) -> Path:
     return ckpt.metadata
 
 
-class Backup(State):
-    """A checkpoint file taken aside: where it was, where its copy is, its sha256, and the
-    file's identity and attributes (device, inode, owner, group, mode, times) to restore."""
+class ActsAs(State):
+    """Whose credentials the fault's file operations run with: the job's, as its target
+    process held them when the fault was prepared (:class:`~drillbit.core.jobhands.Hands`), so
+    the guardian and ``drill heal`` act as the job's user too."""
+
+    as_uid: int | None = None
+    as_gid: int | None = None
+    as_groups: list[int] = []
+
+    def hands(self) -> Hands:
+        if self.as_uid is None or self.as_gid is None:  # a state recorded before it said (agent API 5)
+            return Hands.mine()
+        return Hands(self.as_uid, self.as_gid, tuple(self.as_groups))
+
+
+def acts_as(hands: Hands) -> dict:
+    return {"as_uid": hands.uid, "as_gid": hands.gid, "as_groups": list(hands.groups)}
+
+
+class Backup(ActsAs):
+    """A checkpoint file taken aside: where it was (its real path, and the real checkpoint
+    folder and folders below it that lead to it, with the identities of the first and the last),
+    where its copy is, its sha256, and the file's identity and attributes (device, inode, owner,
+    group, mode, times) to restore; after the act, what the damage left there."""
 
     checkpoint: str
     file: str
@@ -88,6 +110,20 @@ class Backup(State):
     file_mode: int | None = None
     atime_ns: int | None = None
     mtime_ns: int | None = None
+    real_root: str | None = None
+    dirs: list[str] = []
+    name: str | None = None
+    root_id: list[int] | None = None
+    parent_id: list[int] | None = None
+    damage_kind: str | None = None  # file, fifo, absent: what the act left at the name
+    corrupted_sha256: str | None = None  # the file the damage left (None: none)
+    damage_ino: int | None = None
+
+    def where(self) -> dict:
+        """The request fields that lead a helper to the file, and the identities it must find."""
+        return {"real_root": self.real_root or str(Path(self.file).parent), "dirs": list(self.dirs),
+                "name": self.name or Path(self.file).name,
+                "expect": {"root": self.root_id, "parent": self.parent_id}}
 
 
 class ThisRun(Params):
@@ -101,16 +137,11 @@ class ThisRun(Params):
                                                         "this run's")
 
 
-def written_before(path: Path, started: float | None) -> str | None:
+def written_before(mtime: float | None, started: float | None) -> str | None:
     """How long before ``started`` (the job's first process, on this node's clock) the file
-    was last written, or None when it was written since (or nothing says when the run began)."""
-    if started is None:
-        return None
-    try:
-        mtime = os.lstat(path).st_mtime
-    except OSError:
-        return None  # gone: the act's own checks say so
-    if mtime >= started:
+    was last written (``mtime``), or None when it was written since (or nothing says when the
+    run began)."""
+    if started is None or mtime is None or mtime >= started:
         return None
     ago = started - mtime
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime))
@@ -118,14 +149,15 @@ def written_before(path: Path, started: float | None) -> str | None:
         f"at {when} ({ago / 86400:.0f} days before the job's first process started)"
 
 
-
-def this_run(victim: Path, params: ThisRun, fault: str) -> str | None:
-    """Refuse (exit 2, nothing touched) a file the job did not write in this run, unless the
-    drill says ``older_ok``; returns how much older it is where allowed, else None."""
-    older = written_before(victim, params.job_started)
+def this_run(backup: Backup, params: ThisRun, fault: str) -> str | None:
+    """Refuse (exit 2, nothing touched; the copy taken aside is discarded) a file the job did
+    not write in this run, unless the drill says ``older_ok``; returns how much older it is
+    where allowed, else None."""
+    older = written_before(backup.mtime_ns / 1e9 if backup.mtime_ns is not None else None, params.job_started)
     if older and not params.older_ok:
+        discard(backup)
         raise ConfigError(
-            f"{fault}: {victim} was last written {older}, before the job's run began: the job did not write it in "
+            f"{fault}: {backup.file} was last written {older}, before the job's run began: the job did not write it in "
             "this run, so damaging it tests nothing the job did (and may damage what belongs to another run). "
             "Trigger the fault after the job's first save (trigger.at_step past it), or, if you mean it, set "
             "params.older_ok: true (the report says so); nothing was touched")
@@ -139,7 +171,9 @@ def backup_distrust(state: Backup, root: str | None, scratch: Path | None) -> st
     """A registry's Backup names its file inside the checkpoint folder (``root``) and its copy
     in a ``backup-*`` folder of the agent's scratch folder; anything else is not obeyed."""
     file, copy = os.path.realpath(state.file), os.path.realpath(state.backup)
-    if root is None or not is_within(file, os.path.realpath(root)):
+    if root is None or not (is_within(file, os.path.realpath(root)) or
+                            (state.real_root is not None and is_within(state.file, state.real_root)
+                             and state.real_root == os.path.realpath(root))):
         return f"its file {state.file} is not inside the checkpoint folder it names ({root})"
     if scratch is None or not is_within(copy, os.path.realpath(scratch)) or \
             not Path(copy).parent.name.startswith(BACKUP_PREFIX):
@@ -147,57 +181,46 @@ def backup_distrust(state: Backup, root: str | None, scratch: Path | None) -> st
     return None
 
 
-def real_inside(file: Path, root: Path | str, fault: str) -> Path:
-    """The file a fault would really touch: ``file`` with every link resolved — refused when
-    that lies outside the job's checkpoint folder (a marker, metadata file or checkpoint
-    folder that is a link to something else: the fault would write through it, and the heal
-    would put back the link, not the file), and when it has another name (a hard link: the
-    damage would show under a name outside the folder, which no heal of this name can see)."""
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(file)
-    if os.path.commonpath([real, real_root]) != real_root:  # the description's to fix: exit 2
-        raise ConfigError(f"{fault}: {file} leads to {real}, outside the job's checkpoint folder {root} (a symlink); "
-                          "drillbit does not write through it. Pick another checkpoint (nth_newest) or mode")
-    info = os.stat(real)
-    if not stat.S_ISREG(info.st_mode):
-        raise FaultError(f"{fault}: {real} is not a regular file")
-    if info.st_nlink > 1:
-        raise ConfigError(f"{fault}: {real} has {info.st_nlink} names (hard links): damaging it would damage the "
-                          "file under its other names too, outside what the drill watches and heals. Pick another "
-                          "checkpoint (nth_newest) or mode, or give the job a copy")
-    return Path(real)
-
-
 def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None, root: Path | str | None = None,
-               fault: str = "fault") -> Backup:
+               fault: str = "fault", hands: Hands | None = None, ignore: set[int] | None = None,
+               writes: str = "file") -> Backup:
     """Copy ``file`` (of ``checkpoint``: its folder, or the file itself) into a fresh folder
-    under ``scratch``; returns what heal needs. With ``root`` (the job's checkpoint folder),
-    the file is taken at its real place, which must lie inside it (:func:`real_inside`)."""
-    if root is not None:
-        file = real_inside(file, root, fault)
-    info = os.stat(file, follow_symlinks=False)
+    under ``scratch``; returns what heal needs. The file is read by the job's hands (``hands``,
+    default the agent's own) at its real place, which must lie inside ``root`` (the job's
+    checkpoint folder; a link out of it, or a file with other names, is refused: exit 2), from
+    descriptors opened without following links; the copy is written by the agent into its own
+    scratch folder, which no one else can write. A file (``writes="file"``) or folder
+    (``writes="folder"``: the damage removes or replaces the file) the job's user may not write
+    is refused too: the job could not have written it, so it is not the job's to damage."""
+    hands = hands or Hands.mine()
+    answer, body = hands.must("read", {"root": str(root if root is not None else file.parent), "path": str(file)},
+                              ignore=ignore, what=fault)
+    if not answer.get("writable", {}).get(writes, True):
+        owner = answer["file"]["uid"]
+        where = answer["real"] if writes == "file" else os.path.dirname(answer["real"])
+        raise ConfigError(f"{fault}: {where} is not writable by the job's user ({hands.label()}; the file belongs to "
+                          f"uid {owner}): the job could not have written it, so drillbit does not damage it (a "
+                          "checkpoint folder that leads into another user's folder?). Point checkpoint.dir at the "
+                          "job's own folder; nothing was touched")
     folder = scratch.resolve() / f"{BACKUP_PREFIX}{os.getpid()}-{time.time_ns()}"
     folder.mkdir(parents=True, mode=0o700)
-    backup = folder / file.name
-    shutil.copy2(file, backup)
-    for path in (backup, folder):  # durable before the fault touches the original
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    return Backup(checkpoint=str(checkpoint or file.parent), file=str(file), backup=str(backup),
-                  original_sha256=sha256(backup) or "", dev=info.st_dev, ino=info.st_ino, uid=info.st_uid,
-                  gid=info.st_gid, file_mode=stat.S_IMODE(info.st_mode), atime_ns=info.st_atime_ns,
-                  mtime_ns=info.st_mtime_ns)
-
-
-def _digest_fd(fd: int) -> str:
-    h = hashlib.sha256()
-    os.lseek(fd, 0, os.SEEK_SET)
-    while chunk := os.read(fd, 1 << 20):
-        h.update(chunk)
-    return h.hexdigest()
+    backup = folder / answer["name"]
+    fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        write_all(fd, body)
+    finally:
+        os.close(fd)
+    fd = os.open(folder, os.O_RDONLY)  # durable before the fault touches the original
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    info = answer["file"]
+    return Backup(checkpoint=str(checkpoint or answer["real"]), file=answer["real"], backup=str(backup),
+                  original_sha256=answer["sha256"], dev=info["dev"], ino=info["ino"], uid=info["uid"],
+                  gid=info["gid"], file_mode=info["mode"], atime_ns=info["atime_ns"], mtime_ns=info["mtime_ns"],
+                  real_root=answer["real_root"], dirs=answer["dirs"], name=answer["name"], root_id=answer["root"],
+                  parent_id=answer["parent"], **acts_as(hands))
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -208,80 +231,88 @@ def write_all(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def _attributes(fd: int, state: Backup) -> None:
-    """The original owner, group, mode and times, on the file written (a root heal must not
-    hand the job back a root-owned checkpoint it cannot read)."""
-    if state.uid is not None and state.gid is not None:
-        os.fchown(fd, state.uid, state.gid)
-    if state.file_mode is not None:
-        os.fchmod(fd, state.file_mode)
-    if state.atime_ns is not None and state.mtime_ns is not None:
-        os.utime(fd, ns=(state.atime_ns, state.mtime_ns))
+def look(state: Backup, ignore: set[int] | None = None) -> dict:
+    """What stands at the file's name now, seen by the job's hands: ``{"file": {kind, ino, …} |
+    None, "sha256": …}``; ``{"error": …}`` where its folder is no longer the one it was."""
+    answer, _ = state.hands().call("look", state.where(), ignore=ignore)
+    return answer
 
 
-def _same_inode(path: Path, state: Backup) -> bool:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    return stat.S_ISREG(info.st_mode) and state.ino is not None and (info.st_dev, info.st_ino) == (state.dev, state.ino)
+def damage(state: Backup, how: str, data: bytes = b"", ignore: set[int] | None = None, **extra) -> dict:
+    """The act on the file the fault took aside (its inode) by the job's hands; the state's
+    ``damage_kind``/``damage_ino``/``corrupted_sha256`` are what it left."""
+    hands = state.hands()
+    answer, _ = hands.call("damage", {**state.where(), "how": how, "ino": state.ino, **extra}, data, ignore=ignore)
+    if "error" not in answer:
+        return answer
+    who = "" if hands.in_process else f" as the job's user ({hands.label()})"
+    if answer.get("code") in REFUSED:  # refused before anything was written: nothing to heal
+        raise FaultError(f"the damage to {state.file}{who} was refused: {answer['error']}; nothing was touched")
+    # failed part-way (a full disk, an I/O error): what it did is healed from the copy
+    raise OSError(answer.get("errno") or 0, f"the damage to {state.file}{who} failed: {answer['error']}")
 
 
-def put_back(state: Backup, *, still_ours: bool) -> HealReport:
-    """Restore the original bytes, unless the job has since replaced or removed the file.
-    The file is written at its own place, never through a link: a link found there now is
-    the job's (it replaced the file), and left as it is. Where the damaged file is still the
-    inode the fault took aside, its bytes are written back into that inode (opened without
-    following links), so every name of it, its owner, mode and times are the original's;
-    where it is gone (deleted, swapped for a FIFO), a new file is made under a name only this
-    heal can have created (O_EXCL, O_NOFOLLOW), given the original's owner, mode and times,
-    and renamed into place. Verified by reading back the file now at the path."""
+REFUSED = {"swapped", "moved", "gone", "link", "notfile", "outside", "hardlink", "EACCES", "EPERM"}
+
+
+def put_back(state: Backup, *, acted: bool = True, ignore: set[int] | None = None) -> HealReport:
+    """Restore the original bytes by the job's hands, unless the job has since replaced or
+    removed the file (before the heal or while it ran): the original is written under a fresh
+    name beside it and exchanged with what is there (``renameat2(RENAME_EXCHANGE)``); what came
+    out is removed only when it is this fault's damage (its inode and digest), else it is the
+    job's save and goes back. Verified by reading back the file now at the name."""
     path, backup = Path(state.file), Path(state.backup)
-    if path.is_symlink():
-        return HealReport(healed=True, verified=True, detail=f"{path} is now a link the job made; left as it is "
-                          f"(original kept at {backup})")
-    if sha256(path) == state.original_sha256 and (state.ino is None or _same_inode(path, state)):
+    kept = f"original kept at {backup}"
+    try:
+        data = backup.read_bytes()
+    except FileNotFoundError:
+        data = None
+    left = {"kind": state.damage_kind, "ino": state.damage_ino, "sha256": state.corrupted_sha256} if acted and \
+        state.damage_kind else {"kind": "cut-short", "ino": state.ino}
+    request = {**state.where(),
+               "original": {"sha256": state.original_sha256, "uid": state.uid, "gid": state.gid,
+                            "mode": state.file_mode, "atime_ns": state.atime_ns, "mtime_ns": state.mtime_ns},
+               "damage": left}
+    if data is None:  # nothing to put back from: only say what is there
+        now = look(state, ignore)
+        if now.get("sha256") == state.original_sha256:
+            return HealReport(healed=True, verified=True, detail=f"{path.name} already intact")
+        return HealReport(healed=False, verified=False, detail=f"backup {backup} is missing")
+    answer, _ = state.hands().call("heal", request, data, ignore=ignore)
+    for _ in range(3):  # gone or another folder there: asked again, as a folder swapped to and fro is
+        if answer.get("outcome") not in ("gone", "moved"):  # there one moment and not the next
+            break
+        time.sleep(0.1)
+        answer, _ = state.hands().call("heal", request, data, ignore=ignore)
+    if "error" in answer:
+        return HealReport(healed=False, verified=False,
+                          detail=f"could not put back {path} ({answer['error']}); {kept}")
+    outcome = answer["outcome"]
+    if outcome == "intact":
         discard(state)
         return HealReport(healed=True, verified=True, detail=f"{path.name} already intact")
-    if not backup.exists():
-        return HealReport(healed=False, verified=False, detail=f"backup {backup} is missing")
-    if not still_ours or not path.parent.exists():
-        return HealReport(healed=True, verified=True,
-                          detail=f"{path} was since replaced or removed by the job; its newer data is kept "
-                                 f"(original kept at {backup})")
-    data = backup.read_bytes()
-    if _same_inode(path, state):  # in place: the same inode, through no link
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_TRUNC)
-        try:
-            write_all(fd, data)
-            _attributes(fd, state)
-        finally:
-            os.close(fd)
-        how = "in place (the same inode)"
-    else:
-        tmp = path.with_name(f".{path.name}.drillbit-heal-{secrets.token_hex(8)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            write_all(fd, data)
-            _attributes(fd, state)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        how = "as a new file with the original's owner, mode and times"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        return HealReport(healed=False, verified=False, detail=f"restored {path} but cannot read it back: {exc}")
-    try:
-        info = os.fstat(fd)
-        ok = stat.S_ISREG(info.st_mode) and _digest_fd(fd) == state.original_sha256
-    finally:
-        os.close(fd)
-    if ok:
+    if outcome == "restored":
         discard(state)
-    return HealReport(healed=ok, verified=ok,
-                      detail=f"restored {path} byte for byte {how} (sha256 {state.original_sha256[:12]}…)" if ok
-                      else f"restored {path} but what is there now does not match the original's sha256")
+        notes = "; " + "; ".join(answer["notes"]) if answer.get("notes") else ""
+        woken = f"woke {answer['woken']} blocked reader(s); " if answer.get("woken") else ""
+        return HealReport(healed=True, verified=True,
+                          detail=f"{woken}restored {path} byte for byte, {answer.get('how', 'in place')} "
+                                 f"(sha256 {state.original_sha256[:12]}…){notes}")
+    if outcome == "job":
+        return HealReport(healed=True, verified=True,
+                          detail=f"{path} was since replaced or removed by the job; its newer data is kept ({kept})")
+    if outcome == "link":
+        return HealReport(healed=True, verified=True, detail=f"{path} is now a link the job made; left as it is "
+                                                             f"({kept})")
+    if outcome in ("gone", "moved"):  # the job pruned that checkpoint, or saved it again as a new folder
+        return HealReport(healed=True, verified=True,
+                          detail=f"{answer.get('detail', path.parent)}: replaced or removed by the job, nothing was "
+                                 f"written there; its newer data is kept ({kept})")
+    if outcome == "swapped":  # a folder on the way is a link now: not the job's save; healed later, or by hand
+        return HealReport(healed=False, verified=False,
+                          detail=f"{answer.get('detail')}: nothing was written through it; {kept}, to be put back "
+                                 "once the folder is back (the heal is retried; `drill heal --abandon` ends it)")
+    return HealReport(healed=False, verified=False, detail=f"{answer.get('detail', outcome)} ({kept})")
 
 
 def discard(state: Backup) -> None:
@@ -325,6 +356,11 @@ class ReadWitness:
     def own_reads(self):
         """A block whose reads are this agent's, not the job's (a hash, a put-back)."""
         return self._watch.own() if self._watch is not None else nullcontext()
+
+    @property
+    def own_pids(self) -> set[int] | None:
+        """Where a helper acting as the job's user registers its pid: its reads are the agent's."""
+        return self._watch.ignore if self._watch is not None else None
 
     def read_evidence(self, spec: CheckpointSpec | None) -> dict:
         w = self._watch

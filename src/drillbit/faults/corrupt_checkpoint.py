@@ -17,7 +17,6 @@ never overwritten, and the report says so.
 from __future__ import annotations
 
 import io
-import os
 import random
 import signal
 import struct
@@ -31,9 +30,9 @@ from pydantic import Field
 from drillbit.core.evidence import FileDamage
 from drillbit.spec.checkpoints import Checkpoint, CheckpointSpec, scan
 from drillbit.faults.base import Evidence, Fault, HealReport, Plan, PlanStep
-from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, this_run, data_of, discard,
-    marker_of, metadata_of, pick, put_back,
-                                      sha256, take_aside, wait_gone, write_all)
+from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, damage, data_of, discard, look,
+                                      marker_of, metadata_of, pick, put_back, take_aside, this_run, wait_gone)
+from drillbit.core.jobhands import Hands
 from drillbit.core.proc import ProcRef
 
 Mode = Literal["flip-bytes", "truncate", "delete-shard", "drop-marker", "corrupt-metadata", "nan-fill"]
@@ -68,15 +67,6 @@ def victim_of(params: CorruptParams, fault: str) -> tuple[Checkpoint, Path]:
     if params.mode == "corrupt-metadata":
         return ckpt, metadata_of(ckpt, layout)
     return ckpt, data_of(ckpt)
-
-
-def overwrite(path: Path, data: bytes) -> None:
-    """The file's own inode rewritten, never through a link planted at its name since."""
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
-    try:
-        write_all(fd, data)
-    finally:
-        os.close(fd)
 
 
 def nan_filled(data: bytes) -> bytes:
@@ -129,8 +119,12 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
     def prepare(self, target: ProcRef, params: CorruptParams) -> CorruptState:
         ckpt, victim = victim_of(params, self.name)
         assert params.checkpoint is not None
-        older = this_run(victim, params, self.name)
-        backup = take_aside(victim, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name)
+        # read and copied aside by the job's own hands (its uid, gid and groups), from descriptors
+        # that follow no link: whatever a folder swapped for a link reaches, the job could write
+        backup = take_aside(victim, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name,
+                            hands=Hands.of_pid(target.pid),
+                            writes="folder" if params.mode in ("delete-shard", "drop-marker") else "file")
+        older = this_run(backup, params, self.name)
         return CorruptState(**{**backup.model_dump(), "step": ckpt.step}, mode=params.mode, older=bool(older),
                             listed=[str(c.path) for c in scan(params.checkpoint)])
 
@@ -138,28 +132,26 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
         discard(intent)
 
     def act(self, target: ProcRef, params: CorruptParams, intent: CorruptState) -> CorruptState:
-        victim = Path(intent.file)
-        data = victim.read_bytes()
+        data = Path(intent.backup).read_bytes()  # the agent's own copy: the same bytes, verified by sha256
         if params.mode == "flip-bytes":
             rng = random.Random(params.seed)
             buf = bytearray(data)
             lo, hi = len(buf) // 4, max(len(buf) * 3 // 4, len(buf) // 4 + 1)
             for offset in rng.sample(range(lo, hi), min(params.flip_bytes, hi - lo)):
                 buf[offset] ^= 0xFF
-            overwrite(victim, bytes(buf))
+            left = damage(intent, "write", bytes(buf))
         elif params.mode == "nan-fill":
-            overwrite(victim, nan_filled(data))
+            left = damage(intent, "write", nan_filled(data))
         elif params.mode == "truncate":
-            fd = os.open(victim, os.O_RDWR | os.O_NOFOLLOW)
-            try:
-                os.ftruncate(fd, len(data) // 2)
-            finally:
-                os.close(fd)
+            left = damage(intent, "truncate", size=len(data) // 2)
         elif params.mode in ("delete-shard", "drop-marker"):
-            victim.unlink()
+            left = damage(intent, "unlink")
         else:  # corrupt-metadata: what a torn write leaves (JSON, a tracker's number, or a binary header)
-            overwrite(victim, b'{"step": "not-a-step", "truncated": tru')
-        state = intent.model_copy(update={"corrupted_sha256": sha256(victim), "acted": True})
+            left = damage(intent, "write", b'{"step": "not-a-step", "truncated": tru')
+        now = left.get("file")
+        state = intent.model_copy(update={"corrupted_sha256": left.get("sha256"), "acted": True,
+                                          "damage_kind": "absent" if now is None else now["kind"],
+                                          "damage_ino": None if now is None else now["ino"]})
         self.watch_reads(params.checkpoint)  # from the damage on: who reads what
         if params.then_kill:
             state.killed = target.send(signal.SIGKILL)
@@ -168,7 +160,7 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
 
     def confirm(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> Evidence | None:
         with self.own_reads():
-            now = sha256(Path(state.file))
+            now = look(state, self.own_pids).get("sha256")
         if now == state.original_sha256:
             return None
         if params.then_kill and not (state.killed and wait_gone(target)):
@@ -193,9 +185,9 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
 
     def heal(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> HealReport:
         with self.own_reads():
-            # the file is still as the damage left it (removed, for delete-shard and drop-marker), or
-            # the act was cut short and whatever is there is ours; a file the job wrote anew (it saved
-            # the same step again) differs from both, and is the job's
-            ours = not state.acted or sha256(Path(state.file)) == state.corrupted_sha256
-            report = put_back(state, still_ours=ours)
+            # by the job's hands: the damage is swapped for the original only while it is still
+            # what the damage left (removed, for delete-shard and drop-marker; its inode and digest
+            # otherwise), or the act was cut short and nothing is there but the original; a file
+            # the job wrote anew (it saved the same step again), before or during the heal, is the job's
+            report = put_back(state, acted=state.acted, ignore=self.own_pids)
         return report.model_copy(update={"observations": self.read_observations(final=report.healed)})

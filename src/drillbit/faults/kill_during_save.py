@@ -24,8 +24,12 @@ the fault was armed, after the drill (the job's later files are kept aside, not 
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import stat
+import tarfile
 import shutil
 import signal
 import threading
@@ -39,8 +43,9 @@ from drillbit.core.evidence import SaveCrash, SaveRecorded
 from drillbit.spec.checkpoints import CheckpointSpec, scan
 from drillbit.core.dirwatch import DirWatch, FileEvent
 from drillbit.core.errors import FaultError
-from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep, State
-from drillbit.faults.ckptfile import wait_gone
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, PlanStep
+from drillbit.faults.ckptfile import ActsAs, acts_as, wait_gone, write_all
+from drillbit.core.jobhands import Hands
 from drillbit.faults.kill_node import TORCHRUN, job_tree
 from drillbit.core.paths import is_within
 from drillbit.core.proc import ProcRef, open_fds
@@ -83,10 +88,13 @@ class KillDuringSaveParams(Params):
     _launcher = field_validator("launcher")(classmethod(lambda cls, v: launcher_regex(v)))
 
 
-class KillDuringSaveState(State):
+class KillDuringSaveState(ActsAs):
     dir: str
     armed_at: float = 0.0
-    before: str | None = None       # restore_after: the folder as it was when armed
+    before: str | None = None       # restore_after: the folder as it was when armed (a tar the job's hands made)
+    manifest: dict[str, str | None] = {}  # restore_after: its files' sha256 (a link: None)
+    parent_id: list[int] | None = None    # the identity of the folder that holds the checkpoint folder
+    folder_mode: int = 0o755
     keep: str | None = None         # the post-crash copy
 
 
@@ -160,16 +168,36 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
         ckpt_dir = self._dir(params)
         if not target.alive():
             raise FaultError(f"rank {target.rank} (pid {target.pid}) is gone; nothing to arm")
+        hands = Hands.of_pid(target.pid)
         folder = self._scratch(ckpt_dir)
-        before = None
+        before, manifest, parent_id, mode = None, {}, None, 0o755
         if params.restore_after:
-            before = str(folder / "before")
-            if Path(ckpt_dir).is_dir():
-                shutil.copytree(ckpt_dir, before, symlinks=True)
-            else:
-                Path(before).mkdir()
-        return KillDuringSaveState(dir=ckpt_dir, before=before,
-                                   keep=str(folder / "after-crash") if params.keep_copy != "none" else None)
+            # the folder as it is now, read by the job's own hands without following a link (a tar
+            # in the agent's scratch folder); put back by them too (heal)
+            before = str(folder / "before.tar")
+            parent, name = os.path.split(ckpt_dir)
+            answer, body = hands.call("pack", {"real_root": parent, "dirs": [], "name": name})
+            if "error" in answer and answer.get("code") != "gone":
+                raise FaultError(f"{self.name}: cannot take a copy of {ckpt_dir} to put back after the drill: "
+                                 f"{answer['error']}")
+            if "error" in answer:  # not made yet: it is put back empty
+                answer, body = {"manifest": {}}, _empty_tar()
+            fd = os.open(before, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                write_all(fd, body)
+            finally:
+                os.close(fd)
+            manifest = answer.get("manifest", {})
+            parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                parent_id = [os.fstat(parent_fd).st_dev, os.fstat(parent_fd).st_ino]
+            finally:
+                os.close(parent_fd)
+            with contextlib.suppress(OSError):
+                mode = stat.S_IMODE(os.stat(ckpt_dir).st_mode)
+        return KillDuringSaveState(dir=ckpt_dir, before=before, manifest=manifest, parent_id=parent_id,
+                                   folder_mode=mode, keep=str(folder / "after-crash") if params.keep_copy != "none"
+                                   else None, **acts_as(hands))
 
     def unprepare(self, target: ProcRef, params: KillDuringSaveParams, intent: KillDuringSaveState) -> None:
         if intent.before:
@@ -257,18 +285,14 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
             v.send(signal.SIGKILL)
         gone = all(wait_gone(v, 10.0) for v in victims)
         torn = None
-        if point.kind == "torn":
-            path = Path(state.dir) / hit.path
-            try:
-                size = path.stat().st_size
-                with open(path, "r+b") as fh:
-                    fh.truncate(size // 2)
-                torn = {"path": hit.path, "size": size, "cut_to": size // 2}
-            except OSError as exc:
-                torn = {"path": hit.path, "error": str(exc)}
+        if point.kind == "torn":  # by the job's hands, from the folder's descriptor, through no link
+            *dirs, name = hit.path.split("/")
+            answer, _ = state.hands().call("truncate_half", {"real_root": state.dir, "dirs": dirs, "name": name})
+            torn = {"path": hit.path, "error": answer["error"]} if "error" in answer else \
+                {"path": hit.path, "size": answer["size"], "cut_to": answer["cut_to"]}
         crashed = Save(save.number, save.events + watch.events(0.0))  # and what the dying writers still finished
         judged = judge_crash(state.dir, params.checkpoint, crashed, torn, open_at_kill)
-        kept = keep_after_crash(Path(state.dir), Path(state.keep), crashed, params.keep_copy) if state.keep else None
+        kept = keep_after_crash(state, crashed, params.keep_copy) if state.keep else None
         return {"point": point.label(), "save": save.number, "watch": watch.mode, "gone": gone,
                 "killed": [v.pid for v in victims], "scope": params.scope,
                 "t_event": hit.t, "t_kill": t_kill, "lag_s": round(t_kill - hit.t, 6),
@@ -316,7 +340,7 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
         if not params.restore_after or state.before is None:
             return HealReport(healed=True, verified=True, detail="disarmed; the files stay as the crash left them"
                               + (f" (copy in {state.keep})" if state.keep and Path(state.keep).exists() else ""))
-        return restore_folder(Path(state.dir), Path(state.before))
+        return restore_folder(state)
 
 
 def siblings(target: ProcRef) -> list[ProcRef]:
@@ -358,21 +382,27 @@ def writer_of(path: Path, target: ProcRef) -> dict[str, Any]:
     return {}
 
 
-def keep_after_crash(folder: Path, keep: Path, save: Save, what: str) -> str:
-    """The post-mortem copy: the entries the cut-short save touched (or everything), and a
-    listing of the whole folder as the crash left it (path, size) in ``listing.json``."""
+def keep_after_crash(state: KillDuringSaveState, save: Save, what: str) -> str:
+    """The post-mortem copy in ``state.keep``: the entries the cut-short save touched (or
+    everything), read by the job's hands without following a link and unpacked by the agent
+    (no owner, no link out, no device: tarfile's data filter), and a listing of the whole folder
+    as the crash left it (path, size) in ``listing.json``."""
+    keep = Path(state.keep or "")
+    parent, name = os.path.split(state.dir)
     try:
         keep.mkdir(parents=True)
-        listing = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
-        (keep / "listing.json").write_text(json.dumps(listing, indent=1))
-        for name in ([p.name for p in folder.iterdir()] if what == "all" else sorted(save.tops())):
-            src = folder / name
-            if src.is_dir():
-                shutil.copytree(src, keep / name, symlinks=True)
-            elif src.exists():
-                shutil.copy2(src, keep / name)
+        answer, body = state.hands().call("pack", {"real_root": parent, "dirs": [], "name": name})
+        if "error" in answer:
+            return f"(copy failed: {answer['error']})"
+        tops = None if what == "all" else save.tops()
+        with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+            members = tar.getmembers()
+            listing = {m.name: m.size for m in members if m.isfile()}
+            (keep / "listing.json").write_text(json.dumps(listing, indent=1))
+            chosen = [m for m in members if tops is None or m.name.split("/", 1)[0] in tops]
+            tar.extractall(keep, members=chosen, filter="data")
         return str(keep)
-    except OSError as exc:
+    except (OSError, tarfile.TarError) as exc:
         return f"(copy failed: {exc})"
 
 
@@ -436,17 +466,32 @@ def judge_crash(ckpt_dir: str, spec: CheckpointSpec | None, save: Save, torn: di
                             for c in found]}
 
 
-def restore_folder(folder: Path, before: Path) -> HealReport:
-    """Put ``folder`` back as ``before`` holds it; the job's later files are moved aside, not
-    deleted. Verified file by file (names, sizes, bytes)."""
-    aside = before.parent / "replaced"
-    if folder.exists():
-        shutil.move(str(folder), str(aside))
-    shutil.copytree(before, folder, symlinks=True)
-    mismatch = [str(p.relative_to(before)) for p in before.rglob("*") if p.is_file()
-                and (not (folder / p.relative_to(before)).is_file()
-                     or (folder / p.relative_to(before)).read_bytes() != p.read_bytes())]
-    if mismatch:
-        return HealReport(healed=False, verified=False, detail=f"restored {folder} but {mismatch[:3]} differ")
-    return HealReport(healed=True, verified=True,
-                      detail=f"put {folder} back as it was when armed (the job's later files are in {aside})")
+def restore_folder(state: KillDuringSaveState) -> HealReport:
+    """Put the checkpoint folder back as ``state.before`` holds it, by the job's hands: unpacked
+    beside it, exchanged with the folder there now, which stays beside it (the job's later files
+    are moved aside, not deleted); verified file by file against the manifest (names, bytes).
+    A folder that holds it which is no longer the one it was (moved, or a link now) is not
+    written."""
+    parent, name = os.path.split(state.dir)
+    try:
+        body = Path(state.before or "").read_bytes()
+    except OSError as exc:
+        return HealReport(healed=False, verified=False, detail=f"the copy to put back is missing ({exc.strerror})")
+    answer, _ = state.hands().call("restore_folder", {"real_root": parent, "dirs": [], "name": name,
+                                                      "expect": {"root": state.parent_id}, "mode": state.folder_mode,
+                                                      "manifest": state.manifest}, body)
+    if "error" in answer:
+        return HealReport(healed=False, verified=False, detail=f"could not put {state.dir} back: {answer['error']} "
+                                                              f"(the copy is kept at {state.before})")
+    if answer["outcome"] != "restored":
+        return HealReport(healed=False, verified=False, detail=f"{state.dir}: {answer['detail']} (the copy is kept at "
+                                                              f"{state.before})")
+    aside = f"; the job's later files are in {os.path.join(parent, answer['aside'])}" if answer.get("aside") else ""
+    return HealReport(healed=True, verified=True, detail=f"put {state.dir} back as it was when armed{aside}")
+
+
+def _empty_tar() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w"):
+        pass
+    return buf.getvalue()

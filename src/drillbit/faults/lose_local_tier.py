@@ -15,7 +15,6 @@ that the job has not written again since (the job's newer files stay), and verif
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -24,8 +23,9 @@ from pydantic import Field
 
 from drillbit.core.evidence import TierLost
 from drillbit.core.errors import FaultError
-from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan, State
-from drillbit.faults.ckptfile import wait_gone
+from drillbit.faults.base import Evidence, Fault, HealReport, Params, Plan
+from drillbit.faults.ckptfile import ActsAs, acts_as, wait_gone
+from drillbit.core.jobhands import Hands
 from drillbit.core.proc import ProcRef
 
 
@@ -36,11 +36,12 @@ class LoseLocalTierParams(Params):
     confirm_timeout_s: float = Field(10.0, gt=0)
 
 
-class LoseLocalTierState(State):
+class LoseLocalTierState(ActsAs):
     folder: str
     aside: str
     entries: list[str] = []
     t_killed: float | None = None
+    parent_id: list[int] | None = None  # the folder that holds the tier's, as the move found it
 
 
 class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
@@ -79,15 +80,21 @@ class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
             raise FaultError(f"lose-local-tier: {folder} is not a folder (rank {target.rank}'s {params.tier} tier)")
         parent, name = os.path.split(folder)
         aside = os.path.join(parent, f".{name}.drillbit-lost-{int(time.time() * 1000)}")
-        return LoseLocalTierState(folder=folder, aside=aside, entries=sorted(os.listdir(folder)))
+        return LoseLocalTierState(folder=folder, aside=aside, entries=sorted(os.listdir(folder)),
+                                  **acts_as(Hands.of_pid(target.pid)))
 
     def act(self, target: ProcRef, params: LoseLocalTierParams, intent: LoseLocalTierState) -> LoseLocalTierState:
         target.send(signal.SIGKILL)
         t_killed = time.time()
         wait_gone(target, params.confirm_timeout_s)
-        os.rename(intent.folder, intent.aside)  # the host's disk is gone with it
-        os.makedirs(intent.folder, exist_ok=True)  # a replacement host's empty local disk
-        return intent.model_copy(update={"entries": sorted(os.listdir(intent.aside)), "t_killed": t_killed})
+        # the host's disk is gone with it, and a replacement host's is empty: by the job's hands, in the
+        # folder that holds the tier's (opened once, no link followed), never over anything
+        parent, name = os.path.split(intent.folder)
+        answer, _ = intent.hands().must("move_aside", {"real_root": parent, "dirs": [], "name": name,
+                                                       "aside": os.path.basename(intent.aside)},
+                                        what=self.name)
+        return intent.model_copy(update={"entries": answer["entries"], "t_killed": t_killed,
+                                         "parent_id": answer["parent"]})
 
     def confirm(self, target: ProcRef, params: LoseLocalTierParams, state: LoseLocalTierState) -> Evidence | None:
         if not wait_gone(target, params.confirm_timeout_s) or not os.path.isdir(state.aside):
@@ -109,23 +116,23 @@ class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
         return None
 
     def heal(self, target: ProcRef, params: LoseLocalTierParams, state: LoseLocalTierState) -> HealReport:
-        if not os.path.isdir(state.aside):
+        parent, name = os.path.split(state.folder)
+        answer, _ = state.hands().call("move_back", {"real_root": parent, "dirs": [], "name": name,
+                                                     "aside": os.path.basename(state.aside), "entries": state.entries,
+                                                     "expect": {"root": state.parent_id}})
+        if "error" in answer:
+            return HealReport(healed=False, verified=False, detail=f"could not put {state.folder} back: "
+                                                                  f"{answer['error']} (what was taken is in {state.aside})")
+        if answer["outcome"] == "none":
             back = all(os.path.exists(os.path.join(state.folder, e)) for e in state.entries)
             return HealReport(healed=back, verified=back, detail="nothing held aside" + ("" if back else
                               f"; {state.aside} is missing and so are some of {state.entries}"))
-        os.makedirs(state.folder, exist_ok=True)
-        kept = []
-        for entry in sorted(os.listdir(state.aside)):
-            dest = os.path.join(state.folder, entry)
-            if os.path.exists(dest):
-                kept.append(entry)  # written again by the job since: its copy stays
-                continue
-            os.rename(os.path.join(state.aside, entry), dest)
-        missing = [e for e in state.entries if not os.path.exists(os.path.join(state.folder, e))]
+        if answer["outcome"] != "restored":  # the folder that holds it was moved or is a link now: nothing written
+            return HealReport(healed=False, verified=False, detail=f"{answer['detail']}; nothing was written there "
+                                                                  f"(what was taken is in {state.aside})")
+        kept, missing = answer["kept"], answer["missing"]
         detail = f"put back {len(state.entries) - len(kept)} entries of {state.folder}"
         if kept:  # nothing the harness took is deleted: the older copies stay aside, and say where
             detail += f"; {len(kept)} the job had written again stay as the job wrote them, the older ones in {state.aside}"
-        else:
-            shutil.rmtree(state.aside)
         return HealReport(healed=not missing, verified=not missing, detail=detail + (f"; missing {missing}"
                                                                                       if missing else ""))

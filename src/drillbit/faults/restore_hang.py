@@ -12,11 +12,7 @@ back byte for byte (sha256 verified) — unless the job has replaced that file i
 """
 from __future__ import annotations
 
-import errno
-import os
 import signal
-import stat
-import time
 from pathlib import Path
 
 from pydantic import Field
@@ -24,9 +20,9 @@ from pydantic import Field
 from drillbit.core.evidence import FileDamage
 from drillbit.spec.checkpoints import CheckpointSpec
 from drillbit.faults.base import Evidence, Fault, HealReport, Plan, PlanStep
-from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, this_run, data_of, discard, pick,
-    put_back, sha256, take_aside,
-                                      wait_gone)
+from drillbit.faults.ckptfile import (Backup, ReadWitness, ThisRun, backup_distrust, damage, data_of, discard, look,
+                                      pick, put_back, take_aside, this_run, wait_gone)
+from drillbit.core.jobhands import Hands
 from drillbit.core.proc import ProcRef
 
 
@@ -36,14 +32,8 @@ class RestoreHangParams(ThisRun):
     checkpoint: CheckpointSpec | None = Field(None, description="default: the job profile's checkpoint")
 
 
-def _is_fifo(path: Path) -> bool:
-    try:
-        return stat.S_ISFIFO(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
-
-
 class RestoreHangState(Backup):
+    acted: bool = False  # the FIFO was put in the shard's place
     killed: bool = False
     older: bool = False  # the file predates the job's run, taken because params.older_ok said so
 
@@ -77,25 +67,28 @@ class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
         ckpt = pick(params.checkpoint, params.nth_newest, self.name)
         shard = data_of(ckpt)
         assert params.checkpoint is not None
-        older = this_run(shard, params, self.name)
-        backup = take_aside(shard, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name)
+        backup = take_aside(shard, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name,
+                            hands=Hands.of_pid(target.pid), writes="folder")  # the job's own hands: see corrupt-checkpoint
+        older = this_run(backup, params, self.name)
         return RestoreHangState(**{**backup.model_dump(), "step": ckpt.step}, older=bool(older))
 
     def unprepare(self, target: ProcRef, params: RestoreHangParams, intent: RestoreHangState) -> None:
         discard(intent)
 
     def act(self, target: ProcRef, params: RestoreHangParams, intent: RestoreHangState) -> RestoreHangState:
-        state = intent.model_copy()
-        shard = Path(state.file)
-        tmp = shard.with_name(f".{shard.name}.fifo")
-        os.mkfifo(tmp)
-        os.replace(tmp, shard)
+        # a FIFO made under a fresh name in the shard's own folder and renamed over the shard (its inode)
+        left = damage(intent, "fifo", mode=intent.file_mode if intent.file_mode is not None else 0o600)
+        now = left.get("file") or {}
+        state = intent.model_copy(update={"damage_kind": now.get("kind", "absent"), "damage_ino": now.get("ino"),
+                                          "acted": True})
         self.watch_reads(params.checkpoint)  # from the swap on: who reads what
         state.killed = params.then_kill and target.send(signal.SIGKILL)
         return state
 
     def confirm(self, target: ProcRef, params: RestoreHangParams, state: RestoreHangState) -> Evidence | None:
-        if not _is_fifo(Path(state.file)):
+        with self.own_reads():
+            now = look(state, self.own_pids).get("file") or {}
+        if now.get("kind") != "fifo" or now.get("ino") != state.damage_ino:
             return None
         if params.then_kill and not (state.killed and wait_gone(target)):
             return None
@@ -111,27 +104,8 @@ class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
 
     def heal(self, target: ProcRef, params: RestoreHangParams, state: RestoreHangState) -> HealReport:
         with self.own_reads():
-            report = self._put_back(state)
+            # by the job's hands: the readers blocked on the FIFO are woken (each open for writing
+            # releases those waiting in open()), and the FIFO is exchanged for the original only
+            # while it is still this fault's FIFO (its inode); what the job put there is the job's
+            report = put_back(state, acted=state.acted, ignore=self.own_pids)
         return report.model_copy(update={"observations": self.read_observations(final=report.healed)})
-
-    def _put_back(self, state: RestoreHangState) -> HealReport:
-        path = Path(state.file)
-        if not _is_fifo(path):
-            if sha256(path) == state.original_sha256:  # never swapped (cut short), or already put back
-                discard(state)
-                return HealReport(healed=True, verified=True, detail=f"{path.name} intact")
-            return HealReport(healed=True, verified=True,
-                              detail=f"{path} is no longer the FIFO (the job replaced or removed it); left alone")
-        woken = 0
-        for _ in range(64):  # each open for writing releases the readers blocked in open()
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # no reader waiting
-                    break
-                raise
-            os.close(fd)
-            woken += 1
-            time.sleep(0.01)
-        report = put_back(state, still_ours=True)
-        return report.model_copy(update={"detail": f"woke {woken} blocked reader(s); {report.detail}"})
