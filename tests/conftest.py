@@ -174,8 +174,16 @@ def no_leftover_processes():
 
 
 @pytest.fixture(autouse=True)
-def lease_dir(tmp_path, monkeypatch):
+def lease_dir(tmp_path, tmp_path_factory, monkeypatch):
+    """Each test's leases and file claims apart from every other's: a user's are in
+    $DRILLBIT_LEASE_DIR; root's, which no setting moves, in a claims namespace of the test's own
+    (drillbit.core.statedir.claims_home)."""
     monkeypatch.setenv("DRILLBIT_LEASE_DIR", str(tmp_path))
+    if os.geteuid() == 0:
+        from drillbit.core.statedir import NAMESPACE_VAR, mark_namespace
+        claims = tmp_path_factory.mktemp("claims")
+        mark_namespace(claims)
+        monkeypatch.setenv(NAMESPACE_VAR, str(claims))
     return tmp_path
 
 

@@ -40,10 +40,10 @@ def users_env(home: Path) -> dict[str, str]:
     """What cron or a systemd unit gives drill: no virtual environment on PATH, nothing of the
     test's own environment but where the temporary files go."""
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-    # the suite's own plumbing, not the user's: a lease folder per test (tests run side by side), the
-    # worker's name (its leftover check), the reference job's size
-    for keep in ("TMPDIR", "DRILLBIT_LEASE_DIR", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID",
-                 "DRILLBIT_REFERENCE_STEP_MS"):
+    # the suite's own plumbing, not the user's: a lease folder and root's claims namespace per test (tests
+    # run side by side), the worker's name (its leftover check), the reference job's size
+    for keep in ("TMPDIR", "DRILLBIT_LEASE_DIR", "DRILLBIT_CLAIMS_NAMESPACE", "PYTEST_XDIST_WORKER",
+                 "PYTEST_XDIST_TESTRUNUID", "DRILLBIT_REFERENCE_STEP_MS"):
         if keep in os.environ:
             env[keep] = os.environ[keep]
     env["DRILLBIT_REFERENCE_NPROC"] = "2"  # six drills: two ranks each keep the tier's CPU down (the drill targets rank 1)

@@ -2,7 +2,10 @@
 
 For the embedded local cluster the lease is an exclusive ``flock`` on a file named after
 the cluster: the kernel drops it when the holder dies, so a dead holder's lease expires
-by itself. The file says who holds it, for the refusal message.
+by itself. The file says who holds it, for the refusal message. It is in the claims home
+(:func:`drillbit.core.statedir.claims_home`): root's ``/run/drillbit`` whatever the
+environment says, so two root drills on one cluster name always meet there; a user's own
+state folder otherwise (a root drill and a user's drill on one cluster name hold two leases).
 
 A busy cluster is refused (LeaseError: exit 2, naming the holder) unless the command was
 told to wait (``--wait [DURATION]``, :data:`LEASE_WAIT`): then :func:`take` asks again, with
@@ -25,14 +28,13 @@ from typing import TypeVar
 import psutil
 
 from drillbit.core.errors import ConfigError, LeaseError
-from drillbit.core.statedir import private_dir
+from drillbit.core.statedir import claims_home
 
 
 def lease_path(cluster: str) -> Path:
-    """In this user's state folder (a shared /tmp file could be created, and flocked, by
-    anyone first: every drill would be refused)."""
-    base = private_dir(os.environ.get("DRILLBIT_LEASE_DIR") or None)
-    return base / f"drillbit-lease-{cluster}.lock"
+    """In the claims home, a folder only its owner can write (a shared /tmp file could be
+    created, and flocked, by anyone first: every drill would be refused)."""
+    return claims_home() / f"drillbit-lease-{cluster}.lock"
 
 
 class Lease:
