@@ -5,7 +5,9 @@
     node.py      NodeAgent: rank discovery, faults and their durable registry
     deadman.py   the dead-man's switch routine and its records
     guardian.py  the guardian process (``python -m drillbit.agent guard``), light until it trips
-    jobproc.py   the job's launcher on this node (a session of its own)
+    jobproc.py   the job's launcher on this node (a session and a cgroup of its own)
+    jobcgroup.py the job's cgroup: made, joined by the job's init, killed as a whole, removed
+    jobinit.py   the job's first process: joins its cgroup, adopts its orphans (a subreaper)
     serve.py     the JSON-lines transport's agent side (SSH)
     rayactor.py  the Ray transport's agent side (one stable actor class)
 

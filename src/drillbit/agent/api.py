@@ -22,7 +22,8 @@ from drillbit.spec.signals import Signal
 
 # Bumped when a method, a request or a reply changes shape. The drillbit version is
 # compared too: controller and agent must run the same code (Ray pickles by reference).
-PROTOCOL = 5  # 4: stacks; 5: globs in tail_start, the logs missing, list_folders; busy, an error kind
+PROTOCOL = 6  # 4: stacks; 5: globs in tail_start, the logs missing, list_folders; busy, an error kind;
+#              6: launch says what contains the job (its cgroup, or the subreaper alone)
 
 
 class Message(BaseModel):
@@ -101,6 +102,8 @@ class Ranks(Message):
 
 class Launched(Message):
     proc: ProcRef
+    contained: str | None = Field(None, description="what holds every process of the job: its cgroup (which "
+                                                    "hierarchy, where), or why only its init's subreaper does")
 
 
 class Stacks(Message):

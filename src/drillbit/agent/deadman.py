@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from drillbit.agent.api import Record
+from drillbit.agent.jobcgroup import from_record
 from drillbit.agent.jobproc import stop_job as stop_tree
 from drillbit.agent.node import NodeAgent
 from drillbit.faults.base import Handle, HealReport
@@ -160,7 +161,10 @@ def heal_orphaned(registry: Path, told: set[str], lost: str, stop: threading.Eve
     log = DeadmanLog(agent.log_path, agent.node, float(armed.get("offset_s", 0.0)))
 
     def stop_job() -> int | None:
-        stop_tree(ProcRef.model_validate(job["proc"]), job.get("mark"), timeout=20.0)
+        cgroup = from_record(job.get("cgroup"), job.get("mark"))
+        stop_tree(ProcRef.model_validate(job["proc"]), job.get("mark"), timeout=20.0, cgroup=cgroup)
+        if cgroup is not None:
+            cgroup.remove()
         agent.release_job()
         return None
 

@@ -20,6 +20,7 @@ import psutil
 from pydantic import BaseModel
 
 from drillbit.agent.deadman import DeadmanLog, heal_with_deadline
+from drillbit.agent.jobcgroup import from_record
 from drillbit.agent.jobproc import job_processes, stop_job
 from drillbit.agent.node import NodeAgent
 from drillbit.faults.base import Handle
@@ -117,10 +118,13 @@ def heal_registry(path: Path, force: bool = False, abandon: str | None = None) -
     if job:
         root = ProcRef.model_validate(job["proc"])
         mark = job.get("mark")  # a registry of an older drillbit has a pgid only: not trusted to name the job
-        if job_processes(root, mark):
-            stop_job(root, mark, timeout=20.0)
+        cgroup = from_record(job.get("cgroup"), mark)  # only a cgroup drillbit made for this job
+        if job_processes(root, mark, cgroup):
+            stop_job(root, mark, timeout=20.0, cgroup=cgroup)
             log.note("job.stop", pid=root.pid, by="drill heal")
             out.job_stopped = True
+        if cgroup is not None:
+            cgroup.remove()
     agent.release_job()
     return out
 

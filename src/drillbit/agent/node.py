@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 import psutil
 
+from drillbit.agent.jobcgroup import JobCgroup
 from drillbit.core.atomic import write_private
 from drillbit.core import filelocks
 from drillbit.core.errors import ConfigError, FaultError
@@ -344,12 +345,13 @@ class NodeAgent:
                 self._abandoned = []
 
     # --- the launched job, for the dead-man's switch -------------------------------------
-    def register_job(self, proc: ProcRef, mark: str) -> None:
+    def register_job(self, proc: ProcRef, mark: str, cgroup: JobCgroup | None = None) -> None:
         """The launched job, for whoever must stop it if this agent cannot: its launcher by
-        (pid, start time) and the mark every process of it carries (never a bare pgid, which
-        an unrelated session may have reused by then)."""
+        (pid, start time), the mark every process of it carries (never a bare pgid, which
+        an unrelated session may have reused by then) and the cgroup that holds it, if any."""
         with self._lock:
-            self._job = {"proc": proc.model_dump(), "mark": mark}
+            self._job = {"proc": proc.model_dump(), "mark": mark,
+                         **({"cgroup": str(cgroup.path)} if cgroup is not None else {})}
             self._save()
 
     def release_job(self) -> None:

@@ -124,7 +124,7 @@ class AgentService:
         if self._tail is not None:
             self._tail.stop()
             self._tail = None
-        if self._job is not None and self._job.exit_code() is None:
+        if self._job is not None and not self._job.stopped:  # exited, it may still have left strays
             self._stop_job(api.StopJob(timeout=20.0))
         self.agent.disarm()
 
@@ -159,9 +159,11 @@ class AgentService:
     def _launch(self, req: api.Launch) -> api.Launched:
         if self._job is not None and self._job.exit_code() is None:
             raise Refused(f"a job launched by this agent is still running (pid {self._job.pid})")
+        if self._job is not None and not self._job.stopped:
+            self._stop_job(api.StopJob(timeout=2.0))  # what the last one left in its cgroup, and the cgroup
         self._job = start_job(req.argv, req.env, req.cwd, req.out_path, stop_timeout=req.stop_timeout, node=self.node)
-        self.agent.register_job(self._job.ref, self._job.mark)
-        return api.Launched(proc=self._job.ref)
+        self.agent.register_job(self._job.ref, self._job.mark, self._job.cgroup)
+        return api.Launched(proc=self._job.ref, contained=self._job.contained)
 
     def _job_running(self) -> bool:
         return self._job is not None and self._job.exit_code() is None

@@ -494,6 +494,8 @@ class JobLaunch(HarnessPayload):
     command: list[str] | None = None
     job_id: str | None = None
     reads: list[str] = []        # the event kinds the job's profile can read
+    contained: dict[str, str] = {}  # by node: what holds every process of the job (its cgroup, or why only
+    #                                 its init's subreaper does); none where a scheduler runs it
 
 
 @_kind(Kind.JOB_ATTACH)

@@ -433,7 +433,8 @@ class DrillRunner:
                 self._record_notes()  # what the engine did to launch (a submission, agents in the job)
             self.record("job.launch", pid=self.launched.pid,
                         command=self.job.launch.command if self.job.launch else None, reads=self._reads(),
-                        **({"job_id": self.launched.job_id} if self.launched.job_id else {}))
+                        **({"job_id": self.launched.job_id} if self.launched.job_id else {}),
+                        **({"contained": self.launched.contained} if getattr(self.launched, "contained", None) else {}))
         else:
             self.ui.phase("launch", f"attaching to pid {self.job.attach_pid}")
             self.record("job.attach", pid=self.job.attach_pid, reads=self._reads())

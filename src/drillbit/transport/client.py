@@ -119,9 +119,9 @@ class AgentClient:
         return self.request("stacks", api.StacksRequest(ranks=ranks), timeout=90.0).stacks
 
     def launch(self, argv: list[str], env: dict[str, str], cwd: str | None, out_path: str,
-               stop_timeout: float) -> ProcRef:
+               stop_timeout: float) -> api.Launched:
         return self.request("launch", api.Launch(argv=argv, env=env, cwd=cwd, out_path=out_path,
-                                                 stop_timeout=stop_timeout)).proc
+                                                 stop_timeout=stop_timeout))
 
     def job_status(self) -> int | None:
         return self.request("job_status", timeout=10.0).code

@@ -80,6 +80,7 @@ class NodeJobs:
         self.refs = refs
         self.stop_timeout = stop_timeout
         self._codes: dict[str, int | None] = {}
+        self.contained: dict[str, str] = {}  # by node: what holds every process of the job (its cgroup, or why none)
 
     @property
     def pid(self) -> int:
@@ -315,14 +316,19 @@ class Nodes:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         per_node = self.launched_values = self.node_values()
         outputs = self.launch_outputs(profile)
-        refs = {}
+        refs, contained = {}, {}
         for node, out in outputs.items():
             values = with_python(spec, per_node[node])
             argv = self.wrap(node, [expand(a, values) for a in spec.command])
-            refs[node] = self.clients[node].launch(
+            launched = self.clients[node].launch(
                 argv, {**self.node_env(node), **self._env(profile, values)},
                 expand(spec.cwd, values) if spec.cwd else None, out, spec.stop_timeout)
-        return NodeJobs({n: self.clients[n] for n in outputs}, refs, spec.stop_timeout)
+            refs[node] = launched.proc
+            if launched.contained is not None:
+                contained[node] = launched.contained
+        jobs = NodeJobs({n: self.clients[n] for n in outputs}, refs, spec.stop_timeout)
+        jobs.contained = contained
+        return jobs
 
     def launch_outputs(self, profile: JobProfile) -> dict[str, str]:
         """The file each launcher's output goes to, by the node it runs on: the run folder's

@@ -57,12 +57,23 @@ def stuck(history: History | None) -> dict[str, Any] | None:
     return None if event is None else dict(event.data)
 
 
+def contained(history: History | None) -> str | None:
+    """What held every process of the job the drill launched, node by node (its cgroup, or
+    its init's subreaper alone), from ``job.launch``; None where it does not say."""
+    event = history.first("job.launch") if history is not None else None
+    by_node = event.data.get("contained") if event is not None else None
+    if not by_node:
+        return None
+    return "; ".join(how if len(by_node) == 1 else f"{node}: {how}" for node, how in by_node.items())
+
+
 def markdown(payload: dict[str, Any], history: History | None = None) -> str:
-    return _env.get_template("report.md.j2").render(r=payload, stuck=stuck(history))
+    return _env.get_template("report.md.j2").render(r=payload, stuck=stuck(history), contained=contained(history))
 
 
 def html(payload: dict[str, Any], history: History) -> str:
-    return _env.get_template("report.html.j2").render(r=payload, timeline=timeline_svg(history), stuck=stuck(history))
+    return _env.get_template("report.html.j2").render(r=payload, timeline=timeline_svg(history), stuck=stuck(history),
+                                                      contained=contained(history))
 
 
 def write_all(run_dir: Path, payload: dict[str, Any], history: History) -> None:
