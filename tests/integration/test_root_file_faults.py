@@ -132,8 +132,8 @@ def test_drill_heal_of_a_run_folder_acts_as_the_job_s_user(scene, tmp_path):
     (run / "history.jsonl").write_text('{"seq": 0, "t": 1, "source": "harness", "kind": "drill.start", "node": null, '
                                        '"rank": null, "data": {"cluster": "local-process"}}\n')
     agent = NodeAgent("local", run / "agent-local.json")
-    handle = agent.inject("corrupt-checkpoint", s["target"], {"checkpoint": custom(s["ckroot"]),
-                                                              "mode": "delete-shard", "then_kill": False})
+    agent.inject("corrupt-checkpoint", s["target"], {"checkpoint": custom(s["ckroot"]),
+                                                       "mode": "delete-shard", "then_kill": False})
     controller = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     try:
         agent.arm(ProcRef.of(psutil.Process(controller.pid)), deadman_s=600)
@@ -308,3 +308,116 @@ def test_a_swapper_in_a_tight_loop_never_gets_a_root_write_outside(scene):
         assert snapshot(s["rootonly"]) == s["root_before"], f"repeat {i}: a write outside the job's folder"
         assert sha(s["ckpt"] / "model.pt") == s["original"], f"repeat {i}: the job's file was not put back"
     assert s["agent"].active() == [], outcomes
+
+
+# --- a whole root drill of a job that runs as the second user ------------------------------------------------
+JOB = Path(__file__).parent / "jobs" / "stdlib_ckpt_job.py"
+DRILL = """
+name: corrupt-their-checkpoint
+class: recovery-path
+summary: damage the newest checkpoint of a job another user runs, kill a rank, expect a fallback restore
+fault:
+  type: corrupt-checkpoint
+  targets: {ranks: [1]}
+  params: {mode: flip-bytes}
+  trigger: {at_step: 25}
+steady: {warmup_steps: 3}
+observe: {until_steps_after_recovery: 5, window: 60s}
+slo: {detect_within: 30s, first_step_within: 60s, max_lost_steps: 20}
+abort: {max_duration: 3m}
+"""
+
+
+def their_job(user: OtherUser, tmp_path: Path, verify: bool = True) -> tuple[Path, Path]:
+    """A project folder (root's) whose drill.yaml describes a job that runs as ``user``, from its
+    docs alone (own-job.md): a launch, its ranks, its checkpoint folder (the user's) and its lines."""
+    ckpt = user.home / "ckpt"
+    cmd = [*user.prefix, user.python, str(JOB), "--ckpt", str(ckpt), "--step-ms", "150",
+           "--verify" if verify else "--no-verify"]
+    profile = {
+        "reports_dir": "reports",
+        "jobs": {"theirs": {
+            "launch": {"command": cmd, "env": {"HOME": str(user.home)}},
+            "ranks": {"cmdline": r"stdlib_ckpt_job\.py .*--rank"},
+            "launcher": r"stdlib_ckpt_job\.py --ckpt [^ ]+ --step-ms",
+            "checkpoint": {"dir": str(ckpt), "layout": "custom", "glob": "step_*", "step_regex": r"step_(\d+)",
+                           "marker": "COMPLETE", "metadata": "meta.json"},
+            "signals": [
+                {"kind": "step", "pattern": r"^rank \d+ step (?P<n>\d+) loss", "ints": ["n"]},
+                {"kind": "detect", "pattern": r"^worker rank \d+ exited with", "fields": {"by": "launcher"}},
+                {"kind": "restart", "pattern": r"^restarting workers, attempt (?P<attempt>\d+)", "ints": ["attempt"]},
+                {"kind": "ckpt.save", "pattern": r"^saved checkpoint (?P<path>\S+) at step (?P<step>\d+)",
+                 "ints": ["step"]},
+                {"kind": "restore", "pattern": r"^restored checkpoint (?P<path>\S+) at step (?P<step>\d+)",
+                 "ints": ["step"]},
+                {"kind": "ckpt.reject", "pattern": r"^skipping corrupt checkpoint (?P<path>\S+): (?P<reason>.*)"},
+            ]}}}
+    project = tmp_path / "project"
+    project.mkdir(parents=True)
+    (project / "drill.yaml").write_text(json.dumps(profile, indent=1))
+    (project / "corrupt-theirs.yaml").write_text(DRILL)
+    return project, ckpt
+
+
+@pytest.mark.parametrize("verify, code", [(True, 0), (False, 1)])
+def test_a_root_drill_of_another_user_s_job_damages_and_heals_as_that_user(other_user, tmp_path, verify, code):  # noqa: F811
+    """The whole drill as root (the installed drill, a project folder, a job run as the second
+    user): PASS where the job skips the damaged checkpoint, FAIL where it restores it unchecked;
+    either way the damage and the heal were done as that user, and every file of the job's is
+    its own and byte-identical after."""
+    from tests.integration.cli import drill_cli
+
+    project, ckpt = their_job(other_user, tmp_path, verify)
+    done = drill_cli("run", "corrupt-theirs.yaml", "--job", "theirs", "--cluster", "local-process", cwd=project,
+                     timeout=400)
+    said = done.stdout + done.stderr
+    assert done.returncode == code, said
+    [run] = (project / "reports").glob("*corrupt-their-checkpoint*")
+    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    [heal] = [e["data"] for e in history if e["kind"] == "fault.heal"]
+    assert heal["healed"] and heal["verified"] and "exchanged atomically" in heal["detail"], heal
+    for step_dir in ckpt.glob("step_*"):  # every file of the job's is its own, byte-identical to what it recorded
+        meta = json.loads((step_dir / "meta.json").read_text())
+        assert hashlib.sha256((step_dir / "model.pt").read_bytes()).hexdigest() == meta["sha256"], step_dir
+        assert all(os.stat(p).st_uid == other_user.uid for p in step_dir.iterdir())
+
+
+@pytest.mark.slow
+def test_a_swapper_through_whole_root_drills_gets_no_write_outside(other_user, tmp_path):  # noqa: F811
+    """The race through whole drills: the job's user flips its checkpoint folder and a link to a
+    root-owned folder in a tight loop from launch to teardown. Whatever the verdict (the job
+    itself trips over the swaps), nothing outside the job's folder is written, and once the
+    swapper stops, the job's files are its own and byte-identical (a heal the swaps kept from
+    happening is done by `drill heal`). Three repeats here; DRILLBIT_RACE_REPEATS=20 for the
+    issue's twenty."""
+    from tests.integration.cli import drill_cli
+
+    rootonly = other_user.root_base / "sudoers.d"
+    rootonly.mkdir(mode=0o755)
+    (rootonly / "model.pt").write_text("root ALL=(ALL) ALL\n")
+    os.chmod(rootonly / "model.pt", 0o440)
+    before = snapshot(rootonly)
+    verdicts = []
+    for i in range(int(os.environ.get("DRILLBIT_RACE_REPEATS", "3"))):
+        project, ckpt = their_job(other_user, tmp_path / f"r{i}")
+        stop = other_user.home / "stop"
+        swapper = other_user.popen([other_user.python, "-c", SWAPPER, str(ckpt), str(rootonly), str(stop)])
+        try:
+            done = drill_cli("run", "corrupt-theirs.yaml", "--job", "theirs", "--cluster", "local-process",
+                             cwd=project, timeout=400)
+        finally:
+            stop.write_text("")
+            swapper.wait(timeout=30)
+            stop.unlink()
+        verdicts.append(done.returncode)
+        assert snapshot(rootonly) == before, f"repeat {i}: a write outside the job's folder\n{done.stdout}"
+        assert done.returncode in (0, 1, 3, 4, 5), done.stdout + done.stderr  # never a traceback, never exit 2
+        [run] = (project / "reports").glob("*corrupt-their-checkpoint*")
+        healed = drill_cli("heal", str(run), cwd=project, timeout=120)
+        assert healed.returncode == 0, healed.stdout + healed.stderr
+        for step_dir in ckpt.glob("step_*"):
+            meta = json.loads((step_dir / "meta.json").read_text())
+            assert hashlib.sha256((step_dir / "model.pt").read_bytes()).hexdigest() == meta["sha256"], \
+                f"repeat {i}: {step_dir} left damaged\n{done.stdout}\n{healed.stdout}"
+        as_user(other_user, f"rm -rf {ckpt}")
+    print(f"verdicts (exit codes) under the swapper: {verdicts}")
