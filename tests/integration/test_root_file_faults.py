@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from drillbit.agent import NodeAgent
-from drillbit.core.errors import ConfigError, FaultError
+from drillbit.core.errors import ConfigError
 from drillbit.core.proc import ProcRef
 from tests.integration.otheruser import OtherUser, other_user  # noqa: F401  (a fixture)
 
@@ -100,19 +100,31 @@ def swap_back(s: dict) -> None:
 
 
 # --- finding 2: a folder swapped after a delete-shard damage -------------------------------------------
-@pytest.mark.parametrize("healer", ["agent", "drill heal"])
+@pytest.mark.parametrize("healer", ["the agent that damaged it", "another process"])
 def test_a_folder_swapped_for_a_link_after_delete_shard_is_never_written_through(scene, healer, tmp_path):
     """Before #57 every heal created model.pt in the root-owned folder, with the job user's bytes
-    and owner, and said "healed, verified" (the drill's heal, the guardian's, `drill heal`)."""
+    and owner, and said "healed, verified" (the drill's heal, the guardian's, `drill heal`).
+    The agent that took the file aside kept its folder's descriptor: it heals that folder, wherever
+    the job's user moved it. Another process (the guardian, `drill heal`) finds the folder by its
+    path: a link there is never written through, and the heal waits for the folder to be back."""
+    from drillbit.faults.ckptfile import let_go
+
     s = scene
     handle = s["agent"].inject("corrupt-checkpoint", s["target"], {"checkpoint": custom(s["ckroot"]),
                                                                    "mode": "delete-shard", "then_kill": False})
     assert not (s["ckpt"] / "model.pt").exists()
+    if healer == "another process":
+        let_go(handle.state["backup"])  # what a process that did not take it aside holds: the path alone
     swap_for_link(s, "crond")
     report = s["agent"].heal(handle)
     assert snapshot(s["crond"]) == s["crond_before"], "root's heal wrote into the root-owned folder"
+    moved = Path(f"{s['ckpt']}.moved") / "model.pt"
+    if healer == "the agent that damaged it":
+        assert report.healed and report.verified, report
+        assert sha(moved) == s["original"] and os.stat(moved).st_uid == s["user"].uid
+        return
     assert not report.healed and "nothing was written through it" in report.detail, report
-    assert not (Path(f"{s['ckpt']}.moved") / "model.pt").exists()
+    assert not moved.exists()
     swap_back(s)  # the folder is the job's again: the retried heal (the guardian's) puts the file back
     report = s["agent"].heal(handle)
     assert report.healed and report.verified, report
@@ -159,7 +171,9 @@ def test_drill_heal_of_a_run_folder_acts_as_the_job_s_user(scene, tmp_path):
 # --- finding 3: flip-bytes raced: the folder swapped the moment the file was copied aside ---------------
 def test_a_swap_between_the_copy_aside_and_the_damage_damages_nothing_of_root_s(scene, monkeypatch):
     """Before #57 the damage then landed on the root-owned file of the same name, and the heal
-    gave that file the job user's bytes and owner (it won on the first full drill)."""
+    gave that file the job user's bytes and owner (it won on the first full drill). Now the
+    damage goes to the folder the file was taken from (its descriptor, wherever the job's user
+    moved it), and the heal puts it back there."""
     from drillbit.faults.corrupt_checkpoint import CorruptCheckpoint
 
     s = scene
@@ -170,11 +184,14 @@ def test_a_swap_between_the_copy_aside_and_the_damage_damages_nothing_of_root_s(
         return real_act(self, target, params, intent)
 
     monkeypatch.setattr(CorruptCheckpoint, "act", raced)
-    with pytest.raises(FaultError, match="now a link or not a folder"):
-        s["agent"].inject("corrupt-checkpoint", s["target"], {"checkpoint": custom(s["ckroot"]),
-                                                              "mode": "flip-bytes", "then_kill": False})
+    handle = s["agent"].inject("corrupt-checkpoint", s["target"], {"checkpoint": custom(s["ckroot"]),
+                                                                   "mode": "flip-bytes", "then_kill": False})
+    moved = Path(f"{s['ckpt']}.moved") / "model.pt"
     assert snapshot(s["rootonly"]) == s["root_before"]
-    assert sha(Path(f"{s['ckpt']}.moved") / "model.pt") == s["original"]
+    assert sha(moved) != s["original"]  # the job's own file, in its own (moved) folder
+    report = s["agent"].heal(handle)
+    assert report.healed and sha(moved) == s["original"], report
+    assert snapshot(s["rootonly"]) == s["root_before"]
 
 
 # --- finding 4: kill-during-save's restore_after, the folder's parent made a link ------------------------
@@ -294,10 +311,12 @@ def test_a_swapper_in_a_tight_loop_never_gets_a_root_write_outside(scene):
                                             "then_kill": False})
                 outcomes.append("damaged")
             except Exception as exc:  # the swap won the look: refused, nothing touched
-                outcomes.append(type(exc).__name__)
+                outcomes.append(f"{type(exc).__name__}: {exc}"[:200])
             for held in s["agent"].active():
                 for _ in range(200):  # as the guardian retries a heal that could not be done yet
-                    if s["agent"].heal(held).healed:
+                    report = s["agent"].heal(held)
+                    outcomes.append(report.detail[:160])
+                    if report.healed:
                         break
         finally:
             stop.write_text("")
@@ -306,7 +325,7 @@ def test_a_swapper_in_a_tight_loop_never_gets_a_root_write_outside(scene):
         for held in s["agent"].active():
             assert s["agent"].heal(held).healed  # the folder is the job's again
         assert snapshot(s["rootonly"]) == s["root_before"], f"repeat {i}: a write outside the job's folder"
-        assert sha(s["ckpt"] / "model.pt") == s["original"], f"repeat {i}: the job's file was not put back"
+        assert sha(s["ckpt"] / "model.pt") == s["original"], f"repeat {i}: the job's file was not put back: {outcomes}"
     assert s["agent"].active() == [], outcomes
 
 
@@ -421,3 +440,80 @@ def test_a_swapper_through_whole_root_drills_gets_no_write_outside(other_user, t
                 f"repeat {i}: {step_dir} left damaged\n{done.stdout}\n{healed.stdout}"
         as_user(other_user, f"rm -rf {ckpt}")
     print(f"verdicts (exit codes) under the swapper: {verdicts}")
+
+
+# --- the adversary's review of the above (each: what it did before the fix) ----------------------------------
+def test_a_pid_someone_else_took_never_lends_its_credentials(scene):
+    """A rank that ended and a root process that took its pid: the credentials were read from
+    /proc/PID/status as they stood (uid 0), and root's file was damaged."""
+    from drillbit.core.errors import FaultError
+    from drillbit.core.jobhands import Hands
+
+    s = scene
+    stale = s["target"].model_copy(update={"start_time": s["target"].start_time - 5, "boot_start": None})
+    with pytest.raises(FaultError, match="is gone"):
+        Hands.of_target(stale)
+    assert Hands.of_target(s["target"]).uid == s["user"].uid
+
+
+def test_a_damage_that_fails_after_it_acted_stays_registered_and_is_healed(scene, monkeypatch):
+    """The job's user made the file unreadable the moment it was written: the last look failed with
+    EACCES, which read as "refused, nothing touched": the copy was discarded, the file left damaged."""
+    from drillbit.core import handsop
+
+    s = scene
+    real = handsop._digest
+
+    def unreadable(fd):  # what the act's read-back meets after a chmod 000 by the job's user
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(handsop, "_digest", unreadable)
+    with pytest.raises(OSError, match="failed part-way"):
+        s["agent"].inject("corrupt-checkpoint", s["target"], {"checkpoint": custom(s["ckroot"]),
+                                                              "mode": "flip-bytes", "then_kill": False})
+    monkeypatch.setattr(handsop, "_digest", real)
+    [held] = s["agent"].active()  # still registered: its copy kept
+    report = s["agent"].heal(held)
+    assert report.healed and sha(s["ckpt"] / "model.pt") == s["original"], report
+
+
+def test_a_tier_the_job_s_user_cannot_move_is_refused_before_any_rank_is_killed(scene):
+    """lose-local-tier killed the rank, then found it could not move the folder, and called that
+    a clean refusal."""
+    from drillbit.core.errors import FaultError
+
+    s = scene
+    with pytest.raises(FaultError, match="not writable by the job's user"):
+        s["agent"].inject("lose-local-tier", s["target"], {"folder": str(s["rootonly"])})
+    assert s["target"].alive() and s["agent"].active() == []
+    assert snapshot(s["rootonly"]) == s["root_before"]
+
+
+def test_a_deep_folder_tree_does_not_cut_the_act_short(scene):
+    """1,100 nested folders made the read watch's os.walk raise RecursionError after the damage:
+    the act's state never reached the registry, and the heal took the job's later save for damage."""
+    s = scene
+    as_user(s["user"], f"cd {s['ckroot']} && mkdir -p $(python3 -c \"print('/'.join(['d'] * 1100))\")")
+    handle = s["agent"].inject("corrupt-checkpoint", s["target"], {"checkpoint": custom(s["ckroot"]),
+                                                                   "mode": "flip-bytes", "then_kill": False})
+    assert handle.state["acted"] and handle.state["damage_kind"] == "file"
+    report = s["agent"].heal(handle)
+    assert report.healed and sha(s["ckpt"] / "model.pt") == s["original"], report
+
+
+def test_nan_fill_trusts_no_size_the_file_does_not_hold():
+    """A 200-byte zip whose central directory claims 4 GiB: nan_filled built NaNs for all of it."""
+    import io
+    import struct
+    import zipfile
+
+    from drillbit.faults.corrupt_checkpoint import nan_filled
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data/0", b"\0" * 64)
+    data = bytearray(buf.getvalue())
+    cd = data.find(b"PK\x01\x02")
+    struct.pack_into("<I", data, cd + 24, 0xFFFFFFFE)
+    out = nan_filled(bytes(data))
+    assert len(out) == len(data) and out != bytes(data)

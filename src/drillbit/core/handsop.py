@@ -36,6 +36,7 @@ import secrets
 import stat
 import tarfile
 import time
+from typing import Any
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -133,7 +134,20 @@ def walk(root: str, parts: list[str], expect: dict | None = None) -> int:
     parent's descriptor without following a link (``root`` is a real path: the job's user
     resolved it when the file was taken aside, so a link on it now is a folder swapped since:
     code ``swapped``). With ``expect`` (identities from :func:`op_read`), the root and the last
-    folder must be those same folders (code ``moved``)."""
+    folder must be those same folders (code ``moved``). Where ``expect`` holds the descriptor
+    the agent kept of that folder (``held_fd``), that folder itself, wherever it is now; one that
+    was removed (no names left) is ``gone``."""
+    held = (expect or {}).get("held_fd")
+    if held is not None:  # the folder's own descriptor, opened when the file was taken aside (this process)
+        try:
+            st = os.fstat(held)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode) and ident(st) == (expect or {}).get("parent"):
+            if st.st_nlink == 0:
+                raise Refused("gone", f"{os.path.join(root, *parts)} was removed (by the job: it pruned that "
+                                      "checkpoint)")
+            return os.dup(held)  # wherever it is now: moved, or a link put where it was, it is still that folder
     chain = [p for p in root.split("/") if p] + list(parts)
     fd = os.open("/", DIR_FLAGS)
     for i, part in enumerate(chain):
@@ -178,6 +192,7 @@ def op_read(req: dict, data: bytes) -> tuple[dict, bytes]:
     """Take a file aside: where it really is, its identities and attributes, and its bytes."""
     where = locate(req["root"], req["path"])
     fd = walk(where["real_root"], where["dirs"])
+    held = None
     try:
         parent = ident(os.fstat(fd))
         f = _open_file(fd, where["name"], os.O_RDONLY)
@@ -199,10 +214,12 @@ def op_read(req: dict, data: bytes) -> tuple[dict, bytes]:
             root_id = ident(os.fstat(root_fd))
         finally:
             os.close(root_fd)
+        # kept by the agent for this fault's later calls in this process (an int: the same process)
+        held = os.dup(fd) if req.get("hold") else None
     finally:
         os.close(fd)
     return {**where, "root": root_id, "parent": parent, "file": statdict(st), "writable": writable,
-            "sha256": hashlib.sha256(body).hexdigest()}, body
+            "sha256": hashlib.sha256(body).hexdigest(), "held_fd": held}, body
 
 
 def op_look(req: dict, data: bytes) -> tuple[dict, bytes]:
@@ -223,48 +240,79 @@ def _expect_ino(st: os.stat_result | None, req: dict, what: str) -> None:
         raise Refused("moved", f"{what} is no longer the file the fault took aside (inode {st.st_ino}, was {want})")
 
 
+class Partial(Exception):
+    """An operation that failed after it had changed something: never a clean refusal."""
+
+
 def op_damage(req: dict, data: bytes) -> tuple[dict, bytes]:
     """The damage, to the file the fault took aside (its inode) and nothing else: ``write``
     (the payload over its bytes), ``truncate`` (to ``size``), ``unlink``, ``fifo`` (a FIFO in
-    its place, made under a fresh name and renamed over it)."""
+    its place, made under a fresh name and renamed over it). What it left is taken from the act
+    itself (the written descriptor, the FIFO it made), never by looking at the name again: the
+    job may have saved there the moment after. A failure before anything was changed is a
+    refusal (its code); after, ``partial``."""
     name, how = req["name"], req["how"]
     fd = walk(req["real_root"], req["dirs"], req.get("expect"))
+    acted = False
+    left: dict[str, Any] = {}
     try:
         if how in ("write", "truncate"):
-            f = _open_file(fd, name, os.O_WRONLY)
+            f = _open_file(fd, name, os.O_RDWR)
             try:
                 st = os.fstat(f)
                 _expect_ino(st, req, name)
                 if not stat.S_ISREG(st.st_mode):
                     raise Refused("notfile", f"{name} is not a regular file")
+                if st.st_nlink > 1:  # a name made outside since the take-aside would keep the damage
+                    raise Refused("hardlink", f"{name} has {st.st_nlink} names (hard links) now")
+                acted = True
                 if how == "write":
                     os.ftruncate(f, 0)
                     _write_all(f, data)
                 else:
                     os.ftruncate(f, int(req["size"]))
                     os.fsync(f)
+                left = {"file": statdict(os.fstat(f)), "sha256": _digest(f)}
             finally:
                 os.close(f)
         elif how == "unlink":
             _expect_ino(_lstat(fd, name), req, name)
+            acted = True
             os.unlink(name, dir_fd=fd)
+            left = {"file": None, "sha256": None}
         elif how == "fifo":
             tmp = f".{name}.drillbit-fifo-{secrets.token_hex(6)}"
             os.mkfifo(tmp, 0o600, dir_fd=fd)
             try:
-                os.chmod(tmp, int(req.get("mode", 0o600)), dir_fd=fd)
+                # its mode set through a descriptor of the FIFO this call made (a read open of a FIFO
+                # does not wait for a writer with O_NONBLOCK), never by a name someone may re-bind
+                ff = os.open(tmp, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    made = os.fstat(ff)
+                    if not stat.S_ISFIFO(made.st_mode):
+                        raise Refused("moved", f"{tmp} is not the FIFO this fault made")
+                    os.fchmod(ff, int(req.get("mode", 0o600)))
+                finally:
+                    os.close(ff)
                 _expect_ino(_lstat(fd, name), req, name)
+                acted = True
                 os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
             except BaseException:
-                _unlink_quiet(fd, tmp)
+                if not acted:
+                    _unlink_quiet(fd, tmp)
                 raise
+            left = {"file": {**statdict(made), "kind": "fifo"}, "sha256": None}
         else:
             raise ValueError(f"no damage {how!r}")
-        os.fsync(fd)
-        digest, left = _digest_at(fd, name)
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    except (Refused, OSError) as exc:
+        if acted:
+            raise Partial(f"{how} of {name} failed part-way: {exc}") from None
+        raise
     finally:
         os.close(fd)
-    return {"file": statdict(left) if left is not None else None, "sha256": digest}, b""
+    return left, b""
 
 
 def _unlink_quiet(fd: int, name: str) -> None:
@@ -381,6 +429,11 @@ def _swap_in(fd: int, tmp: str, name: str, absent: bool, damage: dict) -> tuple[
         return "renamed over the damage (this filesystem has no atomic exchange)", 0
     out_digest, out = _digest_at(fd, tmp)  # what came out of the name
     if not _is_damage(out, out_digest, damage):
+        there = _lstat(fd, name)
+        if there is None or there.st_ino != fresh_ino:
+            # the job saved again over the heal's copy meanwhile: its newest is at the name; the one that
+            # came out (its earlier save) stays beside it, hidden, named in the answer
+            return None, 0
         _renameat2(fd, tmp, name, RENAME_EXCHANGE)  # the job's save goes back where it was
         back = _lstat(fd, tmp)
         if back is not None and back.st_ino == fresh_ino:  # the heal's own copy: nothing of the job's
@@ -568,6 +621,11 @@ def op_restore_folder(req: dict, data: bytes) -> tuple[dict, bytes]:
     fresh = f".{name}.drillbit-restore-{stamp}"
     aside = f".{name}.drillbit-replaced-{stamp}"
     try:
+        there = _lstat(fd, name)
+        if there is not None and not stat.S_ISDIR(there.st_mode):  # asked before a copy is unpacked beside it
+            return {"outcome": "link" if stat.S_ISLNK(there.st_mode) else "moved",
+                    "detail": f"{name} is now {'a link' if stat.S_ISLNK(there.st_mode) else 'not a folder'}; "
+                              "nothing written"}, b""
         os.mkdir(fresh, 0o700, dir_fd=fd)
         sub = os.open(fresh, NOFOLLOW_DIR, dir_fd=fd)
         try:
@@ -605,20 +663,29 @@ def op_restore_folder(req: dict, data: bytes) -> tuple[dict, bytes]:
 
 def op_move_aside(req: dict, data: bytes) -> tuple[dict, bytes]:
     """lose-local-tier: the folder ``name`` renamed to ``aside`` beside it (never over anything),
-    an empty folder made in its place; returns what it held."""
+    an empty folder made in its place (or the one the job made there meanwhile kept); returns
+    what it held. With ``dry``, only whether the job's user may do it (nothing changed)."""
     fd = walk(req["real_root"], req["dirs"], req.get("expect"))
     try:
         st = _lstat(fd, req["name"])
         if st is None or not stat.S_ISDIR(st.st_mode):
             raise Refused("notfile", f"{req['name']} is not a folder")
+        if not os.access(".", os.W_OK | os.X_OK, dir_fd=fd, effective_ids=True):
+            raise Refused("EACCES", f"the folder that holds {req['name']} is not writable by the job's user")
+        if req.get("dry"):
+            return {"parent": ident(os.fstat(fd))}, b""
         _renameat2(fd, req["name"], req["aside"], RENAME_NOREPLACE)
-        os.mkdir(req["name"], stat.S_IMODE(st.st_mode), dir_fd=fd)
-        sub = os.open(req["aside"], NOFOLLOW_DIR, dir_fd=fd)
         try:
-            entries = sorted(os.listdir(sub))
-        finally:
-            os.close(sub)
-        os.fsync(fd)
+            with contextlib.suppress(FileExistsError):  # a restarted rank made its tier again already
+                os.mkdir(req["name"], stat.S_IMODE(st.st_mode), dir_fd=fd)
+            sub = os.open(req["aside"], NOFOLLOW_DIR, dir_fd=fd)
+            try:
+                entries = sorted(os.listdir(sub))
+            finally:
+                os.close(sub)
+            os.fsync(fd)
+        except OSError as exc:
+            raise Partial(f"moved {req['name']} aside, then: {exc}") from None
         parent = ident(os.fstat(fd))
     finally:
         os.close(fd)
@@ -689,6 +756,8 @@ def call(op: str, req: dict, data: bytes = b"") -> tuple[dict, bytes]:
         return OPS[op](req, data)
     except Refused as exc:
         return {"error": str(exc), "code": exc.code}, b""
+    except Partial as exc:
+        return {"error": str(exc), "code": "partial"}, b""
     except OSError as exc:
         return {"error": f"{exc.strerror or exc} ({os.path.basename(str(exc.filename or '')) or op})",
                 "code": errno.errorcode.get(exc.errno or 0, "OSError"), "errno": exc.errno}, b""

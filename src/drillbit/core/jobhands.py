@@ -30,12 +30,17 @@ import platform
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from drillbit.core import handsop
 from drillbit.core.errors import ConfigError, FaultError
 
-TIMEOUT_S = 600.0  # a read of a large checkpoint file on a slow mount
+if TYPE_CHECKING:
+    from drillbit.core.proc import ProcRef
+
+TIMEOUT_S = 600.0  # a look at a large checkpoint file on a slow mount
+READ_ONLY = frozenset({"look"})
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,20 @@ class Hands:
                        groups=tuple(sorted({int(g) for g in fields.get("Groups", [])})))
         except (KeyError, IndexError, ValueError):
             raise FaultError(f"pid {pid}'s credentials are unreadable in /proc/{pid}/status") from None
+
+    @classmethod
+    def of_target(cls, target: "ProcRef") -> "Hands":
+        """The credentials of the fault's target, read only while its pid is still that process
+        (its start time, before and after the read): a pid the job let go and someone else's
+        process took (root's, say) never lends its credentials."""
+        if not target.alive():
+            raise FaultError(f"rank {target.rank} (pid {target.pid}) is gone: its credentials are not read from "
+                             "whatever process has its pid now; nothing was touched")
+        hands = cls.of_pid(target.pid)
+        if not target.alive():
+            raise FaultError(f"rank {target.rank} (pid {target.pid}) ended while its credentials were read; "
+                             "nothing was touched")
+        return hands
 
     @classmethod
     def mine(cls) -> "Hands":
@@ -104,7 +123,9 @@ class Hands:
 
         thread = threading.Thread(target=run, name=f"drillbit-as-uid-{self.uid}", daemon=True)
         thread.start()
-        thread.join(TIMEOUT_S)
+        # an operation that changes the job's files is waited for however long its I/O takes: one
+        # given up on would go on changing them after its caller had said it did not (a look may time out)
+        thread.join(TIMEOUT_S if op in READ_ONLY else None)
         if "answer" not in out:
             raise FaultError(f"acting as the job's user ({self.label()}), {op} did not finish in {TIMEOUT_S:g} s")
         return out["answer"]
@@ -131,9 +152,10 @@ class Hands:
 
 # Linux system call numbers: glibc's setgroups() changes every thread of the process (its setxid
 # broadcast), the raw call only the caller's; setfsuid/setfsgid are per thread either way
-SYSCALLS = {"x86_64": {"setgroups": 116, "setfsuid": 122, "setfsgid": 123},
-            "aarch64": {"setgroups": 159, "setfsuid": 151, "setfsgid": 152},
-            "ppc64le": {"setgroups": 81, "setfsuid": 138, "setfsgid": 139}}
+SYSCALLS = {"x86_64": {"setgroups": 116, "setfsuid": 122, "setfsgid": 123, "capset": 126},
+            "aarch64": {"setgroups": 159, "setfsuid": 151, "setfsgid": 152, "capset": 91},
+            "ppc64le": {"setgroups": 81, "setfsuid": 138, "setfsgid": 139, "capset": 184}}
+CAP_V3 = 0x20080522
 
 
 @lru_cache(maxsize=1)
@@ -158,8 +180,16 @@ def become(hands: Hands) -> None:
         raise OSError(err, f"setgroups: {os.strerror(err)}")
     libc.syscall(ctypes.c_long(numbers["setfsgid"]), ctypes.c_uint32(hands.gid))
     libc.syscall(ctypes.c_long(numbers["setfsuid"]), ctypes.c_uint32(hands.uid))
+    # and every capability of this thread dropped (CAP_SYS_ADMIN, CAP_SYS_RESOURCE, CAP_SETUID…):
+    # it needs none, and it ends with the operation
+    header = (ctypes.c_uint32 * 2)(CAP_V3, 0)
+    caps = (ctypes.c_uint32 * 6)()
+    if libc.syscall(ctypes.c_long(numbers["capset"]), header, caps) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
     status = Path("/proc/thread-self/status").read_text()
     fields = {k: v.split() for k, _, v in (line.partition(":") for line in status.splitlines())}
     if fields.get("Uid", [None] * 4)[3] != str(hands.uid) or fields.get("Gid", [None] * 4)[3] != str(hands.gid) or \
-            sorted(int(g) for g in fields.get("Groups", [])) != sorted(hands.groups):
+            sorted(int(g) for g in fields.get("Groups", [])) != sorted(hands.groups) or \
+            int(fields.get("CapEff", ["1"])[0], 16) != 0:
         raise OSError(errno.EPERM, "the credentials did not take (a process without CAP_SETUID/CAP_SETGID?)")

@@ -201,13 +201,23 @@ class ReadWatch:
         return out
 
     # --- marks ---------------------------------------------------------------------------
+    MAX_DEPTH = 32  # a checkpoint is a few folders deep; a job's user may make it 1,100 (no recursion here)
+
     def _mark_tree(self) -> None:
         if not self.root.is_dir():
             return
-        for folder, dirs, _ in os.walk(self.root):
-            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+        stack = [(str(self.root), 0)]
+        while stack:
+            folder, depth = stack.pop()
             if folder not in self._marked:
                 self._mark(folder)
+            if depth >= self.MAX_DEPTH:
+                continue
+            try:
+                with os.scandir(folder) as entries:
+                    stack += [(e.path, depth + 1) for e in entries if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
 
     def _mark(self, folder: str) -> None:
         assert self._fd is not None

@@ -5,6 +5,7 @@ writes the copy under a temporary name, renames it into place and verifies the s
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -40,7 +41,11 @@ def sha256(path: Path) -> str | None:
 def pick(spec: CheckpointSpec | None, nth_newest: int, fault: str) -> Checkpoint:
     if spec is None:
         raise FaultError(f"{fault} needs the job's checkpoints: set checkpoint: {{dir, layout}} in the job profile")
-    found = scan(spec)
+    try:
+        found = scan(spec)
+    except OSError as exc:  # the folder changed under the listing (a job pruning it, or someone swapping it)
+        raise FaultError(f"{fault}: could not list the checkpoints in {where(spec)} ({exc.strerror}); nothing was "
+                         "touched") from None
     if not found and (names := unmatched(spec)):
         shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
         raise ConfigError(f"{fault}: {spec.dir} holds {shown}, but the job profile's checkpoint layout "
@@ -120,10 +125,27 @@ class Backup(ActsAs):
     damage_ino: int | None = None
 
     def where(self) -> dict:
-        """The request fields that lead a helper to the file, and the identities it must find."""
+        """The request fields that lead a helper to the file, and the identities it must find
+        (with the descriptor of the file's folder this process kept when it took the file aside:
+        the guardian and ``drill heal``, in other processes, find the folder by its path)."""
         return {"real_root": self.real_root or str(Path(self.file).parent), "dirs": list(self.dirs),
                 "name": self.name or Path(self.file).name,
-                "expect": {"root": self.root_id, "parent": self.parent_id}}
+                "expect": {"root": self.root_id, "parent": self.parent_id, "held_fd": held_fd(self.backup)}}
+
+
+_HELD: dict[str, tuple[int, int]] = {}  # a backup's path -> (this process's pid, the file's folder's descriptor)
+
+
+def held_fd(backup: str) -> int | None:
+    held = _HELD.get(backup)
+    return held[1] if held is not None and held[0] == os.getpid() else None
+
+
+def let_go(backup: str) -> None:
+    held = _HELD.pop(backup, None)
+    if held is not None and held[0] == os.getpid():
+        with contextlib.suppress(OSError):
+            os.close(held[1])
 
 
 class ThisRun(Params):
@@ -193,9 +215,12 @@ def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None, root: 
     (``writes="folder"``: the damage removes or replaces the file) the job's user may not write
     is refused too: the job could not have written it, so it is not the job's to damage."""
     hands = hands or Hands.mine()
-    answer, body = hands.must("read", {"root": str(root if root is not None else file.parent), "path": str(file)},
-                              ignore=ignore, what=fault)
+    answer, body = hands.must("read", {"root": str(root if root is not None else file.parent), "path": str(file),
+                                       "hold": True}, ignore=ignore, what=fault)
+    fd_kept = answer.get("held_fd")
     if not answer.get("writable", {}).get(writes, True):
+        if fd_kept is not None:
+            os.close(fd_kept)
         owner = answer["file"]["uid"]
         where = answer["real"] if writes == "file" else os.path.dirname(answer["real"])
         raise ConfigError(f"{fault}: {where} is not writable by the job's user ({hands.label()}; the file belongs to "
@@ -216,6 +241,8 @@ def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None, root: 
     finally:
         os.close(fd)
     info = answer["file"]
+    if fd_kept is not None:
+        _HELD[str(backup)] = (os.getpid(), fd_kept)
     return Backup(checkpoint=str(checkpoint or answer["real"]), file=answer["real"], backup=str(backup),
                   original_sha256=answer["sha256"], dev=info["dev"], ino=info["ino"], uid=info["uid"],
                   gid=info["gid"], file_mode=info["mode"], atime_ns=info["atime_ns"], mtime_ns=info["mtime_ns"],
@@ -246,9 +273,10 @@ def damage(state: Backup, how: str, data: bytes = b"", ignore: set[int] | None =
     if "error" not in answer:
         return answer
     who = "" if hands.in_process else f" as the job's user ({hands.label()})"
-    if answer.get("code") in REFUSED:  # refused before anything was written: nothing to heal
+    if answer.get("code") in REFUSED:  # refused before anything was changed: nothing to heal
         raise FaultError(f"the damage to {state.file}{who} was refused: {answer['error']}; nothing was touched")
-    # failed part-way (a full disk, an I/O error): what it did is healed from the copy
+    # failed part-way (code partial: a full disk, an I/O error, a file made unreadable the moment after):
+    # the fault stays registered, and its heal puts the copy back
     raise OSError(answer.get("errno") or 0, f"the damage to {state.file}{who} failed: {answer['error']}")
 
 
@@ -319,6 +347,7 @@ def discard(state: Backup) -> None:
     """The heal is verified: the copy has done its job. Only a folder this module made (its
     name, a real folder, this user's) is removed: a registry planted by someone else cannot
     turn this into a removal of anything it names."""
+    let_go(state.backup)
     folder = Path(state.backup).parent
     try:
         info = os.lstat(folder)
@@ -348,10 +377,17 @@ class ReadWitness:
 
     _watch: ReadWatch | None = None
 
+    _watch_error: str | None = None
+
     def watch_reads(self, spec: CheckpointSpec | None) -> None:
+        """Start the watch; never raises (it comes after the damage, whose state must reach the
+        registry whatever the watch does: a watch that failed leaves the reads unseen, and says why)."""
         if spec is None or self._watch is not None:
             return
-        self._watch = ReadWatch(spec.dir).start()
+        try:
+            self._watch = ReadWatch(spec.dir).start()
+        except Exception as exc:  # noqa: BLE001
+            self._watch, self._watch_error = None, f"the read watch failed to start ({exc.__class__.__name__}: {exc})"
 
     def own_reads(self):
         """A block whose reads are this agent's, not the job's (a hash, a put-back)."""
@@ -369,7 +405,7 @@ class ReadWitness:
                 "checkpoints": {str(c.path): c.step for c in found},
                 "reads": w.mode if w is not None else "none",
                 "reads_local": w.local if w is not None else None,
-                "reads_why": (w.why if w is not None else "the read watch was not started")
+                "reads_why": (w.why if w is not None else self._watch_error or "the read watch was not started")
                 + (f"; the folder is on {w.network_fs}, whose other hosts' reads no watch here sees"
                    if w is not None and not w.local else "")}
 

@@ -76,12 +76,16 @@ def nan_filled(data: bytes) -> bytes:
     start, size = 0, len(data)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
-            records = [i for i in z.infolist() if "/data/" in i.filename and i.compress_type == zipfile.ZIP_STORED]
+            # a record only as large as the file holds (a central directory may claim 4 GiB in 190 bytes)
+            records = [i for i in z.infolist() if "/data/" in i.filename and i.compress_type == zipfile.ZIP_STORED
+                       and i.header_offset >= 0 and i.header_offset + 30 + i.file_size <= len(data)]
         if records:
             rec = max(records, key=lambda i: i.file_size)
             name_len, extra_len = struct.unpack("<HH", data[rec.header_offset + 26:rec.header_offset + 30])
             start, size = rec.header_offset + 30 + name_len + extra_len, rec.file_size
-    except (zipfile.BadZipFile, struct.error):
+            if start + size > len(data):
+                start, size = 0, len(data)
+    except (zipfile.BadZipFile, struct.error, ValueError, OverflowError):
         pass
     lo = start + (size // 4) // 4 * 4
     count = max(1, (size // 2) // 4)
@@ -122,7 +126,7 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
         # read and copied aside by the job's own hands (its uid, gid and groups), from descriptors
         # that follow no link: whatever a folder swapped for a link reaches, the job could write
         backup = take_aside(victim, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name,
-                            hands=Hands.of_pid(target.pid),
+                            hands=Hands.of_target(target),
                             writes="folder" if params.mode in ("delete-shard", "drop-marker") else "file")
         older = this_run(backup, params, self.name)
         return CorruptState(**{**backup.model_dump(), "step": ckpt.step}, mode=params.mode, older=bool(older),

@@ -168,7 +168,7 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
         ckpt_dir = self._dir(params)
         if not target.alive():
             raise FaultError(f"rank {target.rank} (pid {target.pid}) is gone; nothing to arm")
-        hands = Hands.of_pid(target.pid)
+        hands = Hands.of_target(target)
         folder = self._scratch(ckpt_dir)
         before, manifest, parent_id, mode = None, {}, None, 0o755
         if params.restore_after:
@@ -399,8 +399,16 @@ def keep_after_crash(state: KillDuringSaveState, save: Save, what: str) -> str:
             members = tar.getmembers()
             listing = {m.name: m.size for m in members if m.isfile()}
             (keep / "listing.json").write_text(json.dumps(listing, indent=1))
-            chosen = [m for m in members if tops is None or m.name.split("/", 1)[0] in tops]
-            tar.extractall(keep, members=chosen, filter="data")
+            skipped = []
+            for m in members:
+                if tops is not None and m.name.split("/", 1)[0] not in tops:
+                    continue
+                try:  # one member at a time: a link the filter refuses (absolute, out of the copy) is left out
+                    tar.extract(m, keep, filter="data")
+                except (tarfile.FilterError, OSError):
+                    skipped.append(m.name)
+            if skipped:
+                (keep / "skipped.json").write_text(json.dumps(skipped, indent=1))
         return str(keep)
     except (OSError, tarfile.TarError) as exc:
         return f"(copy failed: {exc})"

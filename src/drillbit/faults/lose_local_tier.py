@@ -15,6 +15,7 @@ that the job has not written again since (the job's newer files stay), and verif
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import time
 from pathlib import Path
@@ -79,9 +80,12 @@ class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
         if not os.path.isdir(folder):
             raise FaultError(f"lose-local-tier: {folder} is not a folder (rank {target.rank}'s {params.tier} tier)")
         parent, name = os.path.split(folder)
-        aside = os.path.join(parent, f".{name}.drillbit-lost-{int(time.time() * 1000)}")
-        return LoseLocalTierState(folder=folder, aside=aside, entries=sorted(os.listdir(folder)),
-                                  **acts_as(Hands.of_pid(target.pid)))
+        aside = os.path.join(parent, f".{name}.drillbit-lost-{int(time.time() * 1000)}-{secrets.token_hex(4)}")
+        hands = Hands.of_target(target)
+        # what the act will do, asked of the job's hands before any rank is killed: refused here, nothing happened
+        hands.must("move_aside", {"real_root": parent, "dirs": [], "name": name, "aside": os.path.basename(aside),
+                                  "dry": True}, what=self.name)
+        return LoseLocalTierState(folder=folder, aside=aside, entries=sorted(os.listdir(folder)), **acts_as(hands))
 
     def act(self, target: ProcRef, params: LoseLocalTierParams, intent: LoseLocalTierState) -> LoseLocalTierState:
         target.send(signal.SIGKILL)
@@ -90,9 +94,11 @@ class LoseLocalTier(Fault[LoseLocalTierParams, LoseLocalTierState]):
         # the host's disk is gone with it, and a replacement host's is empty: by the job's hands, in the
         # folder that holds the tier's (opened once, no link followed), never over anything
         parent, name = os.path.split(intent.folder)
-        answer, _ = intent.hands().must("move_aside", {"real_root": parent, "dirs": [], "name": name,
-                                                       "aside": os.path.basename(intent.aside)},
-                                        what=self.name)
+        answer, _ = intent.hands().call("move_aside", {"real_root": parent, "dirs": [], "name": name,
+                                                       "aside": os.path.basename(intent.aside)})
+        if "error" in answer:  # the rank is killed already: not a clean refusal, so the fault stays to heal
+            raise OSError(answer.get("errno") or 0, f"{self.name}: moving {intent.folder} aside failed after the "
+                                                    f"rank was killed: {answer['error']}")
         return intent.model_copy(update={"entries": answer["entries"], "t_killed": t_killed,
                                          "parent_id": answer["parent"]})
 

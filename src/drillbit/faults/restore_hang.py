@@ -68,7 +68,7 @@ class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
         shard = data_of(ckpt)
         assert params.checkpoint is not None
         backup = take_aside(shard, self.scratch or ckpt.path.parent, ckpt.path, params.checkpoint.dir, self.name,
-                            hands=Hands.of_pid(target.pid), writes="folder")  # the job's own hands: see corrupt-checkpoint
+                            hands=Hands.of_target(target), writes="folder")  # the job's own hands: see corrupt-checkpoint
         older = this_run(backup, params, self.name)
         return RestoreHangState(**{**backup.model_dump(), "step": ckpt.step}, older=bool(older))
 
