@@ -157,8 +157,13 @@ def test_a_run_folder_another_user_planted_is_not_obeyed_and_ours_is(tmp_path):
         for p in (run, run / "agent-local.json"):
             os.chown(p, JOB_UID, JOB_GID)  # as if another user had planted it
         damaged = sha(model)
-        for args in (["heal", str(run)], ["heal", "--cluster", "local-process", "--reports", str(reports)]):
-            done = drill_cli(*args, cwd=tmp_path, timeout=120)
+        # #57: root reads a reports folder others can write only where DRILLBIT_SAFE_DIRECTORY names it
+        done = drill_cli("heal", "--cluster", "local-process", "--reports", str(reports), cwd=tmp_path, timeout=120)
+        assert done.returncode == 2 and "anyone can write it" in done.stderr, done.stdout + done.stderr
+        named = {**os.environ, "DRILLBIT_SAFE_DIRECTORY": str(reports)}
+        for args, env in ((["heal", str(run)], None),
+                          (["heal", "--cluster", "local-process", "--reports", str(reports)], named)):
+            done = drill_cli(*args, cwd=tmp_path, env=env, timeout=120)
             assert done.returncode == 2, done.stdout + done.stderr
             assert "not trusted" in done.stdout and "belongs to uid 4242" in done.stdout, done.stdout
             assert sha(model) == damaged  # nothing it names was touched

@@ -8,18 +8,21 @@ import os
 from pathlib import Path
 
 
-def write_atomic(path: Path | str, text: str, mode: int = 0o644) -> Path:
+def write_atomic(path: Path | str, text: str, mode: int = 0o644, *, dir_fd: int | None = None) -> Path:
     """``text`` to ``path``, whole, at ``mode`` (never wider: the file is created at it, not
-    chmodded after). A link at the temporary name is refused (O_EXCL does not follow it)."""
+    chmodded after). A link at the temporary name is refused (O_EXCL does not follow it); one
+    at ``path`` is replaced, never written through. With ``dir_fd`` (a folder opened once, as
+    :func:`drillbit.core.trust.folder` gives it), ``path`` is a name in that folder, whatever
+    is renamed meanwhile."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)  # a leftover of a writer killed mid-write
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w") as fh:
+        os.unlink(tmp, dir_fd=dir_fd)  # a leftover of a writer killed mid-write
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode, dir_fd=dir_fd), "w") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     return path
 
 

@@ -2,11 +2,14 @@
 
 Every harness action and every observation is an :class:`Event`, written to
 ``history.jsonl`` and flushed as it happens, so a crash in a checker (or of the
-controller) loses nothing. Checkers read a History; nothing else judges.
+controller) loses nothing. Checkers read a History; nothing else judges. The file is opened
+without following a link at its name, for writing and for reading alike (a link or a FIFO
+planted there is refused: OSError).
 """
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from functools import cached_property
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from drillbit.core import events
 from drillbit.core.events import Kind
+from drillbit.core.trust import open_file
 
 
 class Event(BaseModel):
@@ -52,7 +56,8 @@ class History:
     def __init__(self, path: Path | None = None, events: Iterable[Event] = ()) -> None:
         self._events: list[Event] = list(events)
         self._lock = threading.Lock()
-        self._fh = open(path, "a", buffering=1) if path is not None else None  # noqa: SIM115 (open for the history's life)
+        self._fh = None if path is None else os.fdopen(  # open for the history's life
+            open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", buffering=1, encoding="utf-8")
         self._listeners: list[Any] = []
 
     def record(self, source: str, kind: str, *, t: float | None = None, node: str | None = None,
@@ -132,7 +137,8 @@ class History:
     def load(cls, path: Path) -> "History":
         """Read a history.jsonl. A torn last line (the controller died mid-write) is left out;
         a bad line anywhere else is an error."""
-        lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+        with os.fdopen(open_file(Path(path)), encoding="utf-8") as fh:
+            lines = [line for line in fh.read().splitlines() if line.strip()]
         events = []
         for i, line in enumerate(lines):
             try:

@@ -14,6 +14,8 @@ from typing import Any
 
 from drillbit.agent.deadman import read_records
 from drillbit.core.atomic import write_atomic
+from drillbit.core import trust
+from drillbit.judging import exitcodes
 from drillbit.judging.checks import CheckResult, check
 from drillbit.judging.checks.baseline import Baseline
 from drillbit.judging.checks.predict import predict
@@ -171,10 +173,16 @@ def publish(run_dir: Path, spec: DrillSpec, cluster: str, job: str, params: dict
 
 def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = None,
             ui: UI | None = None, pushgateway: str | None = None) -> tuple[dict[str, Any], RunOutcome]:
+    """Run one drill and publish it: its run folder, the webhooks, and (a verdict only) a row of
+    the results store and the metrics. A drill refused with exit 2 (a config error found by the
+    loop, a file another drill claims) reached no verdict: its run folder and the webhooks say
+    why, and the store and the metrics do not count it (before #57 it was recorded as aborted
+    and fed the aborted figures)."""
     reports = Path(reports_dir or r.config.reports_dir)
-    run_dir = new_run_dir(reports, r.spec.name)
-    (run_dir / "spec.json").write_text(r.spec.model_dump_json(by_alias=True, indent=2))
+    trust.check(reports, "reports folder")  # said as such before the store in it is opened
     with Store(store_path(r.config, reports_dir, db)) as store:
+        run_dir = new_run_dir(reports, r.spec.name)
+        (run_dir / "spec.json").write_text(r.spec.model_dump_json(by_alias=True, indent=2))
         found = store.baseline(r.spec.name, r.cluster, r.job)
         if found:
             (run_dir / "baseline.json").write_text(json.dumps(found.to_json()))
@@ -186,8 +194,9 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
         refuse_unstarted(outcome, run_dir, r.cluster)
         payload = publish(run_dir, r.spec, r.cluster, r.job, runner.params.model_dump(), outcome.history,
                           outcome.result, outcome.error, found.runs[0] if found else None, outcome.error_kind)
-        store.record(payload, str(run_dir))
-        publish_metrics(reports, store, pushgateway or os.environ.get("DRILLBIT_PUSHGATEWAY"))
+        if payload["exit_code"] != exitcodes.USAGE:  # a refusal is no verdict: no row, no figure
+            store.record(payload, str(run_dir))
+            publish_metrics(run_dir.parent, store, pushgateway or os.environ.get("DRILLBIT_PUSHGATEWAY"))
     for sent in notify.notify_all(r.config.notify, payload, run_dir):
         if not sent.get("sent"):
             print(f"drillbit: the webhook at {sent['host']} was not told of {r.spec.name}'s {payload['verdict']}: "
@@ -225,11 +234,14 @@ def publish_metrics(reports: Path, store: Store, pushgateway: str | None = None)
 
 
 def rerender(run_dir: Path) -> dict[str, Any]:
-    """Re-judge and re-render a run folder from its history (``drill report``)."""
+    """Re-judge and re-render a run folder from its history (``drill report``); one root must
+    not write in (another user's, or in a folder another user can change) is refused, exit 2,
+    before anything in it is read."""
 
     run_dir = Path(run_dir)
+    trust.check(run_dir, "run folder")
     try:
-        spec = DrillSpec.model_validate_json((run_dir / "spec.json").read_text())
+        spec = DrillSpec.model_validate_json(read_file(run_dir / "spec.json"))
         history = History.load(run_dir / "history.jsonl")
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{run_dir} is not a run folder: {exc}") from exc
@@ -242,7 +254,7 @@ def rerender(run_dir: Path) -> dict[str, Any]:
     merge_deadman_records(run_dir, history)
     baseline = None
     if (run_dir / "baseline.json").exists():
-        baseline = Baseline.from_json(json.loads((run_dir / "baseline.json").read_text()))
+        baseline = Baseline.from_json(json.loads(read_file(run_dir / "baseline.json")))
     result = check(spec, history, baseline=baseline, scenarios=scenarios_for(spec))
     start = history.first("drill.start")
     if start is None:
@@ -255,24 +267,34 @@ def rerender(run_dir: Path) -> dict[str, Any]:
                    end.data.get("error_kind") if end else None)
 
 
+def read_file(path: Path) -> str:
+    """A run's file, read without following a link at its name (OSError for a link, a FIFO, a
+    folder)."""
+    with os.fdopen(trust.open_file(path), encoding="utf-8") as fh:
+        return fh.read()
+
+
 def merge_deadman_records(run_dir: Path, history: History) -> int:
     """Append to ``history.jsonl`` what the agents' dead-man's switches wrote in the run
     folder and the history does not hold yet (the controller died before it could collect
-    them). Returns how many were added."""
+    them). Returns how many were added. The history is rewritten only in a run folder root may
+    write in (ConfigError, exit 2, otherwise), through the folder opened once: a folder swapped
+    meanwhile is not written."""
 
     seen = {(e.kind, e.node, round(e.t, 6)) for e in history if e.source.startswith("agent:")}
-    added = []
-    for path in sorted(run_dir.glob("agent-*.deadman.jsonl")):
-        for rec in read_records(path):
-            if (rec.kind, rec.node, round(rec.t, 6)) not in seen:
-                added.append(rec)
-    if not added:
-        return 0
-    for rec in sorted(added, key=lambda r: r.t):
-        history.append(Event(seq=len(history), t=rec.t, source=f"agent:{rec.node}", kind=rec.kind, node=rec.node,
-                             rank=rec.rank, data=rec.data))
-    path = run_dir / "history.jsonl"  # rewritten whole, atomically: a torn last line goes too
-    write_atomic(path, "".join(e.model_dump_json() + "\n" for e in history))
+    with trust.folder(run_dir, "run folder") as folder:
+        added = []
+        for path in sorted(run_dir.glob("agent-*.deadman.jsonl")):
+            for rec in read_records(folder.path / path.name):
+                if (rec.kind, rec.node, round(rec.t, 6)) not in seen:
+                    added.append(rec)
+        if not added:
+            return 0
+        for rec in sorted(added, key=lambda r: r.t):
+            history.append(Event(seq=len(history), t=rec.t, source=f"agent:{rec.node}", kind=rec.kind, node=rec.node,
+                                 rank=rec.rank, data=rec.data))
+        # rewritten whole, atomically (a torn last line goes too), in the folder that was checked
+        write_atomic("history.jsonl", "".join(e.model_dump_json() + "\n" for e in history), dir_fd=folder.fd)
     return len(added)
 
 

@@ -2,17 +2,23 @@
 
 ``drill history`` reads the trend from it, and the regression SLOs (and the gate) take
 their baseline from it: the last passing runs of the same drill on the same cluster and job.
+
+It is opened only as a real file (a link at its name is refused, never followed), in a folder
+root may write in (:mod:`drillbit.core.trust`); a drill refused with exit 2 is no verdict and
+is not recorded in it (:func:`drillbit.runs.session.execute`).
 """
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+from drillbit.core import trust
+from drillbit.core.errors import ConfigError
 from drillbit.judging.checks.baseline import RUNS, Baseline
 from drillbit.judging.checks.recovery import Measurements
-from drillbit.core.paths import entered_path
 from drillbit.spec.config import DrillConfig
 
 SCHEMA = """
@@ -37,19 +43,27 @@ CREATE INDEX IF NOT EXISTS runs_key ON runs (drill, cluster, job, id);
 
 def store_path(config: DrillConfig, reports_dir: str | None = None, db: str | None = None) -> Path:
     """Where the store is: --db, else the config's results_db (unless --reports moved the
-    run folders), else <reports>/drills.db."""
+    run folders), else <reports>/drills.db. Absolute, its links not yet followed: the
+    :class:`Store` follows them, each checked."""
     if db:
-        return entered_path(db)
+        return Path(os.path.abspath(db))
     if config.results_db and not reports_dir:
-        return entered_path(config.results_db)
-    return entered_path(reports_dir or config.reports_dir) / "drills.db"
+        return Path(os.path.abspath(config.results_db))
+    return Path(os.path.abspath(reports_dir or config.reports_dir)) / "drills.db"
 
 
 class Store:
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path)
+        path = Path(path)
+        with trust.folder(path.parent, "results store folder", create=True) as folder:
+            self.path = folder.path / path.name  # real: every folder on the way checked, every link followed
+            try:
+                os.close(trust.open_file(path.name, os.O_RDWR | os.O_CREAT, 0o644, dir_fd=folder.fd))
+            except OSError as exc:
+                raise ConfigError(f"results store {path}: {exc.strerror}; remove what is there, or name "
+                                  "another store with --db") from None
+            trust.check(self.path, "results store")  # its owner and mode too
+            self._db = sqlite3.connect(self.path)
         self._db.executescript(SCHEMA)
 
     def close(self) -> None:

@@ -4,6 +4,12 @@ YAML is composed node by node so every value keeps the line it came from; pydant
 errors (all of them) are mapped back to those lines. This is the bottom of the house:
 it knows the models and nothing that uses them. What needs the faults, presets or
 scenarios to check (a fault's params, a job's presets) is ``drillbit.faults.loading``.
+
+drill run as root reads a file (a drill.yaml, a drill spec, a suite) or a project folder
+(./drills, --drills, ./runbooks, ...) only where no one but root or the invoking user could
+have written it (:mod:`drillbit.core.trust`; else exit 2, naming the owner and the setting
+that trusts it). What drillbit ships (the package, and its source tree's data folders) is
+exempt: whoever can write it can change the code root runs.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from drillbit.core import trust
 from drillbit.core.errors import Problem, SpecError
 from drillbit.spec.config import DrillConfig
 from drillbit.spec.models import SuiteSpec
@@ -25,6 +32,25 @@ Loc = tuple[Any, ...]
 
 MAX_NODES = 20_000  # a spec is a page of YAML; more is an alias bomb or a mistake
 MAX_BYTES = 1 << 20  # the catalogue's largest file is a few KB; a megabyte takes ~4 s to compose
+PACKAGE = Path(__file__).resolve().parents[1]  # src/drillbit (the built-in presets are in it)
+SOURCE_TREE = Path(__file__).resolve().parents[3]  # a checkout's root: its drills/, faults/, runbooks/
+SHIPPED = ("drills", "faults", "runbooks")  # the source tree's data folders (project_dirs' subdirs)
+
+
+def shipped(path: Path) -> bool:
+    """Whether ``path`` is drillbit's own: in the package, or in its source tree's data folders."""
+    try:
+        real = Path(os.path.realpath(path))
+    except (OSError, ValueError):
+        return False
+    return any(real == top or top in real.parents for top in [PACKAGE] + [SOURCE_TREE / d for d in SHIPPED])
+
+
+def check_trusted(path: Path, what: str) -> None:
+    """ConfigError (exit 2) where root must not trust ``path`` (:mod:`drillbit.core.trust`);
+    drillbit's own files pass."""
+    if trust.owners() is not None and not shipped(path):
+        trust.check(path, what)
 
 
 class _Builder:
@@ -88,8 +114,10 @@ class _Builder:
 
 
 def read_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
-    """Parse a YAML file, keeping the line of every key; every problem raises SpecError."""
+    """Parse a YAML file, keeping the line of every key; every problem raises SpecError (and
+    one root must not trust, ConfigError)."""
     path = Path(path)
+    check_trusted(path, "drill.yaml" if path.name in ("drill.yaml", "drill.yml") else "file")
     try:
         size = path.stat().st_size
         if size > MAX_BYTES and path.is_file():
@@ -208,18 +236,20 @@ def find_config(explicit: str | None) -> Path | None:
 
 def project_dirs(subdir: str, extra: str | None = None) -> list[Path]:
     """Where project data (drills, scenarios, runbooks) is looked up, in order: an
-    explicit directory, ./<subdir>, then the source tree this package came from."""
+    explicit directory, ./<subdir>, then the source tree this package came from. As root, a
+    folder no one else could have written, or none (ConfigError, exit 2)."""
     dirs = []
     if extra:
         dirs.append(Path(extra))
     dirs.append(Path.cwd() / subdir)
-    source_tree = Path(__file__).resolve().parents[3] / subdir
+    source_tree = SOURCE_TREE / subdir
     if source_tree.is_dir():
         dirs.append(source_tree)
     seen, out = set(), []
     for d in dirs:
         key = d.resolve()
         if key not in seen and d.is_dir():
+            check_trusted(d, f"{subdir} folder")
             seen.add(key)
             out.append(d)
     return out

@@ -246,6 +246,7 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
     by a task pinned to each node (a running Ray cluster). A registry written on another
     host is left alone, naming it."""
     from drillbit.agent.leftovers import Leftover, heal_folder
+    from drillbit.core import trust
     from drillbit.core.errors import ConfigError
     from drillbit.runs.session import merge_deadman_records
     from drillbit.transport import heal_where_written
@@ -262,20 +263,27 @@ def heal(run_dir: str | None, cluster: str | None, reports_dir: str | None, forc
     if entry is not None:  # the registries may be where the engine keeps them: heal there
         remote, unreached, healed_there = heal_where_written(cluster or "", entry, ours, force=force, abandon=abandon)
         done += [Leftover.model_validate(d) for d in remote]
+    refused: list[str] = []
     for folder in folders:
         if not healed_there:
             done += heal_folder(folder, force, abandon)
         if (folder / "history.jsonl").exists() and (folder / "spec.json").exists():
             from drillbit.core.history import History
 
-            merge_deadman_records(folder, History.load(folder / "history.jsonl"))
+            try:  # a run folder root must not write in keeps its history as it is (#57)
+                trust.check(folder, "run folder")
+                merge_deadman_records(folder, History.load(folder / "history.jsonl"))
+            except (ConfigError, OSError, ValueError) as exc:  # ValueError: a line that is not an event
+                refused.append(f"{folder}: its history was not merged: {exc}")
     # a namespace cluster whose controller and reaper were both killed: its namespaces go too
     swept = sweep() if os.geteuid() == 0 else []
     if as_json:
         emit_json([d.model_dump() for d in done] + [{"node": u.split(":", 1)[0], "unreached": u} for u in unreached])
     else:
         _show_healed(done, unreached, swept, looked, abandon, len(folders))
-    return _heal_exit(done, unreached)
+    for why in refused:
+        err.print(f"[red]error:[/] {escape(why)}", highlight=False)
+    return max(_heal_exit(done, unreached), exitcodes.USAGE if refused else exitcodes.PASS)
 
 
 def _heal_targets(run_dir: str | None, cluster: str | None,
@@ -283,6 +291,7 @@ def _heal_targets(run_dir: str | None, cluster: str | None,
     """The run folders to heal (with a registry), every run folder of the cluster, what was
     looked at (in words), and the cluster's entry (None for one run folder)."""
     from drillbit.agent.leftovers import registries
+    from drillbit.core import trust
     from drillbit.core.errors import ConfigError
     from drillbit.core.paths import entered_path
     from drillbit.transport import registries_on_hosts
@@ -298,6 +307,8 @@ def _heal_targets(run_dir: str | None, cluster: str | None,
     if not base.is_dir() and not registries_on_hosts(entry):  # they may be on the hosts, not here
         raise ConfigError(f"--reports: {base} is not a folder: no run folder was looked at (give the reports "
                           "folder the drills wrote, or the run folder itself)")
+    if base.is_dir():
+        trust.check(os.path.abspath(reports_dir or config.reports_dir), "reports folder")
     ours = [d for d in sorted(base.glob("*")) if d.is_dir() and _cluster_of(d) == cluster] if base.is_dir() else []
     folders = [d for d in ours if registries(d)]
     looked = f"looked in {base}: {len(ours)} run folder(s) of cluster {cluster!r}, {len(folders)} with a registry"
@@ -341,8 +352,11 @@ def _heal_exit(done: list, unreached: list[str]) -> int:
 
 
 def _cluster_of(folder: Path) -> str | None:
+    from drillbit.core.trust import open_file
+
     try:
-        first = (folder / "history.jsonl").read_text().split("\n", 1)[0]
+        with os.fdopen(open_file(folder / "history.jsonl"), encoding="utf-8") as fh:
+            first = fh.readline()
         return json.loads(first)["data"].get("cluster")
     except (OSError, ValueError, KeyError):
         return None
