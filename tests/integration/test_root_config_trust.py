@@ -174,3 +174,23 @@ def test_a_refused_drill_is_no_verdict_in_the_results_store_or_the_metrics(other
     (run,) = [p for p in reports.iterdir() if p.is_dir()]  # the run folder says why
     assert json.loads((run / "result.json").read_text())["error_kind"] == "config"
     assert snapshot(other_user.home) == theirs
+
+
+def test_a_reports_dir_from_drill_yaml_through_a_planted_link_is_never_followed(other_user: OtherUser, tmp_path):  # noqa: F811 (the fixture)
+    """The same planted link, named by root's own drill.yaml (reports_dir) rather than --reports:
+    the config loader resolved it when the file was read, so the trust walk saw only the link's
+    target (root's folder) and root's run folder went where the planter chose."""
+    shared = other_user.root_base / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    elsewhere = other_user.root_base / "cron.d"  # root's, 0755
+    elsewhere.mkdir()
+    assert other_user.run(["ln", "-s", str(elsewhere), str(shared / "reports")]).returncode == 0
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "drill.yaml").write_text(f"reports_dir: {shared / 'reports'}\n")
+    (project / "refused.yaml").write_text(REFUSED_DRILL)
+    done = drill_cli("run", "refused.yaml", "--cluster", "local-process", cwd=project, env=env_without_setting(),
+                     timeout=300)
+    assert done.returncode == 2 and "not trusted" in done.stderr, done.stdout + done.stderr
+    assert list(elsewhere.iterdir()) == [], "root's run folder went where the planted link pointed"

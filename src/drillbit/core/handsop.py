@@ -351,16 +351,16 @@ def op_wake(req: dict, data: bytes) -> tuple[dict, bytes]:
 def _is_damage(st: os.stat_result | None, digest: str | None, damage: dict) -> bool:
     """Whether what stands there is the damage this fault left (``damage``: kind absent, file
     with its inode and sha256, fifo with its inode; cut-short: an act that may not have ended)."""
-    kind = damage.get("kind")
-    if kind == "cut-short":  # the act may have done any part of its work: the original's inode, or none, or a FIFO
+    left = damage.get("kind")  # (not an event's kind: what the act left at the name)
+    if left == "cut-short":  # the act may have done any part of its work: the original's inode, or none, or a FIFO
         return st is None or st.st_ino == damage.get("ino") or stat.S_ISFIFO(st.st_mode)
-    if kind == "absent":
+    if left == "absent":
         return st is None
     if st is None:
         return False
-    if kind == "fifo":
+    if left == "fifo":
         return stat.S_ISFIFO(st.st_mode) and st.st_ino == damage.get("ino")
-    if kind == "file":
+    if left == "file":
         return stat.S_ISREG(st.st_mode) and st.st_ino == damage.get("ino") and digest == damage.get("sha256")
     return False
 

@@ -6,12 +6,13 @@ models' validation it builds on are ``drillbit.spec``.
 """
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 from drillbit.core.errors import Problem, SpecError
 from drillbit.faults import registry
 from drillbit.judging.fleet.simulate import load_scenario
-from drillbit.core.paths import entered
 from drillbit.judging.probes.preset import load as load_preset
 from drillbit.spec.config import DrillConfig, JobProfile, with_builtins
 from drillbit.spec.load import Loc, line_of, loc_text, suggest, read_yaml, validate
@@ -81,8 +82,11 @@ def load_config(path: Path | None) -> DrillConfig:
         for key in ("reports_dir", "results_db"):
             value = getattr(config, key)
             try:
-                folders[key] = entered(value, here) if value else value
-            except (ValueError, OSError) as exc:
+                # absolute, links NOT resolved here: a link planted on the way (in a shared folder) must
+                # meet the trust walk where the folder is opened (drillbit.core.trust), not be followed
+                # silently now; the run folder's own path is resolved there, once
+                folders[key] = os.path.normpath(os.path.join(here, os.fsdecode(value))) if value else value
+            except (ValueError, OSError, TypeError) as exc:
                 problems.append(Problem(str(path), line_of(lines, (key,)), key, f"not a usable path: {exc}"))
         config = config.model_copy(update=folders)
     if problems:
