@@ -1,4 +1,6 @@
-"""``drill sweep``: kill the job at every crash point of one checkpoint save (src/drillbit/runs/sweep.py)."""
+"""``drill sweep``: kill the job at every crash point of one checkpoint save (src/drillbit/runs/sweep.py), or,
+with ``--param``, grade one fault parameter over levels and find the job's detector's reach
+(src/drillbit/runs/graded.py)."""
 from __future__ import annotations
 
 import click
@@ -18,18 +20,42 @@ from drillbit.judging.report.console import ConsoleUI
                                                                    "(default: every one)")
 @click.option("--point", "points", multiple=True, help="drill this crash point only ('torn shard_*.pt'); repeat "
                                                        "for several; skips the recording pass")
+@click.option("--param", "param", help="grade this fault parameter over levels instead: NAME=V1,V2,… (slowdown=1%,"
+                                      "2%,5%; a duration: 5s,15s) — a graded sweep (graded.md, .html, .svg, .png)")
+@click.option("--repeats", type=click.IntRange(1, 1000), default=5, show_default=True,
+              help="with --param: drills a level, each its own launch")
 @wait_option
 @json_option
 def sweep(drill: str, cluster: str | None, job: str | None, config_path: str | None,
-          reports_dir: str | None, n: int | None, points: tuple[str, ...], as_json: bool) -> int:
+          reports_dir: str | None, n: int | None, points: tuple[str, ...], param: str | None, repeats: int,
+          as_json: bool) -> int:
     """Sweep the crash points of one checkpoint save: record one save's file events (a first
     drill that kills nothing), then one kill-during-save drill per point, each judged on its
     own — pass, silent (resumed from an incomplete checkpoint), hard-fail, lost-work — in one
-    matrix (sweep.md, sweep.html, sweep.json)."""
+    matrix (sweep.md, sweep.html, sweep.json). With --param, a graded sweep instead: the drill
+    at each level of one fault parameter, --repeats times, and the job's detector's reach (the
+    smallest level detected in >= 95% of repeats, and every larger one, with no false blame)."""
     from drillbit.core.errors import ConfigError
     from drillbit.core.saves import CrashPoint
     from drillbit.runs.session import resolve
     from drillbit.runs.sweep import markdown, run_sweep
+
+    if param is not None:
+        from drillbit.runs.graded import page, parse_levels, run_graded
+
+        if points or n:
+            raise ConfigError("--param grades a fault parameter; --point and --sample belong to a crash-point sweep")
+        name, levels = parse_levels(param)
+        resolved = resolve(drill, cluster=cluster, job=job, config_path=config_path)
+        with ConsoleUI(err) as ui:
+            graded, folder = run_graded(resolved, name, levels, repeats, reports_dir=reports_dir, ui=ui)
+        if as_json:
+            emit_json({**graded, "folder": str(folder)})
+        else:
+            out.print(page(graded).markdown(), markup=False, highlight=False)
+            out.print(f"graded sweep: {folder}/graded.md, graded.html, graded.svg", markup=False)
+        # a report, not a gate: it exits 0 once every drill ran (the reach is what it says)
+        return 0
 
     try:
         chosen = [CrashPoint.parse(p) for p in points] or None
