@@ -430,7 +430,10 @@ def test_a_swapper_through_whole_root_drills_gets_no_write_outside(other_user, t
             stop.unlink()
         verdicts.append(done.returncode)
         assert snapshot(rootonly) == before, f"repeat {i}: a write outside the job's folder\n{done.stdout}"
-        assert done.returncode in (0, 1, 3, 4, 5), done.stdout + done.stderr  # never a traceback, never exit 2
+        # any ending of the contract, never a traceback: the swaps may even show the description a folder it
+        # does not fit (exit 2, nothing touched)
+        assert done.returncode in (0, 1, 2, 3, 4, 5), done.stdout + done.stderr
+        assert "Traceback" not in done.stdout + done.stderr
         [run] = (project / "reports").glob("*corrupt-their-checkpoint*")
         healed = drill_cli("heal", str(run), cwd=project, timeout=120)
         assert healed.returncode == 0, healed.stdout + healed.stderr
