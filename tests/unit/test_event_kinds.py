@@ -45,7 +45,7 @@ VOCABULARY = {k.value for k in Kind}
 # strings the record scan finds that are not recorded kinds: the reference job's own event-log kinds
 # (drillbit.fixtures.reference.eventlog, read by its own watchdog, never by a preset) and error kinds
 JOB_OWN = {"worker.start", "compute", "watchdog.start", "refused", "failed", "config", "busy", "tcp", "gate",
-           "sweep", "repeat", "compare", "gameday", "harness", "test"}
+           "sweep", "graded", "repeat", "compare", "gameday", "harness", "test"}
 
 
 def test_every_kind_the_code_reads_is_in_the_vocabulary():
