@@ -122,7 +122,8 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd`` (a short write goes on), then fsync."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -268,7 +269,7 @@ def op_damage(req: dict, data: bytes) -> tuple[dict, bytes]:
                 acted = True
                 if how == "write":
                     os.ftruncate(f, 0)
-                    _write_all(f, data)
+                    write_all(f, data)
                 else:
                     os.ftruncate(f, int(req["size"]))
                     os.fsync(f)
@@ -372,7 +373,7 @@ def _fresh_copy(fd: int, name: str, data: bytes, orig: dict) -> tuple[str, list[
     tmp = f".{name}.drillbit-heal-{secrets.token_hex(8)}"
     f = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
     try:
-        _write_all(f, data)
+        write_all(f, data)
         uid, gid = orig.get("uid"), orig.get("gid")
         if uid is not None and gid is not None:
             try:
@@ -598,7 +599,7 @@ def _unpack(top: int, tar: tarfile.TarFile) -> None:
                 src = tar.extractfile(member)
                 f = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
                 try:
-                    _write_all(f, src.read() if src is not None else b"")
+                    write_all(f, src.read() if src is not None else b"")
                     os.fchmod(f, member.mode & 0o777)
                     os.utime(f, (member.mtime, member.mtime))
                 finally:

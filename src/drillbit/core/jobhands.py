@@ -103,11 +103,10 @@ class Hands:
             name = None
         return f"uid {self.uid}" + (f" ({name})" if name else "")
 
-    def call(self, op: str, req: dict, data: bytes = b"", *, ignore: set[int] | None = None) -> tuple[dict, bytes]:
+    def call(self, op: str, req: dict, data: bytes = b"") -> tuple[dict, bytes]:
         """One operation with these credentials: ``(answer, payload)``. An answer with an
-        ``error`` is the operation's refusal (its ``code`` says which). ``ignore`` is kept for
-        callers that pass a read watch's set: the operation runs in this process, whose reads
-        a watch already leaves out."""
+        ``error`` is the operation's refusal (its ``code`` says which). It runs in this
+        process, whose reads a read watch already leaves out."""
         if self.in_process:
             return handsop.call(op, req, data)
         out: dict[str, tuple[dict, bytes]] = {}
@@ -130,12 +129,11 @@ class Hands:
             raise FaultError(f"acting as the job's user ({self.label()}), {op} did not finish in {TIMEOUT_S:g} s")
         return out["answer"]
 
-    def must(self, op: str, req: dict, data: bytes = b"", *, ignore: set[int] | None = None,
-             what: str = "") -> tuple[dict, bytes]:
+    def must(self, op: str, req: dict, data: bytes = b"", *, what: str = "") -> tuple[dict, bytes]:
         """:meth:`call`, its refusal raised: a link out of the checkpoint folder or a file with
         other names is the description's to fix (ConfigError, exit 2); anything else a FaultError
         that names the job's user."""
-        answer, body = self.call(op, req, data, ignore=ignore)
+        answer, body = self.call(op, req, data)
         if "error" in answer:
             code = answer.get("code")
             if code == "outside":

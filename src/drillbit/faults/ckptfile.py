@@ -6,7 +6,6 @@ writes the copy under a temporary name, renames it into place and verifies the s
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import stat
@@ -20,22 +19,11 @@ from pydantic import Field
 from drillbit.spec.checkpoints import Checkpoint, CheckpointSpec, scan, unmatched, where
 from drillbit.core.errors import ConfigError, FaultError
 from drillbit.faults.base import HealReport, Observation, Params, State
+from drillbit.core.handsop import write_all
 from drillbit.core.jobhands import Hands
 from drillbit.core.paths import entered, is_within
 from drillbit.core.proc import ProcRef
 from drillbit.core.readwatch import ReadWatch
-
-
-def sha256(path: Path) -> str | None:
-    """The sha256 of a file of the agent's own (a copy in its scratch folder); None when it is
-    missing or not a regular file (never opens a FIFO, whose read would block forever). A job's
-    file is looked at by the job's hands (:func:`look`)."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return None
 
 
 def pick(spec: CheckpointSpec | None, nth_newest: int, fault: str) -> Checkpoint:
@@ -204,8 +192,7 @@ def backup_distrust(state: Backup, root: str | None, scratch: Path | None) -> st
 
 
 def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None, root: Path | str | None = None,
-               fault: str = "fault", hands: Hands | None = None, ignore: set[int] | None = None,
-               writes: str = "file") -> Backup:
+               fault: str = "fault", hands: Hands | None = None, writes: str = "file") -> Backup:
     """Copy ``file`` (of ``checkpoint``: its folder, or the file itself) into a fresh folder
     under ``scratch``; returns what heal needs. The file is read by the job's hands (``hands``,
     default the agent's own) at its real place, which must lie inside ``root`` (the job's
@@ -216,7 +203,7 @@ def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None, root: 
     is refused too: the job could not have written it, so it is not the job's to damage."""
     hands = hands or Hands.mine()
     answer, body = hands.must("read", {"root": str(root if root is not None else file.parent), "path": str(file),
-                                       "hold": True}, ignore=ignore, what=fault)
+                                       "hold": True}, what=fault)
     fd_kept = answer.get("held_fd")
     if not answer.get("writable", {}).get(writes, True):
         if fd_kept is not None:
@@ -250,26 +237,18 @@ def take_aside(file: Path, scratch: Path, checkpoint: Path | None = None, root: 
                   parent_id=answer["parent"], **acts_as(hands))
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """All of ``data`` to ``fd`` (a short write goes on), then fsync."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    os.fsync(fd)
-
-
-def look(state: Backup, ignore: set[int] | None = None) -> dict:
+def look(state: Backup) -> dict:
     """What stands at the file's name now, seen by the job's hands: ``{"file": {kind, ino, …} |
     None, "sha256": …}``; ``{"error": …}`` where its folder is no longer the one it was."""
-    answer, _ = state.hands().call("look", state.where(), ignore=ignore)
+    answer, _ = state.hands().call("look", state.where())
     return answer
 
 
-def damage(state: Backup, how: str, data: bytes = b"", ignore: set[int] | None = None, **extra) -> dict:
+def damage(state: Backup, how: str, data: bytes = b"", **extra) -> dict:
     """The act on the file the fault took aside (its inode) by the job's hands; the state's
     ``damage_kind``/``damage_ino``/``corrupted_sha256`` are what it left."""
     hands = state.hands()
-    answer, _ = hands.call("damage", {**state.where(), "how": how, "ino": state.ino, **extra}, data, ignore=ignore)
+    answer, _ = hands.call("damage", {**state.where(), "how": how, "ino": state.ino, **extra}, data)
     if "error" not in answer:
         return answer
     who = "" if hands.in_process else f" as the job's user ({hands.label()})"
@@ -283,7 +262,7 @@ def damage(state: Backup, how: str, data: bytes = b"", ignore: set[int] | None =
 REFUSED = {"swapped", "moved", "gone", "link", "notfile", "outside", "hardlink", "EACCES", "EPERM"}
 
 
-def put_back(state: Backup, *, acted: bool = True, ignore: set[int] | None = None) -> HealReport:
+def put_back(state: Backup, *, acted: bool = True) -> HealReport:
     """Restore the original bytes by the job's hands, unless the job has since replaced or
     removed the file (before the heal or while it ran): the original is written under a fresh
     name beside it and exchanged with what is there (``renameat2(RENAME_EXCHANGE)``); what came
@@ -302,16 +281,16 @@ def put_back(state: Backup, *, acted: bool = True, ignore: set[int] | None = Non
                             "mode": state.file_mode, "atime_ns": state.atime_ns, "mtime_ns": state.mtime_ns},
                "damage": left}
     if data is None:  # nothing to put back from: only say what is there
-        now = look(state, ignore)
+        now = look(state)
         if now.get("sha256") == state.original_sha256:
             return HealReport(healed=True, verified=True, detail=f"{path.name} already intact")
         return HealReport(healed=False, verified=False, detail=f"backup {backup} is missing")
-    answer, _ = state.hands().call("heal", request, data, ignore=ignore)
+    answer, _ = state.hands().call("heal", request, data)
     for _ in range(3):  # gone or another folder there: asked again, as a folder swapped to and fro is
         if answer.get("outcome") not in ("gone", "moved"):  # there one moment and not the next
             break
         time.sleep(0.1)
-        answer, _ = state.hands().call("heal", request, data, ignore=ignore)
+        answer, _ = state.hands().call("heal", request, data)
     if "error" in answer:
         return HealReport(healed=False, verified=False,
                           detail=f"could not put back {path} ({answer['error']}); {kept}")
@@ -392,11 +371,6 @@ class ReadWitness:
     def own_reads(self):
         """A block whose reads are this agent's, not the job's (a hash, a put-back)."""
         return self._watch.own() if self._watch is not None else nullcontext()
-
-    @property
-    def own_pids(self) -> set[int] | None:
-        """Where a helper acting as the job's user registers its pid: its reads are the agent's."""
-        return self._watch.ignore if self._watch is not None else None
 
     def read_evidence(self, spec: CheckpointSpec | None) -> dict:
         w = self._watch

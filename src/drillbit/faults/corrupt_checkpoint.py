@@ -164,7 +164,7 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
 
     def confirm(self, target: ProcRef, params: CorruptParams, state: CorruptState) -> Evidence | None:
         with self.own_reads():
-            now = look(state, self.own_pids).get("sha256")
+            now = look(state).get("sha256")
         if now == state.original_sha256:
             return None
         if params.then_kill and not (state.killed and wait_gone(target)):
@@ -193,5 +193,5 @@ class CorruptCheckpoint(ReadWitness, Fault[CorruptParams, CorruptState]):
             # what the damage left (removed, for delete-shard and drop-marker; its inode and digest
             # otherwise), or the act was cut short and nothing is there but the original; a file
             # the job wrote anew (it saved the same step again), before or during the heal, is the job's
-            report = put_back(state, acted=state.acted, ignore=self.own_pids)
+            report = put_back(state, acted=state.acted)
         return report.model_copy(update={"observations": self.read_observations(final=report.healed)})

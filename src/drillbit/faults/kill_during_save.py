@@ -190,7 +190,8 @@ class KillDuringSave(Fault[KillDuringSaveParams, KillDuringSaveState]):
             manifest = answer.get("manifest", {})
             parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
             try:
-                parent_id = [os.fstat(parent_fd).st_dev, os.fstat(parent_fd).st_ino]
+                info = os.fstat(parent_fd)
+                parent_id = [info.st_dev, info.st_ino]
             finally:
                 os.close(parent_fd)
             with contextlib.suppress(OSError):

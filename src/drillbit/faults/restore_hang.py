@@ -87,7 +87,7 @@ class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
 
     def confirm(self, target: ProcRef, params: RestoreHangParams, state: RestoreHangState) -> Evidence | None:
         with self.own_reads():
-            now = look(state, self.own_pids).get("file") or {}
+            now = look(state).get("file") or {}
         if now.get("kind") != "fifo" or now.get("ino") != state.damage_ino:
             return None
         if params.then_kill and not (state.killed and wait_gone(target)):
@@ -107,5 +107,5 @@ class RestoreHang(ReadWitness, Fault[RestoreHangParams, RestoreHangState]):
             # by the job's hands: the readers blocked on the FIFO are woken (each open for writing
             # releases those waiting in open()), and the FIFO is exchanged for the original only
             # while it is still this fault's FIFO (its inode); what the job put there is the job's
-            report = put_back(state, acted=state.acted, ignore=self.own_pids)
+            report = put_back(state, acted=state.acted)
         return report.model_copy(update={"observations": self.read_observations(final=report.healed)})
