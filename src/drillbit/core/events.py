@@ -63,6 +63,7 @@ class Kind(StrEnum):
     CKPT_SAVE = "ckpt.save"
     CKPT_REJECT = "ckpt.reject"
     STRAGGLER = "straggler"
+    RANK_TIME = "rank.time"
     ESCALATE = "escalate"
     REPLACE_REQUEST = "replace.request"
     REPLACE_FAILED = "replace.failed"
@@ -124,6 +125,12 @@ class Kind(StrEnum):
     CAMPAIGN_FAULT = "campaign.fault"
     CAMPAIGN_SEGMENT_END = "campaign.segment.end"
     CAMPAIGN_END = "campaign.end"
+    # a graded sweep in one launch (runs/graded.py)
+    GRADED_START = "graded.start"
+    GRADED_GAP = "graded.gap"
+    GRADED_SEGMENT = "graded.segment"
+    GRADED_SEGMENT_END = "graded.segment.end"
+    GRADED_END = "graded.end"
 
 
 def _number(value: Any) -> Any:
@@ -344,6 +351,15 @@ class Straggler(JobPayload):
 
     node: str | None = None
     score: Number = None
+
+
+@_kind(Kind.RANK_TIME)
+class RankTime(JobPayload):
+    """one rank's own time in one step, before it waits for its peers (rank, n, s seconds):
+    drillbit names a slowed rank from these itself (fail-slow)"""
+
+    n: int
+    s: Number = None
 
 
 @_kind(Kind.ESCALATE)
@@ -740,6 +756,45 @@ class CampaignSegmentEnd(HarnessPayload):
 @_kind(Kind.CAMPAIGN_END)
 class CampaignEnd(HarnessPayload):
     faults: int
+
+
+# --- a graded sweep in one launch --------------------------------------------------------------
+@_kind(Kind.GRADED_START)
+class GradedStart(HarnessPayload):
+    """The sweep's axis: the parameter, its levels, repeats, the quiet gap and the window."""
+
+    param: str
+    levels: list[str]
+    repeats: int
+    gap_s: float
+    window_s: float
+
+
+@_kind(Kind.GRADED_GAP)
+class GradedGap(HarnessPayload):
+    """A quiet gap with no fault on ended (it began at t0); ``after``: the ranks the segment
+    before it slowed."""
+
+    t0: float
+    after: list[int] = []
+
+
+@_kind(Kind.GRADED_SEGMENT)
+class GradedSegment(HarnessPayload):
+    index: int
+    level: str
+    repeat: int
+
+
+@_kind(Kind.GRADED_SEGMENT_END)
+class GradedSegmentEnd(HarnessPayload):
+    index: int
+    level: str
+
+
+@_kind(Kind.GRADED_END)
+class GradedEnd(HarnessPayload):
+    segments: int
 
 
 assert set(PAYLOADS) == set(Kind), sorted(set(Kind) - set(PAYLOADS))

@@ -32,6 +32,28 @@ def fault_problems(fault: dict, path: Path, lines: dict[Loc, int], loc: Loc) -> 
                         f"unknown fault {fault['type']!r}" + suggest(fault["type"], list(faults)))]
     return validate(cls.Params, fault.get("params") or {}, path, lines, loc + ("params",))[1]
 
+def _grade_problems(grade: dict, fault: dict, cls, path: Path, lines: dict[Loc, int]) -> list[Problem]:
+    """A graded drill's parameter is the fault's (or duration), and every level one it takes."""
+    from drillbit.core.errors import ConfigError
+    from drillbit.spec.levels import level_problems, parse_levels
+
+    param = grade["param"]
+    if param != "duration" and param not in cls.Params.model_fields:
+        return [Problem(str(path), line_of(lines, ("grade", "param")), "grade.param",
+                        f"{fault['type']} has no parameter {param!r}"
+                        + suggest(param, [*cls.Params.model_fields, "duration"]))]
+    levels = grade.get("levels")
+    if not isinstance(levels, list) or not levels or any(isinstance(v, bool) for v in levels):
+        return []  # the spec's own validation says so
+    try:
+        _, parsed = parse_levels(f"{param}=" + ",".join(str(v) for v in levels))
+    except ConfigError:
+        return []  # said by the spec's own validation
+    base: dict = fault["params"] if isinstance(fault.get("params"), dict) else {}
+    return [Problem(str(path), line_of(lines, ("grade", "levels")), "grade.levels", f"{fault['type']}'s {param} {why}")
+            for why in level_problems(cls.Params, base, param, parsed)]
+
+
 def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
     """Load and fully validate a drill spec, fault params and job reference included."""
     path = Path(path)
@@ -43,6 +65,10 @@ def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
     fault = data.get("fault") if isinstance(data.get("fault"), dict) else None
     if fault is not None:
         problems += fault_problems(fault, path, lines, ("fault",))
+        grade = data.get("grade")
+        cls = registry().get(fault.get("type")) if isinstance(fault.get("type"), str) else None
+        if isinstance(grade, dict) and isinstance(grade.get("param"), str) and cls is not None:
+            problems += _grade_problems(grade, fault, cls, path, lines)
     slo: dict = data["slo"] if isinstance(data.get("slo"), dict) else {}
     for key in ("project", "cadence"):
         block: dict = slo[key] if isinstance(slo.get(key), dict) else {}

@@ -79,7 +79,10 @@ def plan_text(r: Resolved) -> str:
         f"cluster   {r.cluster} ({cluster.engine}{shape})",
         f"job       {r.job}: {launch}",
         f"steady    {s.steady.warmup_steps} steps",
-        f"fault     {s.fault.type} {s.fault.params or ''} on {who}, {when}",
+        f"fault     {s.fault.type} {s.fault.params or ''} on {who}, "
+        + (f"{s.grade.param} at {', '.join(str(v) for v in s.grade.levels)}, {s.grade.repeats} repeat(s) a level, "
+           + (f"each a segment of one launch after {s.grade.gap:g} s with no fault on" if s.grade.one_launch
+              else "each its own launch") if s.grade else when),
         f"observe   until {s.observe.until_steps_after_recovery} steps after recovery, window {s.observe.window:g} s"
         + (f", at least {s.observe.at_least:g} s" if s.observe.at_least else ""),
         f"slo       {slo or '(none)'}",
@@ -178,6 +181,10 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
     loop, a file another drill claims) reached no verdict: its run folder and the webhooks say
     why, and the store and the metrics do not count it (before #57 it was recorded as aborted
     and fed the aborted figures)."""
+    if r.spec.grade is not None:  # a graded drill: a sweep, judged on its reach (#58)
+        from drillbit.runs.graded import execute_graded
+
+        return execute_graded(r, reports_dir=reports_dir, db=db, ui=ui)
     reports = Path(reports_dir or r.config.reports_dir)
     trust.check(reports, "reports folder")  # said as such before the store in it is opened
     with Store(store_path(r.config, reports_dir, db)) as store:

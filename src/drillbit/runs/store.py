@@ -100,6 +100,12 @@ class Store:
             samples.append(Measurements.model_validate(fields))
         return Baseline(runs=[int(r[0]) for r in rows], samples=samples)
 
+    def last_passing(self, drill: str, cluster: str, job: str) -> dict[str, Any] | None:
+        """result.json of the latest passing run of this drill on this cluster and job."""
+        row = self._db.execute("SELECT result FROM runs WHERE drill=? AND cluster=? AND job=? AND verdict='pass' "
+                               "ORDER BY id DESC LIMIT 1", (drill, cluster, job)).fetchone()
+        return json.loads(row[0]) if row else None
+
     def last_result(self, drill: str) -> dict[str, Any] | None:
         """result.json of the latest run of a drill, whatever its verdict."""
         row = self._db.execute("SELECT result FROM runs WHERE drill=? ORDER BY id DESC LIMIT 1", (drill,)).fetchone()

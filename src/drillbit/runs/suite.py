@@ -162,7 +162,26 @@ def summary_blocks(run: SuiteRun) -> list:
 
 
 def summary_page(run: SuiteRun, title: str) -> Page:
-    return Page(f"{title}: {ICON.get(run.verdict, '')} {run.verdict.upper()}", summary_blocks(run))
+    return Page(f"{title}: {ICON.get(run.verdict, '')} {run.verdict.upper()}", summary_blocks(run) + graded_blocks(run))
+
+
+def graded_blocks(run: SuiteRun) -> list:
+    """A graded drill's curve beside its last passing one: what a change did to the detector's
+    reach (issue 58)."""
+    from drillbit.runs.graded import curve_svg, together
+
+    blocks: list = []
+    for r in run.results:
+        now = r.get("graded")
+        if not isinstance(now, dict):
+            continue
+        shown = [now]
+        if isinstance(r.get("before"), dict):
+            shown = [{**r["before"], "detector": "before: the last passing run"}, {**now, "detector": "after: this run"}]
+        blocks += [f"`{r['drill']}` on `{r['job']}`: detection rate by {now['param']}"
+                   + (", before and after" if len(shown) > 1 else " (no passing run before it to compare with)"),
+                   multirun.Figure(curve_svg(together(shown)))]
+    return blocks
 
 
 def summary_markdown(run: SuiteRun, title: str) -> str:

@@ -13,6 +13,8 @@ exempt: whoever can write it can change the code root runs.
 """
 from __future__ import annotations
 
+import re
+
 import difflib
 from contextvars import ContextVar
 import os
@@ -173,7 +175,10 @@ def problems_from(exc: ValidationError, path: Path, lines: dict[Loc, int], prefi
     for err in exc.errors():
         loc = prefix + tuple(p for p in err["loc"] if not (isinstance(p, str) and (
             p.startswith("function-") or (p.startswith("<") and p.endswith(">")))))  # validators, union tags
-        message = err["msg"]
+        message = err["msg"].removeprefix("Value error, ")
+        named = re.match(r"^([a-z_]+(?:\.[a-z_]+)+) ", message)  # a whole-spec rule that names its field
+        if not err["loc"] and named and tuple(named.group(1).split(".")) in lines:
+            loc = prefix + tuple(named.group(1).split("."))
         if err["type"] == "extra_forbidden":
             message = "unknown field" + RENAMED.get(str(loc[-1]) if loc else "", "")
         elif err["type"] == "missing":

@@ -230,6 +230,75 @@ class RestoreTierSLO(Strict):
                                                             "the newest copy any tier still held")
 
 
+def _one_level(value: Any, what: str) -> float:
+    """A level as users write it (5%, 15s, 0.05) -> its place on the axis."""
+    from drillbit.core.errors import ConfigError
+    from drillbit.spec.levels import parse_levels
+
+    try:
+        return parse_levels(f"x={value}")[1][0].order
+    except (ConfigError, IndexError) as exc:
+        raise ValueError(f"{what} {value!r}: {str(exc).removeprefix('--param x: ')}") from None
+
+
+def _not_a_flag(value: Any) -> None:
+    if isinstance(value, bool):  # YAML's true/false/yes/no read as a level of 1 or 0
+        raise ValueError(f"{str(value).lower()} is not a level: say a number, a percentage (5%) or a duration (15s)")
+
+
+class ReachSLO(Strict):
+    """A graded drill's gate (issue 58): the detector must catch the fault from this level up,
+    and blame no healthy rank."""
+
+    at_most: str | float = Field(description="the reach may be no larger than this level (5%, 15s, 0.05): every "
+                                             "level from it up detected in >= 95% of its repeats, with no false blame")
+    false_blames_per_10k_steps: float = Field(0.0, ge=0, description="at most this many false blames per 10,000 "
+                                                                     "steps at the null level (no fault on)")
+
+    @field_validator("at_most", mode="before")
+    @classmethod
+    def _a_level(cls, value: Any) -> Any:
+        _not_a_flag(value)
+        _one_level(value, "reach.at_most")
+        return value
+
+    @property
+    def at_most_order(self) -> float:
+        return _one_level(self.at_most, "reach.at_most")
+
+
+class Grade(Strict):
+    """Run the drill as a graded sweep (issue 58): its fault at each level, ``repeats`` times,
+    judged by the reach SLO."""
+
+    param: str = Field(pattern=r"^[a-z_][a-z0-9_]*$", description="the fault parameter graded (slowdown, "
+                                                                  "loss_pct, …), or duration: the fault's length")
+    levels: list[str | float] = Field(min_length=1, description="its levels as users write them: 1%, 2%, 15s, 0.05")
+    repeats: int = Field(3, ge=1, le=100, description="drills a level")
+    one_launch: bool = Field(True, description="every drill a segment of one launch, each after a quiet gap "
+                                               "(false: each drill a launch of its own)")
+    gap: Duration = Field(10.0, description="one launch: seconds with no fault on before each segment")
+    seed: int = Field(0, description="one launch: the draw that orders the levels within each round")
+
+    @field_validator("levels", mode="before")
+    @classmethod
+    def _no_flags(cls, value: Any) -> Any:
+        for v in value if isinstance(value, list) else []:
+            _not_a_flag(v)
+        return value
+
+    @model_validator(mode="after")
+    def _levels_read(self) -> "Grade":
+        from drillbit.core.errors import ConfigError
+        from drillbit.spec.levels import parse_levels
+
+        try:
+            parse_levels(f"{self.param}=" + ",".join(str(v) for v in self.levels))
+        except ConfigError as exc:
+            raise ValueError(str(exc).replace(f"--param {self.param}: ", "levels: ")) from None
+        return self
+
+
 class SLO(Strict):
     """Limits the checkers judge. Absent limits are not judged."""
 
@@ -266,6 +335,8 @@ class SLO(Strict):
                           "data position from the job's step lines (groups loss, lr, samples|tokens), judged on the "
                           "steps after the restore; without those lines it is not measured, and then the drill is "
                           "inconclusive. Unset: judged wherever the job prints any of them; false: never")
+    reach: ReachSLO | None = Field(None, description="a graded drill (grade:): the smallest level its detector "
+                                                     "catches, and its false blames with no fault on")
     limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")
     regression: dict[str, float] = Field(
         default_factory=dict,
@@ -400,6 +471,23 @@ class DrillSpec(Strict):
     """how much of the job one drill may hit"""
     defect: Defect | None = None
     """the published defect this drill reproduces (drills/known-defects/)"""
+    grade: Grade | None = None
+    """run as a graded sweep of one fault parameter, judged by slo.reach (drill run and drill gate)"""
+
+    @model_validator(mode="after")
+    def _reach_needs_grade(self) -> "DrillSpec":
+        if (self.slo.reach is None) != (self.grade is None):
+            raise ValueError("slo.reach and grade go together: a graded drill is judged by its reach, and the "
+                             "reach needs the levels grade: sweeps")
+        if self.grade is not None and self.slo.reach is not None:
+            from drillbit.spec.levels import same_level
+
+            orders = [_one_level(v, "grade.levels") for v in self.grade.levels]
+            if not any(same_level(self.slo.reach.at_most_order, o) for o in orders):
+                raise ValueError(f"slo.reach.at_most {self.slo.reach.at_most} is not one of the levels grade: sweeps "
+                                 f"({', '.join(str(v) for v in self.grade.levels)}): the reach is judged at a level "
+                                 "the sweep drills")
+        return self
 
 
 class SuiteEntry(Strict):

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from drillbit.judging.checks.attribution import Attribution, attribute
 from drillbit.judging.checks.fidelity import Fidelity, restore_fidelity, with_metrics
+from drillbit.judging.checks.ownslow import name_slowed
 from drillbit.judging.checks.witness import DamagedRestore, judge_damaged_restore, relation
 from drillbit.core.evidence import FileDamage, LinkCut, NodeGone, NodeState, SaveCrash, Slowed, TierLost, effects
 from drillbit.core.events import (CkptTiers, Error, FaultConfirmed, JobAttach, JobExit, JobLaunch, JobNodes, Kind,
@@ -105,6 +106,20 @@ class FailSlowFigures(BaseModel):
     link: str | None = None  # a link fault (lossy-link): whose link, and what it dropped
 
 
+class EffectFigures(BaseModel):
+    """drillbit's own confirmation of a fail-slow fault, from the job's per-rank step times
+    (``rank.time``; judging/checks/ownslow.py): the rank they say slowed, by how much against
+    its peers, and when the evidence first sufficed."""
+
+    effect_rank: int | None = None
+    effect_shift: float | None = None
+    effect_z: float | None = None
+    time_to_effect: float | None = None
+    effect_correct: bool | None = None
+    effect_unread: str | None = None  # why nothing could be read (no per-rank times, too few steps)
+    effect_target_shift: float | None = None  # the slowed rank's own shift, named or not: what the fault delivered
+
+
 class ReplacementFigures(BaseModel):
     """A node replacement that failed (fail-node-replacement): how often, and what came back."""
 
@@ -184,7 +199,8 @@ FAMILIES: tuple[type[BaseModel], ...] = (RecoveryFigures, FidelityFigures, FailS
 
 
 class Measurements(PredictionFigures, TierFigures, RequeueFigures, AttributionFigures, SaveCrashFigures,
-                   DamageFigures, ReplacementFigures, FailSlowFigures, FidelityFigures, RecoveryFigures):
+                   DamageFigures, ReplacementFigures, EffectFigures, FailSlowFigures, FidelityFigures,
+                   RecoveryFigures):
     """One drill's figures: the families above, flat (a field belongs to exactly one)."""
 
     @staticmethod
@@ -426,6 +442,21 @@ def _slow(m: Measurements, w: Window) -> None:
     _measure_slow(m, w.events, w.confirmed, w.t0)
 
 
+def _effect(m: Measurements, w: Window) -> None:
+    end = m.t_observe_end if m.t_observe_end is not None else max((e.t for e in w.events), default=w.t0)
+    if not any(e.kind == "rank.time" for e in w.events):
+        m.effect_unread = "the job prints no per-rank step times (rank.time)"
+        return
+    named = name_slowed(w.events, w.t0, end)
+    m.effect_unread = named.why
+    shifts = [v for r, v in (named.shifts or {}).items() if r in m.target_ranks]
+    m.effect_target_shift = max(shifts) if shifts else None
+    if named.rank is not None:
+        m.effect_rank, m.effect_shift, m.effect_z = named.rank, named.shift, named.z
+        m.time_to_effect = max(0.0, named.t - w.t0) if named.t is not None else None
+        m.effect_correct = named.rank in m.target_ranks
+
+
 def _damage_found(m: Measurements, w: Window) -> None:
     """DamageFigures and SaveCrashFigures as the fault found them: which checkpoint it
     damaged, or where a save was cut short and what was complete then."""
@@ -522,6 +553,7 @@ MEASURERS: tuple[Measurer, ...] = (
     Measurer("fail-slow", _slow, ("step", "straggler", "fault.inject"),
              _fields(FailSlowFigures, but=("time_to_escalate",), plus=("steps_after_recovery", "lost_steps")),
              slow=True, poll=True),
+    Measurer("effect", _effect, ("rank.time",), _fields(EffectFigures), slow=True),
     Measurer("attribution", _attribution, ("blame", "members", "job.ranks", "fault.inject", "straggler"),
              _fields(AttributionFigures), slow=True),
     Measurer("requeue", _requeue, ("requeue", "job.nodes"), _fields(RequeueFigures), slow=True),

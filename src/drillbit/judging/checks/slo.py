@@ -203,6 +203,16 @@ def _judge_restore_tier(j: Judging) -> None:
         j.results.append(_restore_tier(slo.restore_tier.max_steps_behind_best, m, watched, j.reasons))
 
 
+def _effect_text(m) -> str:
+    """What drillbit read itself from the job's per-rank step times, for a reason."""
+    if m.effect_rank is not None and _finite(m.effect_shift):
+        return (f"; its step times say rank {m.effect_rank} slowed {m.effect_shift:.1%} against its peers "
+                f"(drillbit's own reading, {m.effect_z:.0f} standard errors)")
+    if m.effect_rank is None and m.effect_unread is None and "effect" not in m.measure_errors:
+        return "; drillbit's own reading of the per-rank step times found no rank slower than its peers either"
+    return ""
+
+
 def _judge_straggler(j: Judging) -> None:
     """Fail-slow: the slowed rank, and no other, was named in time."""
     slo = j.slo
@@ -223,7 +233,7 @@ def _judge_straggler(j: Judging) -> None:
                                        measured=round(m.time_to_straggler, 3), status="fail",
                                        detail=f"named rank {m.straggler_rank}; the slow rank was {m.target_ranks}"))
             j.reasons.append(f"the detector named rank {m.straggler_rank}, but the slowed rank was "
-                             f"{', '.join(map(str, m.target_ranks))}")
+                             f"{', '.join(map(str, m.target_ranks))}{_effect_text(m)}")
         elif watched >= limit:
             j.results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
                                        measured=None, status="fail", detail=f"nobody named in {watched:.0f} s"))
@@ -231,7 +241,7 @@ def _judge_straggler(j: Judging) -> None:
             slowed = next((v for v in (m.slowdown_achieved, m.target_slowdown) if v and _finite(v)), None)
             j.reasons.append(f"rank {', '.join(map(str, m.target_ranks))} "
                              + (f"ran {slowed:.1%} slower" if slowed is not None else "was slowed")
-                             + f" and was never named within {limit:g} s{tax}")
+                             + f" and was never named within {limit:g} s{tax}{_effect_text(m)}")
         else:
             j.results.append(SLOResult(name="straggler_within", measurement="time_to_straggler", limit=limit,
                                        measured=None, status="unknown",

@@ -51,6 +51,20 @@ def _fmt(value: Any, unit: str = "s") -> str:
     return str(value)
 
 
+def _recovery_rows(payload: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The figures the summary shows, by what kind of drill it was."""
+    if payload["measurements"].get("expects") == "slow":
+        return (("target_slowdown", ""), ("slowdown_achieved", ""), ("effect_target_shift", ""),
+                ("time_to_straggler", "s"), ("straggler_rank", ""), ("straggler_node", ""), ("target_ranks", ""),
+                ("effect_rank", ""), ("time_to_effect", "s"), ("fleet_tax", ""), ("baseline_step_s", "s"),
+                ("goodput", ""))
+    if payload.get("graded"):  # a graded drill: its figures are the sweep's table
+        return ()
+    return (("time_to_detect", "s"), ("time_to_restart", "s"), ("time_to_restore", "s"),
+            ("time_to_first_step", "s"), ("step_at_fault", ""), ("restored_step", ""),
+            ("lost_steps", ""), ("restarts", ""), ("baseline_step_s", "s"), ("goodput", ""))
+
+
 def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
     verdict = payload["verdict"]
     color = COLORS.get(verdict, "white")
@@ -63,18 +77,13 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
     table = Table(title="Recovery", show_edge=False)
     table.add_column("measurement")
     table.add_column("value", justify="right")
-    rows: tuple[tuple[str, str], ...]
-    if m.get("expects") == "slow":
-        rows = (("target_slowdown", ""), ("slowdown_achieved", ""), ("time_to_straggler", "s"),
-                ("straggler_rank", ""), ("straggler_node", ""), ("target_ranks", ""), ("fleet_tax", ""),
-                ("baseline_step_s", "s"), ("goodput", ""))
-    else:
-        rows = (("time_to_detect", "s"), ("time_to_restart", "s"), ("time_to_restore", "s"),
-                ("time_to_first_step", "s"), ("step_at_fault", ""), ("restored_step", ""),
-                ("lost_steps", ""), ("restarts", ""), ("baseline_step_s", "s"), ("goodput", ""))
+    rows = _recovery_rows(payload)
     for key, unit in rows:
         table.add_row(key, _fmt(m.get(key), unit))
-    console.print(table)
+    if rows:
+        console.print(table)
+    else:
+        console.print(f"  the sweep, level by level: {run_dir}/graded.md")
     if m.get("predicted_by"):
         detect = m.get("time_to_detect")
         console.print(f"  detection predicted from the job's timeouts: within {m['predicted_detect_s']:g} s by its "
@@ -91,7 +100,8 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
         for col in ("slo", "limit", "measured", "status"):
             slos.add_column(col, justify="right" if col in ("limit", "measured") else "left")
         for s in payload["slos"]:
-            slos.add_row(s["name"], f"{s['limit']:g}", _fmt(s["measured"], ""),
+            limit = f"{s['limit']:g}" if isinstance(s["limit"], (int, float)) else str(s["limit"])  # reach: "5%"
+            slos.add_row(s["name"], limit, _fmt(s["measured"], ""),
                          f"[{COLORS.get(s['status'], 'yellow')}]{s['status']}[/]")
         console.print(slos)
     ledger = payload.get("ledger")

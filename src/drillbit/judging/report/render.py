@@ -16,6 +16,7 @@ _env = Environment(loader=PackageLoader("drillbit.judging.report", "templates"),
                    autoescape=select_autoescape(["html", "html.j2"]), trim_blocks=True, lstrip_blocks=True)
 
 FRACTIONS = ("goodput", "fleet_tax", "slowdown", "slowdown_achieved", "target_slowdown", "projected_goodput",
+             "effect_shift", "effect_target_shift",
              "save_interval_ratio")
 
 
