@@ -50,6 +50,14 @@ def test_a_graded_sweep_of_slow_rank_reports_each_level_and_a_reach(tmp_path):
     assert null["stretches"] == 7 and null["steps"] > 0 and null["false_blames"] >= 0
     md = (folder / "graded.md").read_text()
     assert "reach:" in md and "95% CI" in md and "null (no fault)" in md and "one launch" in md
+    # the launch's own folder holds the report too, and drill report judges it again from its history
+    launch = Path(report["run_dir"])
+    again = drill_cli("report", str(launch), "--json", cwd=project, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    rejudged = json.loads(again.stdout)["graded_report"]
+    assert [(s["level"], s["detected"], s["counted"]) for s in rejudged["levels"]] == \
+        [(s["level"], s["detected"], s["counted"]) for s in report["levels"]]
+    assert (launch / "graded.md").exists()
     # a parameter the fault does not have: exit 2, nothing run
     wrong = drill_cli("sweep", "slow-rank-fast.yaml", "--param", "slowness=1%", "--cluster", "local-process",
                       cwd=project, timeout=120)

@@ -252,3 +252,11 @@ def test_each_launch_drills_every_level_without_its_grade_and_reads_each_null(mo
     assert sorted(s.fault.params["slowdown"] for s in seen) == [0.05, 0.05, 0.1, 0.1]
     assert report["mode"] == "each" and report["null"]["stretches"] == 4
     assert report["null"]["steps"] == 4 * 10 and report["null"]["false_blames"] == 4
+
+
+def test_a_judge_that_failed_is_no_miss_of_the_detector():
+    """A segment whose checkers raised (a fleet scenario not loaded, #58's first hang sweep)
+    reached no verdict on the detector: not counted, and said why; never a miss."""
+    broken = {**payload(None), "verdict": "inconclusive", "reasons": ["checker error: KeyError: 'bloom-176b'"]}
+    o = outcome(broken)
+    assert not o["counts"] and "checker error" in o["why"]

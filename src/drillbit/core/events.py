@@ -768,6 +768,7 @@ class GradedStart(HarnessPayload):
     repeats: int
     gap_s: float
     window_s: float
+    survives_s: float | None = None  # the hang axis: the job's collective timeout, a pause it would outlast
 
 
 @_kind(Kind.GRADED_GAP)

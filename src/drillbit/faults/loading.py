@@ -10,11 +10,12 @@ import os
 
 from pathlib import Path
 
-from drillbit.core.errors import Problem, SpecError
+from drillbit.core.errors import ConfigError, Problem, SpecError
 from drillbit.faults import registry
 from drillbit.judging.fleet.simulate import load_scenario
 from drillbit.judging.probes.preset import load as load_preset
 from drillbit.spec.config import DrillConfig, JobProfile, with_builtins
+from drillbit.spec.levels import level_problems, parse_levels
 from drillbit.spec.load import Loc, line_of, loc_text, suggest, read_yaml, validate
 from drillbit.spec.models import DrillSpec
 from drillbit.spec.placeholders import PLACEHOLDERS, per_node_findings, unknown
@@ -34,9 +35,6 @@ def fault_problems(fault: dict, path: Path, lines: dict[Loc, int], loc: Loc) -> 
 
 def _grade_problems(grade: dict, fault: dict, cls, path: Path, lines: dict[Loc, int]) -> list[Problem]:
     """A graded drill's parameter is the fault's (or duration), and every level one it takes."""
-    from drillbit.core.errors import ConfigError
-    from drillbit.spec.levels import level_problems, parse_levels
-
     param = grade["param"]
     if param != "duration" and param not in cls.Params.model_fields:
         return [Problem(str(path), line_of(lines, ("grade", "param")), "grade.param",

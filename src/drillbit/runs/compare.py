@@ -36,7 +36,8 @@ from drillbit.loop.runner import job_params
 from drillbit.judging.report import multirun
 from drillbit.judging.report.multirun import Page, Table
 from drillbit.core.runfolder import new_folder
-from drillbit.runs.session import Resolved, execute, resolve
+from drillbit.runs.graded import execute_drill as execute
+from drillbit.runs.session import Resolved, resolve
 from drillbit.spec.models import Defect, SuiteSpec
 
 # the distribution behind each signal preset, for the versions line

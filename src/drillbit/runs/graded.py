@@ -31,6 +31,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -54,7 +56,15 @@ from drillbit.judging.checks.recovery import recovered
 from drillbit.runs.campaign import segment
 from drillbit.core.runfolder import new_folder
 from drillbit.faults import get as get_fault
-from drillbit.runs.session import execute
+from drillbit.core import trust
+from drillbit.judging import exitcodes
+from drillbit.loop.runner import DrillRunner
+from drillbit.runs import notify
+from drillbit.runs.session import (execute, new_run_dir, publish_metrics, read_file, refuse_unstarted, rerender,
+                                   scenarios_for)
+from drillbit.runs.store import Store, store_path
+from drillbit.spec.models import DrillSpec
+from drillbit.transport import connect
 from drillbit.judging.report import multirun
 from drillbit.judging.report.multirun import Figure, Page, Table
 
@@ -100,6 +110,8 @@ def outcome(payload: dict[str, Any], pause_s: float | None = None, survives_s: f
         why = f"{payload.get('verdict')} (exit {payload.get('exit_code')}): {payload.get('error') or ''}".strip()
     elif not fault.get("confirmed"):
         why = "the fault was not confirmed"
+    elif broken := next((r for r in payload.get("reasons") or [] if str(r).startswith("checker error")), None):
+        why = f"drillbit could not judge it: {broken}"  # a judge's own failure is no miss of the detector
     restarts = m.get("restarts") if isinstance(m.get("restarts"), int) else None
     restarted = bool(restarts) if restarts is not None else None
     pause = _finite(pause_s)
@@ -150,12 +162,14 @@ def summarize(level: Level, outcomes: list[dict[str, Any]]) -> dict[str, Any]:
             "not_counted": [o["why"] for o in outcomes if not o["counts"]]}
 
 
-def reach(levels: list[dict[str, Any]], bar: float = BAR) -> dict[str, Any] | None:
+def reach(levels: list[dict[str, Any]], bar: float = BAR, blames: bool = True) -> dict[str, Any] | None:
     """The smallest level from which every larger one met the bar (rate >= bar over counted
-    repeats, no false blame); None when the largest did not."""
+    repeats, and, with ``blames``, no false blame); None when the largest did not. On the
+    hang-length axis the reach is the shortest pause that triggers detection: whom the stack
+    blamed for it is in the table, not in the reach."""
     found = None
     for s in sorted(levels, key=lambda s: s["order"], reverse=True):
-        if not s["counted"] or s["rate"] is None or s["rate"] < bar or s["false_blames"]:
+        if not s["counted"] or s["rate"] is None or s["rate"] < bar or (blames and s["false_blames"]):
             break
         found = s
     return found
@@ -185,7 +199,7 @@ def _series(report: dict[str, Any]) -> list[dict[str, Any]]:
     for rep in sweeps:
         out.append(rep)
         if rep.get("own"):
-            out.append({**rep, **rep["own"], "detector": OWN + (f" on {_who(rep)}" if len(sweeps) > 1 else ""),
+            out.append({**rep, **rep["own"], "detector": f"drillbit on {_who(rep)}" if len(sweeps) > 1 else OWN,
                         "own": None})
     return out
 
@@ -208,7 +222,9 @@ def curve_svg(report: dict[str, Any], width: int = 640, height: int = 300) -> st
     def place(level: dict[str, Any]) -> int:  # the same level written two ways (5%, 0.05) is one place
         return next(i for i, k in enumerate(labels) if same_level(places[k], level["order"]))
     several = len(series) > 1
-    left, right, top, bottom = 56, 20, 20, 44 + (16 if several else 0)
+    rows = (len(series) + 1) // 2 if several else 0
+    height += 16 * rows
+    left, right, top, bottom = 56, 20, 20, 44 + 16 * rows
     w, h = width - left - right, height - top - bottom
     n = max(1, len(labels) - 1)
 
@@ -264,11 +280,12 @@ def _one_curve(rep: dict[str, Any], k: int, n_series: int, labels: list[str], pl
         parts.append(f'<line x1="{x(i) + shift:.1f}" x2="{x(i) + shift:.1f}" y1="{top}" y2="{top + h}" '
                      f'stroke="{colour}" stroke-dasharray="4 3"/><text x="{x(i) + (-4 if near_right else 4):.1f}" '
                      f'y="{top + 12 + 13 * k}" text-anchor="{"end" if near_right else "start"}" fill="{colour}">'
-                     f'reach {found["level"]}{" (" + _esc(_who(rep)) + ")" if several else ""}</text>')
-    if several:
-        lx = left + k * (w / len(series))
-        parts.append(f'<rect x="{lx:.1f}" y="{height - 14}" width="10" height="10" fill="{colour}"/>'
-                     f'<text x="{lx + 14:.1f}" y="{height - 5}">{_esc(_who(rep))}</text>')
+                     f'reach {found["level"]}</text>')
+    if several:  # the legend, two to a row under the axis
+        lx = left + (k % 2) * (w / 2)
+        ly = height - 16 * ((n_series + 1) // 2 - k // 2) + 2
+        parts.append(f'<rect x="{lx:.1f}" y="{ly:.1f}" width="10" height="10" fill="{colour}"/>'
+                     f'<text x="{lx + 14:.1f}" y="{ly + 9:.1f}">{_esc(_who(rep))}</text>')
     return parts
 
 
@@ -350,8 +367,9 @@ def page(report: dict[str, Any]) -> Page:
     if skipped:
         blocks += ["Repeats that reached no verdict on the detector (counted in no rate):",
                    multirun.Bullets(skipped)]
+    jobs = [r for r in series if not str(r.get("detector") or "").startswith(OWN)]
     title = (f"graded sweep: {first['drill']} over {report['param']} on {first['cluster']} / "
-             + (", ".join(_who(rep) for rep in series) if several else first["job"]))
+             + ", ".join(dict.fromkeys(r["job"] for r in jobs)))
     return Page(title, blocks)
 
 
@@ -375,7 +393,7 @@ def build(drill: str, cluster: str, job: str, param: str, levels: list[Level],
           mode: str = "each", own_null: dict[str, Any] | None = None) -> dict[str, Any]:
     summaries = [summarize(lv, outcomes.get(lv.label, [])) for lv in levels]
     report = {"drill": drill, "cluster": cluster, "job": job, "param": param, "repeats": repeats, "bar": BAR,
-              "mode": mode, "levels": summaries, "reach": reach(summaries), "null": null,
+              "mode": mode, "levels": summaries, "reach": reach(summaries, blames=param != "duration"), "null": null,
               "runs": {lv.label: [o["run"] for o in outcomes.get(lv.label, [])] for lv in levels}}
     own = {k: [_as_own(o) for o in v] for k, v in outcomes.items()}
     if any(o.get("own") for v in outcomes.values() for o in v):
@@ -384,7 +402,7 @@ def build(drill: str, cluster: str, job: str, param: str, levels: list[Level],
     return report
 
 
-OWN = "drillbit (the job's per-rank step times)"
+OWN = "drillbit's own reading"
 
 
 def _as_own(o: dict[str, Any]) -> dict[str, Any]:
@@ -413,7 +431,8 @@ def write(report: dict[str, Any], reports_dir: str | Path) -> Path:
     svg = curve_svg(report)
     multirun.write(folder, page(report), md="graded.md", html="graded.html", data=report, json_name="graded.json",
                    extra={"graded.svg": svg})
-    why = png_of(folder / "graded.svg", folder / "graded.png", 640, 300)
+    size = re.search(r'width="(\d+)" height="(\d+)"', svg)
+    why = png_of(folder / "graded.svg", folder / "graded.png", *(map(int, size.groups()) if size else (640, 300)))
     if why:
         (folder / "graded.png.txt").write_text(why + "\n")
     return folder
@@ -578,8 +597,10 @@ class GradedLaunch:
     shuffled within each round of repeats (seeded), so a drift of the job over the launch
     does not line up with the axis."""
 
-    def __init__(self, spec, param: str, levels: list[Level], repeats: int, gap: float, seed: int) -> None:
+    def __init__(self, spec, param: str, levels: list[Level], repeats: int, gap: float, seed: int,
+                 survives: float | None = None) -> None:
         self.spec, self.param, self.levels, self.repeats, self.gap = spec, param, levels, repeats, gap
+        self.survives = survives  # the job's collective timeout: a longer pause would not pass by itself
         rng = random.Random(seed)
         self.order: list[tuple[Level, int]] = []
         for r in range(repeats):
@@ -591,7 +612,8 @@ class GradedLaunch:
 
     def __call__(self, runner) -> Iterator["GradedStep"]:
         runner.record("graded.start", param=self.param, levels=[lv.label for lv in self.levels],
-                      repeats=self.repeats, gap_s=self.gap, window_s=float(self.spec.observe.window))
+                      repeats=self.repeats, gap_s=self.gap, window_s=float(self.spec.observe.window),
+                      **({"survives_s": self.survives} if self.survives is not None else {}))
         runner.ui.phase("graded", f"{len(self.order)} segments of {self.spec.fault.type} over {self.param} "
                                   f"({', '.join(lv.label for lv in self.levels)}), a {self.gap:g} s quiet gap before each")
         for index, (lv, r) in enumerate(self.order):
@@ -680,12 +702,14 @@ def judge_segments(spec, param: str, levels: list[Level], history: History, segm
     base = SteadyReached.of(steady).baseline_step_s if steady else None
     by_label = {lv.label: lv for lv in levels}
     slow = spec.fault.type in FAIL_SLOW
+    scenarios = scenarios_for(spec)  # a projection SLO's fleet scenario, as a drill of its own loads it
     outcomes: dict[str, list[dict[str, Any]]] = {}
     for seg in segments:
         # from the quiet gap before it: the job's own step time just before the fault, for the fleet tax
         sub = segment(history, seg["t_gap"], seg["t_end"], base)
-        result = check(level_spec(spec, param, by_label[seg["level"]].value), sub)
+        result = check(level_spec(spec, param, by_label[seg["level"]].value), sub, scenarios=scenarios)
         payload = {"measurements": result.measurements.model_dump(), "verdict": result.verdict, "exit_code": None,
+                   "reasons": result.reasons,
                    "fault": {"type": spec.fault.type, "confirmed": seg["confirmed"]}, "run_dir": run_dir}
         pause = (float(by_label[seg["level"]].value), survives) if param == "duration" else (None, None)
         outcomes.setdefault(seg["level"], []).append({**outcome(payload, *pause), "run": f"{run_dir}#{seg['index'] + 1}"})
@@ -699,10 +723,6 @@ def judge_segments(spec, param: str, levels: list[Level], history: History, segm
 def segmented(resolved, param: str, levels: list[Level], repeats: int, *, reports_dir: str | None, ui, gap: float,
               seed: int) -> dict[str, Any]:
     """The graded sweep in one launch of the job (:class:`GradedLaunch`)."""
-    from drillbit.loop.runner import DrillRunner
-    from drillbit.runs.session import new_run_dir, refuse_unstarted
-    from drillbit.transport import connect
-
     config = resolved.config
     run_dir = new_run_dir(Path(reports_dir or config.reports_dir), f"{resolved.spec.name}-{param}-one-launch")
     cluster = config.clusters[resolved.cluster]
@@ -713,7 +733,8 @@ def segmented(resolved, param: str, levels: list[Level], repeats: int, *, report
         update={"max_duration": float(first.abort.max_duration) + planned})})
     runner = DrillRunner(first, resolved.cluster, cluster, resolved.job, config.jobs[resolved.job], run_dir, ui,
                          nodes=connect(resolved.cluster, cluster, run_dir))
-    stream = GradedLaunch(resolved.spec, param, levels, repeats, gap, seed)
+    (run_dir / "spec.json").write_text(resolved.spec.model_dump_json(by_alias=True, indent=2))
+    stream = GradedLaunch(resolved.spec, param, levels, repeats, gap, seed, _pause(param, 0.0, resolved)[1])
     result = runner.run(stream)
     refuse_unstarted(result, run_dir, resolved.cluster)
     history = History.load(run_dir / "history.jsonl")
@@ -726,6 +747,52 @@ def segmented(resolved, param: str, levels: list[Level], repeats: int, *, report
                "error_kind": result.error_kind,
                "aborted": stopped.data.get("reason", "stopped") if stopped is not None else None,
                "segments_run": len(stream.segments), "segments_planned": len(stream.order)}
+    write_into(report, run_dir)
+    return report
+
+
+def write_into(report: dict[str, Any], folder: Path) -> None:
+    """The sweep's report in the launch's own folder too (``drill report`` re-judges it there)."""
+    multirun.write(folder, page(report), md="graded.md", html="graded.html", data=report, json_name="graded.json",
+                   extra={"graded.svg": curve_svg(report)})
+
+
+def rejudge(run_dir: Path, spec, history: History, cluster: str, job: str,
+            survives: float | None = None) -> dict[str, Any]:
+    """A one-launch sweep's folder judged again from its history (``drill report``): the
+    segments and gaps as its events recorded them, the levels and repeats as graded.start
+    said; the report rewritten in the folder."""
+    start = history.first("graded.start")
+    if start is None:
+        raise ConfigError(f"{run_dir}: its history has no graded.start; it is not a one-launch sweep's folder")
+    name, levels = parse_levels(f"{start.data['param']}=" + ",".join(start.data["levels"]))
+    segments, gaps = [], []
+    current: dict[str, Any] | None = None
+    for e in history:
+        if e.kind == "graded.gap":
+            gaps.append({"t0": e.data["t0"], "t1": e.t, "after": list(e.data.get("after") or [])})
+        elif e.kind == "graded.segment" and gaps:
+            current = {"index": e.data["index"], "level": e.data["level"], "repeat": e.data["repeat"],
+                       "t_gap": gaps[-1]["t0"], "t_start": e.t, "confirmed": False, "targets": []}
+        elif current is not None and e.kind == "fault.inject" and e.rank is not None:
+            current["targets"].append(e.rank)
+        elif current is not None and e.kind == "fault.confirmed":
+            current["confirmed"] = True
+        elif current is not None and e.kind == "graded.segment.end":
+            segments.append({**current, "t_end": e.t})
+            current = None
+    if survives is None:
+        survives = start.data.get("survives_s")
+    outcomes, null, own = judge_segments(spec, name, levels, history, segments, gaps, str(run_dir), survives)
+    report = build(spec.name, cluster, job, name, levels, outcomes, int(start.data["repeats"]), null=null,
+                   mode="one", own_null=own)
+    end = history.last("drill.end")
+    stopped = history.last("abort")
+    report |= {"run_dir": str(run_dir), "gap_s": float(start.data["gap_s"]), "window_s": float(start.data["window_s"]),
+               "error": end.data.get("error") if end else None, "error_kind": end.data.get("error_kind") if end else None,
+               "aborted": stopped.data.get("reason", "stopped") if stopped is not None else None,
+               "segments_run": len(segments), "segments_planned": len(levels) * int(start.data["repeats"])}
+    write_into(report, run_dir)
     return report
 
 
@@ -783,8 +850,6 @@ def judge_reach(report: dict[str, Any], slo) -> tuple[str, list[str], dict[str, 
 
 
 def _iso(t: float) -> str:
-    from datetime import datetime, timezone
-
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
 
 
@@ -797,12 +862,6 @@ def execute_graded(r, *, reports_dir: str | None = None, db: str | None = None, 
     """``drill run`` / ``drill gate`` of a drill with ``grade:``: the sweep, judged on its reach,
     beside the last passing sweep of the same drill, cluster and job (the before and after
     curves); recorded in the results store like any drill."""
-    from drillbit.core import trust
-    from drillbit.judging import exitcodes
-    from drillbit.runs import notify
-    from drillbit.runs.session import publish_metrics
-    from drillbit.runs.store import Store, store_path
-
     grade = r.spec.grade
     name, levels = parse_levels(f"{grade.param}=" + ",".join(str(v) for v in grade.levels))
     reports = Path(reports_dir or r.config.reports_dir)
@@ -842,3 +901,32 @@ def execute_graded(r, *, reports_dir: str | None = None, db: str | None = None, 
             print(f"drillbit: the webhook at {sent['host']} was not told of {r.spec.name}'s {payload['verdict']}: "
                   f"{sent.get('error')}", file=sys.stderr)
     return payload, GradedOutcome(folder)
+
+
+def execute_drill(r, *, reports_dir: str | None = None, db: str | None = None, ui=None):
+    """Run one drill as ``drill run``, a suite, a repeat or a comparison does: a graded drill
+    (``grade:``) as its sweep, judged on its reach; any other as session.execute runs it."""
+    if r.spec.grade is not None:
+        return execute_graded(r, reports_dir=reports_dir, db=db, ui=ui)
+    return execute(r, reports_dir=reports_dir, db=db, ui=ui)
+
+
+def report_folder(run_dir: Path) -> dict[str, Any]:
+    """``drill report``: a one-launch graded sweep's folder judged again from its history
+    (``{"graded_report": …}``), any other run folder as session.rerender judges it."""
+    run_dir = Path(run_dir)
+    trust.check(run_dir, "run folder")
+    try:
+        history = History.load(run_dir / "history.jsonl")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{run_dir} is not a run folder: {exc}") from exc
+    if history.first("graded.start") is None:
+        return rerender(run_dir)
+    try:
+        spec = DrillSpec.model_validate_json(read_file(run_dir / "spec.json"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{run_dir} is not a run folder: {exc}") from exc
+    start = history.first("drill.start")
+    report = rejudge(run_dir, spec, history, start.data["cluster"] if start else "?",
+                     start.data["job"] if start else "?")
+    return {"graded_report": report, "exit_code": exitcodes.PASS}

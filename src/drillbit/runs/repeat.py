@@ -17,7 +17,7 @@ from drillbit.judging.checks.verdict import interrupted, worst
 from drillbit.judging.report import multirun
 from drillbit.judging.report.multirun import Bullets, Page, Table
 from drillbit.core.runfolder import new_folder
-from drillbit.runs.session import execute
+from drillbit.runs.graded import execute_drill as execute
 
 # measurements summarised (numbers only)
 STATS = ("time_to_detect", "time_to_restart", "time_to_restore", "time_to_first_step", "lost_steps", "restarts",

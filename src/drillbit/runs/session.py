@@ -181,10 +181,6 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
     loop, a file another drill claims) reached no verdict: its run folder and the webhooks say
     why, and the store and the metrics do not count it (before #57 it was recorded as aborted
     and fed the aborted figures)."""
-    if r.spec.grade is not None:  # a graded drill: a sweep, judged on its reach (#58)
-        from drillbit.runs.graded import execute_graded
-
-        return execute_graded(r, reports_dir=reports_dir, db=db, ui=ui)
     reports = Path(reports_dir or r.config.reports_dir)
     trust.check(reports, "reports folder")  # said as such before the store in it is opened
     with Store(store_path(r.config, reports_dir, db)) as store:
@@ -259,6 +255,9 @@ def rerender(run_dir: Path) -> dict[str, Any]:
                           f"event(s) do not read as this version's (line {e.seq + 1}, {e.kind}: {problem}); run the "
                           f"drill again, or report it with the drillbit that wrote it")
     merge_deadman_records(run_dir, history)
+    if history.first("graded.start") is not None:  # a one-launch graded sweep (runs/graded.py judges it)
+        raise ConfigError(f"{run_dir} is a one-launch graded sweep's folder: its report is judged by "
+                          "runs/graded.py's report_folder (drill report does that)")
     baseline = None
     if (run_dir / "baseline.json").exists():
         baseline = Baseline.from_json(json.loads(read_file(run_dir / "baseline.json")))

@@ -20,7 +20,9 @@ from drillbit.judging.report import junit
 from drillbit.judging.report import multirun
 from drillbit.judging.report.multirun import Page, Table
 from drillbit.core.runfolder import new_folder
-from drillbit.runs.session import Resolved, execute, resolve
+from drillbit.runs.graded import curve_svg, together
+from drillbit.runs.graded import execute_drill as execute
+from drillbit.runs.session import Resolved, resolve
 from drillbit.spec.models import SLO, SuiteSpec
 
 GATED = ("time_to_detect", "time_to_first_step")
@@ -168,8 +170,6 @@ def summary_page(run: SuiteRun, title: str) -> Page:
 def graded_blocks(run: SuiteRun) -> list:
     """A graded drill's curve beside its last passing one: what a change did to the detector's
     reach (issue 58)."""
-    from drillbit.runs.graded import curve_svg, together
-
     blocks: list = []
     for r in run.results:
         now = r.get("graded")

@@ -791,6 +791,10 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
     "reference-nonatomic": _nonatomic(),
     "reference-nvrx": _reference("reference job whose straggler detector uses NVRx's rule "
                                  "(speed / fastest < 0.75)", "--straggler", "nvrx"),
+    "reference-waittimer": _reference("reference job whose per-rank timer wraps the backward with its all-reduce "
+                                      "(DDP's gradient hooks): every rank's time holds the wait for the slowest, so "
+                                      "its straggler detector and drillbit's reading see ranks alike "
+                                      "(traceml-ai/traceml#252)", "--compute-timer", "with-allreduce"),
 }
 
 

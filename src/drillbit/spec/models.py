@@ -7,6 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from drillbit.core.errors import ConfigError
+from drillbit.spec.levels import parse_levels, same_level
+
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|min|m|h|d)?\s*$")
 
@@ -232,9 +235,6 @@ class RestoreTierSLO(Strict):
 
 def _one_level(value: Any, what: str) -> float:
     """A level as users write it (5%, 15s, 0.05) -> its place on the axis."""
-    from drillbit.core.errors import ConfigError
-    from drillbit.spec.levels import parse_levels
-
     try:
         return parse_levels(f"x={value}")[1][0].order
     except (ConfigError, IndexError) as exc:
@@ -289,9 +289,6 @@ class Grade(Strict):
 
     @model_validator(mode="after")
     def _levels_read(self) -> "Grade":
-        from drillbit.core.errors import ConfigError
-        from drillbit.spec.levels import parse_levels
-
         try:
             parse_levels(f"{self.param}=" + ",".join(str(v) for v in self.levels))
         except ConfigError as exc:
@@ -480,8 +477,6 @@ class DrillSpec(Strict):
             raise ValueError("slo.reach and grade go together: a graded drill is judged by its reach, and the "
                              "reach needs the levels grade: sweeps")
         if self.grade is not None and self.slo.reach is not None:
-            from drillbit.spec.levels import same_level
-
             orders = [_one_level(v, "grade.levels") for v in self.grade.levels]
             if not any(same_level(self.slo.reach.at_most_order, o) for o in orders):
                 raise ValueError(f"slo.reach.at_most {self.slo.reach.at_most} is not one of the levels grade: sweeps "

@@ -39,7 +39,8 @@ def run(drill: str, cluster: str | None, job: str | None, config_path: str | Non
         reports_dir: str | None, dry_run: bool, repeat: int, min_pass_rate: float | None,
         as_json: bool) -> int:
     """Run one drill (a name from the catalogue, or a spec file)."""
-    from drillbit.runs.session import execute, plan_text, resolve
+    from drillbit.runs.graded import execute_drill as execute
+    from drillbit.runs.session import plan_text, resolve
 
     resolved = resolve(drill, cluster=cluster, job=job, config_path=config_path)
     if dry_run:
@@ -72,11 +73,16 @@ def run(drill: str, cluster: str | None, job: str | None, config_path: str | Non
 def report(run_dir: str, as_json: bool) -> int:
     """Re-judge a run folder from its history (merging what the agents' dead-man's switches
     recorded there) and re-render result.json and the reports."""
-    from drillbit.runs.session import rerender
+    from drillbit.runs.graded import report_folder
 
-    payload = rerender(Path(run_dir))
+    payload = report_folder(Path(run_dir))
     if as_json:
         emit_json(payload)
+    elif "graded_report" in payload:  # a one-launch graded sweep's folder
+        from drillbit.runs.graded import page  # noqa: F811
+
+        out.print(page(payload["graded_report"]).markdown(), markup=False, highlight=False)
+        out.print(f"wrote {run_dir}/graded.md, graded.html, graded.svg, graded.json", markup=False)
     else:
         summary(out, payload, run_dir)
         out.print(f"wrote {run_dir}/report.html, report.md, junit.xml, result.json")

@@ -8,9 +8,11 @@ Per step, each rank's time is divided by the median of that step's ranks, so wha
 shares (a slow step, a busy machine) cancels; a rank's **shift** is the median of those
 ratios while the fault is on over their median just before it, less one. Its noise is the
 standard error of that difference of medians, from the spread (MAD) of the rank's own ratios
-on each side. A rank is **named** when its shift is at least :data:`Z` of those errors above
-zero, the largest such; none is named otherwise (and with fewer than :data:`MIN_RANKS` ranks
-or :data:`MIN_STEPS` steps a side, nothing can be, and the result says so). The time to name
+before the fault (at least 0.05%): with no fault on both sides share it, and a fault that
+makes the rank's times vary more must not hide the shift it causes. A rank is **named**
+when its shift is at least :data:`Z` of those errors above zero, the largest such; none is
+named otherwise (and with fewer than :data:`MIN_RANKS` ranks or :data:`MIN_STEPS` steps a
+side, nothing can be, and the result says so). The time to name
 is the first step at which the steps so far while the fault was on were enough.
 
 The same test on a stretch with no fault on (its first half against its second) is the null
@@ -30,6 +32,7 @@ MIN_RANKS = 3     # a median of peers needs a fleet
 MIN_STEPS = 10    # steps a side before a shift is read
 BEFORE_STEPS = 60  # at most this many steps just before the fault
 Z = 5.0           # how many standard errors above zero a shift must be to name its rank
+SPREAD_FLOOR = 5e-4  # the least spread a rank's ratios are taken to have
 
 
 @dataclass(frozen=True)
@@ -78,12 +81,15 @@ def _mad(xs: list[float]) -> float:
 
 
 def _shift(before: list[float], after: list[float]) -> tuple[float, float]:
-    """The shift of ``after`` over ``before`` and its z (standard errors of a median: 1.253 σ/√n)."""
+    """The shift of ``after`` over ``before`` and its z: standard errors of a difference of
+    medians (1.253 σ/√n each), σ the rank's own spread before the fault (with no fault both
+    sides share it; a fault that makes the rank's times vary more must not hide its shift)."""
     b, a = statistics.median(before), statistics.median(after)
     shift = a / b - 1.0
-    se = 1.253 * math.sqrt(_mad(before) ** 2 / len(before) + _mad(after) ** 2 / len(after)) / b
-    floor = 1e-4 / math.sqrt(min(len(before), len(after)))  # ratios that never vary (a quantised clock)
-    return shift, shift / max(se, floor)
+    # a spread of at least 0.05%: ratios that hardly vary (a quantised clock, a sleep-based
+    # stand-in) must not make a hair's shift count
+    se = 1.253 * max(_mad(before) / b, SPREAD_FLOOR) * math.sqrt(1 / len(before) + 1 / len(after))
+    return shift, shift / se
 
 
 def name_slowed(events: Iterable[Event], t0: float, t_end: float) -> Named:

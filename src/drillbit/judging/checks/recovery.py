@@ -192,8 +192,8 @@ class PredictionFigures(BaseModel):
 
 
 # The families, in the order their fields are reported (result.json keeps one flat object).
-FAMILIES: tuple[type[BaseModel], ...] = (RecoveryFigures, FidelityFigures, FailSlowFigures, ReplacementFigures,
-                                         DamageFigures,
+FAMILIES: tuple[type[BaseModel], ...] = (RecoveryFigures, FidelityFigures, FailSlowFigures, EffectFigures,
+                                         ReplacementFigures, DamageFigures,
                                          SaveCrashFigures, AttributionFigures, RequeueFigures, TierFigures,
                                          PredictionFigures)
 
@@ -598,7 +598,8 @@ def measure(history: History, *, poll: bool = False) -> Measurements:
         return m
     slow = FaultConfirmed.of(confirmed).expects == "slow"
     for measurer in MEASURERS:
-        if (poll and not measurer.poll) or (slow and not measurer.slow) or (measurer.name == "fail-slow" and not slow):
+        if (poll and not measurer.poll) or (slow and not measurer.slow) or \
+                (measurer.name in ("fail-slow", "effect") and not slow):
             continue
         try:
             measurer.measure(m, w)
