@@ -880,11 +880,11 @@ def execute_graded(r, *, reports_dir: str | None = None, db: str | None = None, 
             verdict, reasons, slo_row = "aborted", [error or "the sweep ended early"], None
         else:
             verdict, reasons, slo_row = judge_reach(report, r.spec.slo.reach)
-        report |= {"detector": "this run", "verdict": verdict}
-        shown = [report]
+        report |= {"verdict": verdict}
+        shown = [report]  # the job's detector by its job's name, and drillbit's own reading
         if before and isinstance(before.get("graded"), dict):
             shown = [{**before["graded"], "detector": f"last pass ({(before.get('finished_at') or '')[:16]})"},
-                     report]
+                     {**report, "detector": "this run"}]
         folder = write(together(shown), reports)
         payload = {"drill": r.spec.name, "cluster": r.cluster, "job": r.job, "verdict": verdict,
                    "exit_code": exitcodes.exit_code(verdict, kind), "reasons": reasons, "error": error,
