@@ -575,6 +575,16 @@ class DrillRunner:
             return None
         return Path(checkpoint.dir)
 
+    def job_ended(self) -> int | None:
+        """While a fault is watched: the job's exit code once it has ended (its logs read to
+        their end first, and the exit recorded), else None."""
+        code = self.job_exit_code()
+        if code is not None:
+            for probe in self.probes:
+                probe.poll_once()
+            self.record("job.exit", code=code)
+        return code
+
     def observe(self) -> None:
         obs = self.spec.observe
         confirmed = self.history.first("fault.confirmed")
@@ -596,11 +606,8 @@ class DrillRunner:
                 if recovered(self.history, obs.until_steps_after_recovery):
                     reason = "recovered"
                     break
-            code = self.job_exit_code()
+            code = self.job_ended()
             if code is not None:
-                for probe in self.probes:
-                    probe.poll_once()
-                self.record("job.exit", code=code)
                 reason = f"job exited with code {code}"
                 break
             if now - t0 >= obs.window:

@@ -226,8 +226,7 @@ class CampaignStep:
 
     def due(self, runner: DrillRunner) -> bool:
         while time.time() < self.at:
-            if runner.job_exit_code() is not None:  # the job ended before this fault came: the campaign ends
-                runner.record("job.exit", code=runner.job_exit_code())
+            if runner.job_ended() is not None:  # the job ended before this fault came: the campaign ends
                 runner.record("campaign.end", faults=self.index)
                 return False
             runner.ui.status(f"fault {self.index + 1} in {self.at - time.time():4.1f} s")
@@ -251,11 +250,7 @@ class CampaignStep:
                 seen = len(runner.history)
                 if recovered(segment(runner.history, begin, now, base), obs.until_steps_after_recovery):
                     return
-            code = runner.job_exit_code()
-            if code is not None:  # the job gave up (a restart budget spent): this fault's recovery failed
-                for probe in runner.probes:
-                    probe.poll_once()
-                runner.record("job.exit", code=code)
+            if runner.job_ended() is not None:  # the job gave up (a restart budget spent): this fault's recovery failed
                 return
             if now - t0 >= obs.window or (self.cut is not None and now >= self.cut):
                 return

@@ -548,11 +548,10 @@ def quiet_stretch(history: History, t0: float, t1: float, slow: bool, late: set[
 
 def null_before_fault(history: History, fault_type: str) -> dict[str, Any]:
     """A drill's own null level: from its steady state to its fault."""
-    steady = history.first("steady")
-    inject = history.first("fault.inject")
-    if steady is None or inject is None:
+    stretch = _steady_to_fault(history)
+    if stretch is None:
         return {"steps": 0, "false_blames": 0, "late": 0, "seconds": 0.0}
-    return quiet_stretch(history, steady.t, inject.t, fault_type in FAIL_SLOW)
+    return quiet_stretch(*stretch, fault_type in FAIL_SLOW)
 
 
 def _steady_to_fault(history: History) -> tuple[History, float, float] | None:
@@ -627,8 +626,7 @@ class GradedLaunch:
         """A gap with no fault on; False when the job ended in it."""
         t0 = time.time()
         while time.time() < t0 + self.gap:
-            if runner.job_exit_code() is not None:
-                runner.record("job.exit", code=runner.job_exit_code())
+            if runner.job_ended() is not None:
                 return False
             runner.ui.status(f"quiet gap: {t0 + self.gap - time.time():4.1f} s")
             runner.tick(0.1)
@@ -673,11 +671,7 @@ class GradedStep:
                 if recovered(segment(runner.history, self.t_start, now, base), obs.until_steps_after_recovery) \
                         and sum(1 for e in runner.history.of("step") if e.t >= t0) >= MIN_STEPS + 2:
                     return
-            code = runner.job_exit_code()
-            if code is not None:
-                for probe in runner.probes:
-                    probe.poll_once()
-                runner.record("job.exit", code=code)
+            if runner.job_ended() is not None:
                 return
             if now - t0 >= obs.window:
                 return
