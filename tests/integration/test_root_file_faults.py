@@ -272,8 +272,12 @@ def test_a_save_the_job_makes_while_the_heal_runs_is_kept(scene, mode, tmp_path)
             saver.kill()
             saver.wait()
     assert marker.exists(), "the job's save never happened"
+    # nothing lost: the job's newer save is what the folder holds, whichever came first
     assert (s["ckpt"] / "model.pt").read_bytes() == b"the job's newer save", report
-    assert report.healed and "newer data is kept" in report.detail, report
+    # and the report says which: the save landed between the heal's look and its write (kept), or the
+    # saver, woken by the heal's look, was scheduled only after the heal had put the original back and
+    # replaced it then (restored; a loaded machine's order, seen once in CI)
+    assert report.healed and ("newer data is kept" in report.detail or "restored" in report.detail), report
 
 
 # --- the race: a swapper flips the folder and the link in a tight loop through inject, confirm and heal -----------
