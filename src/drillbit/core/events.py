@@ -131,6 +131,9 @@ class Kind(StrEnum):
     GRADED_SEGMENT = "graded.segment"
     GRADED_SEGMENT_END = "graded.segment.end"
     GRADED_END = "graded.end"
+    # the same job run once without the fault (matches_uninterrupted: runs/twin.py)
+    UNINTERRUPTED = "uninterrupted"
+    UNINTERRUPTED_STEP = "uninterrupted.step"
 
 
 def _number(value: Any) -> Any:
@@ -796,6 +799,30 @@ class GradedSegmentEnd(HarnessPayload):
 @_kind(Kind.GRADED_END)
 class GradedEnd(HarnessPayload):
     segments: int
+
+
+@_kind(Kind.UNINTERRUPTED)
+class Uninterrupted(HarnessPayload):
+    """The uninterrupted run: its folder, the step it was to reach and the one it reached, a
+    checkpoint it restored (then it was not uninterrupted), and why it ended early."""
+    run_dir: str
+    until_step: int
+    reached: int | None = None
+    restored: int | None = None
+    restored_from: str | None = None
+    error: str | None = None
+
+
+@_kind(Kind.UNINTERRUPTED_STEP)
+class UninterruptedStep(HarnessPayload):
+    """A step of the uninterrupted run, with the figures its line printed (the first time it
+    printed that step)."""
+    n: int
+    loss: Number = None
+    lr: Number = None
+    samples: Number = None
+    tokens: Number = None
+    digest: str | None = None
 
 
 assert set(PAYLOADS) == set(Kind), sorted(set(Kind) - set(PAYLOADS))

@@ -29,7 +29,7 @@ from drillbit.loop import UI, DrillRunner, RunOutcome
 from drillbit.loop.runner import job_params
 from drillbit.loop.schedule import choose_targets, describe_trigger
 from drillbit.judging.report import metrics, render
-from drillbit.runs import notify
+from drillbit.runs import notify, twin
 from drillbit.judging.report import result as result_json
 from drillbit.runs.store import Store, store_path
 from drillbit.core.runfolder import new_folder
@@ -195,6 +195,8 @@ def execute(r: Resolved, *, reports_dir: str | None = None, db: str | None = Non
                              scenarios=scenarios_for(r.spec))
         outcome = runner.run()
         refuse_unstarted(outcome, run_dir, r.cluster)
+        if twin.wanted(outcome, r.spec):  # matches_uninterrupted: the same job once more, without the fault
+            outcome = twin.add_uninterrupted(r, runner, outcome, ui)
         payload = publish(run_dir, r.spec, r.cluster, r.job, runner.params.model_dump(), outcome.history,
                           outcome.result, outcome.error, found.runs[0] if found else None, outcome.error_kind)
         if payload["exit_code"] != exitcodes.USAGE:  # a refusal is no verdict: no row, no figure

@@ -777,6 +777,13 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
                                     "learning-rate schedule", "--restore-defect", "optimizer"),
     "reference-nodata": _reference("reference job whose restore resumes the step while its data loader starts from "
                                    "the first sample (repeated data; msed-Ebrahimi/ARoFace#8)", "--restore-defect", "data"),
+    "reference-augment": _reference("reference job that adds noise to every batch from torch's global random number "
+                                    "generator (as dropout and augmentation draw from it), the generator's state saved "
+                                    "with every checkpoint and restored", "--augment", "0.1"),
+    "reference-norng": _reference("reference job that adds noise from torch's global random number generator to every "
+                                  "batch and saves the generator's state, but its restore does not load it "
+                                  "(transformers#17032): what comes back trains on other noise than it would have",
+                                  "--augment", "0.1", "--restore-defect", "rng"),
     "reference-nockpt": _reference("reference job with checkpoints switched off", "--ckpt-every", "0"),
     "reference-nostraggler": _reference("reference job without a straggler detector", "--straggler", "off"),
     "reference-naivereplace": _reference("reference job whose node replacement waits on one call and takes "

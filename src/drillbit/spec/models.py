@@ -267,6 +267,17 @@ class ReachSLO(Strict):
         return _one_level(self.at_most, "reach.at_most")
 
 
+class UninterruptedSLO(Strict):
+    """The run after its restore against the same job run once without the fault (issue 59;
+    LMResiliency's test of a fault cycle): the job's own step lines compared step by step."""
+
+    tolerance: float = Field(0.0, ge=0, allow_inf_nan=False,
+                             description="relative difference allowed between a step's figures in the two runs "
+                                         "(0: exact, as printed); a digest must always be equal")
+    steps: int | None = Field(None, ge=1, description="compare at most this many steps after the restore "
+                                                      "(unset: every step both runs made)")
+
+
 class Grade(Strict):
     """Run the drill as a graded sweep (issue 58): its fault at each level, ``repeats`` times,
     judged by the reach SLO."""
@@ -332,6 +343,11 @@ class SLO(Strict):
                           "data position from the job's step lines (groups loss, lr, samples|tokens), judged on the "
                           "steps after the restore; without those lines it is not measured, and then the drill is "
                           "inconclusive. Unset: judged wherever the job prints any of them; false: never")
+    matches_uninterrupted: UninterruptedSLO | None = Field(
+        None, description="the job is run a second time, without the fault, to the last step the drill saw; the steps "
+                          "after the restore must give the figures the uninterrupted run gave at those steps (loss, lr, "
+                          "samples|tokens, digest on its step lines): exact, or within a tolerance. The steps before the "
+                          "fault must agree too, or the job is not deterministic and the check is unknown")
     reach: ReachSLO | None = Field(None, description="a graded drill (grade:): the smallest level its detector "
                                                      "catches, and its false blames with no fault on")
     limits: dict[str, Limit] = Field(default_factory=dict, description="absolute limits on any measurement")

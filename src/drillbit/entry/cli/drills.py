@@ -158,11 +158,15 @@ def validate(files: tuple[str, ...], config_path: str | None, as_json: bool) -> 
 @click.option("--jobs", "what", flag_value="jobs", help="the job profiles (--job NAME): drill.yaml's and the built-ins")
 @click.option("--clusters", "what", flag_value="clusters", help="the clusters (--cluster NAME): drill.yaml's and the "
               "built-ins")
+@click.option("--known-defects", "what", flag_value="defects", help="the published defects each drill of "
+              "drills/known-defects/ reproduces: the stack and version, how, the evidence that names it, the fix drilled")
 @click.option("--config", "config_path", help="drill.yaml path (default: ./drill.yaml or $DRILLBIT_CONFIG)")
 @drills_option
 @json_option
 def list_(what: str | None, config_path: str | None, as_json: bool) -> int:
-    """The drill catalogue (or, with a flag, the suites, job profiles or clusters)."""
+    """The drill catalogue (or, with a flag, the suites, job profiles, clusters or known defects)."""
+    if what == "defects":
+        return _list_defects(as_json)
     if what:
         return _list_names(what, config_path, as_json)
     rows, problems = [], []
@@ -177,6 +181,39 @@ def list_(what: str | None, config_path: str | None, as_json: bool) -> int:
         emit_json({"drills": rows, "problems": [str(p) for p in problems]})
     else:
         out.print(listing(("drill", "class", "fault", "summary"), [list(r.values()) for r in rows]))
+        if problems:
+            show_problems(problems)
+    return exitcodes.USAGE if problems else exitcodes.PASS
+
+
+def _list_defects(as_json: bool) -> int:
+    """Every drill with a ``defect:`` block, in the catalogue's order; the evidence that names
+    it (signature, check or mark) and the fixed profile drilled beside it."""
+    rows, problems = [], []
+    for name, path in catalogue().items():
+        try:
+            spec = load_drill(path)
+        except SpecError as exc:
+            problems += exc.problems
+            continue
+        d = spec.defect
+        if d is None:
+            continue
+        evidence = (f"signature /{d.signature}/" if d.signature else f"check {d.check}" if d.check
+                    else f"mark {d.mark}" if d.mark else "—")
+        rows.append({"defect": d.id, "stack": d.stack, "reproduced": d.reproduced, "drill": name,
+                     "affected": spec.job or "—", "evidence": evidence, "fixed": d.fixed or "no fix published",
+                     "url": d.url, "title": d.title, "version": d.version, "mechanism": d.mechanism, "fix": d.fix})
+    if as_json:
+        emit_json({"defects": rows, "problems": [str(p) for p in problems]})
+    else:
+        columns = ("defect", "stack", "reproduced", "drill", "affected", "evidence", "fixed")
+        out.print(listing(columns, [[str(r[c]).split(" (")[0] if c == "stack" else str(r[c]) for c in columns]
+                                    for r in rows]))
+        ids = {r["defect"] for r in rows}
+        at_version = {r["defect"] for r in rows if r["reproduced"] == "at-version"}
+        out.print(f"{len(ids)} published defects in {len(rows)} drills, {len(at_version)} reproduced at the stack's own "
+                  "version; `drill compare --suite known-defects` drills the suite's, affected and fixed")
         if problems:
             show_problems(problems)
     return exitcodes.USAGE if problems else exitcodes.PASS

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from drillbit.judging.checks.attribution import Attribution, attribute
 from drillbit.judging.checks.fidelity import Fidelity, restore_fidelity, with_metrics
+from drillbit.judging.checks.twin import TwinComparison, compare as compare_twin
 from drillbit.judging.checks.ownslow import name_slowed
 from drillbit.judging.checks.witness import DamagedRestore, judge_damaged_restore, relation
 from drillbit.core.evidence import FileDamage, LinkCut, NodeGone, NodeState, SaveCrash, Slowed, TierLost, effects
@@ -88,6 +89,8 @@ class FidelityFigures(BaseModel):
     (judging/checks/fidelity.py)."""
 
     fidelity: Fidelity | None = None
+    # the run after the restore against the same job run without the fault (judging/checks/twin.py)
+    uninterrupted: TwinComparison | None = None
 
 
 class FailSlowFigures(BaseModel):
@@ -208,10 +211,14 @@ class Measurements(PredictionFigures, TierFigures, RequeueFigures, AttributionFi
         return next(f for f in FAMILIES if name in f.model_fields)
 
 
+AFTER_THE_WATCH = ("observe.end", "uninterrupted", "uninterrupted.step")
+
+
 def _window(history: History) -> tuple[list[Event], float | None]:
     end = history.first("observe.end")
     t_end = end.t if end else None
-    events = [e for e in history if t_end is None or e.t <= t_end or e.kind == "observe.end"]
+    # the uninterrupted run (matches_uninterrupted) is made after the drill, for its judgement
+    events = [e for e in history if t_end is None or e.t <= t_end or e.kind in AFTER_THE_WATCH]
     return events, t_end
 
 
@@ -427,6 +434,9 @@ def _fidelity(m: Measurements, w: Window) -> None:
     if w.restart or w.restore:
         m.fidelity = restore_fidelity(with_metrics(w.before, w.events), with_metrics(w.recovered, w.events),
                                       m.restored_step, m.newest_save_step)
+    if any(e.kind == "uninterrupted" for e in w.events):
+        m.uninterrupted = compare_twin(with_metrics(w.before, w.events), with_metrics(w.recovered, w.events),
+                                       m.restored_step, w.events)
 
 
 def _attribution(m: Measurements, w: Window) -> None:
@@ -557,7 +567,8 @@ MEASURERS: tuple[Measurer, ...] = (
     Measurer("attribution", _attribution, ("blame", "members", "job.ranks", "fault.inject", "straggler"),
              _fields(AttributionFigures), slow=True),
     Measurer("requeue", _requeue, ("requeue", "job.nodes"), _fields(RequeueFigures), slow=True),
-    Measurer("fidelity", _fidelity, ("step", "metrics"), _fields(FidelityFigures)),
+    Measurer("fidelity", _fidelity, ("step", "metrics", "uninterrupted", "uninterrupted.step"),
+             _fields(FidelityFigures)),
     Measurer("damage", _damage_found, ("ckpt.save", "ckpt.save.begin", "ckpt.reject"),
              _fields(DamageFigures, but=("restored_path", "damaged_restore")) + _fields(SaveCrashFigures)),
     Measurer("damaged-restore", _damaged_restore, ("ckpt.read", "restore", "step"), ("damaged_restore",)),

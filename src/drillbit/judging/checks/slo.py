@@ -13,6 +13,7 @@ from typing import Callable, Literal
 from pydantic import BaseModel
 
 from drillbit.judging.checks.baseline import Baseline
+from drillbit.judging.checks.twin import judge as judge_twin
 from drillbit.judging.checks.recovery import (AttributionFigures, DamageFigures, FAMILIES, FailSlowFigures,
     FidelityFigures, Measurements, RecoveryFigures, ReplacementFigures, RequeueFigures, SaveCrashFigures, TierFigures)
 from drillbit.core.history import History
@@ -324,6 +325,39 @@ def _judge_restore_fidelity(j: Judging) -> None:
                          + "; ".join(f"{p.name}: {p.says}" for p in f.failed()))
 
 
+def _judge_matches_uninterrupted(j: Judging) -> None:
+    """The run after its restore against the same job run once without the fault
+    (judging/checks/twin.py): exact, within the tolerance, or different from a named step."""
+    asked = j.slo.matches_uninterrupted
+    if asked is None:
+        return
+    c = j.m.uninterrupted
+    if c is None:
+        said = ("the uninterrupted run was not made (the drill ended before it could be)" if j.m.restored_step is not None
+                else "the job never restored a checkpoint: there is no run after a restore to compare")
+        j.results.append(SLOResult(name="matches_uninterrupted", measurement="uninterrupted", limit=asked.tolerance,
+                                   measured=None, status="unknown", detail=said))
+        return
+    verdict = judge_twin(c, asked.tolerance, asked.steps)
+    j.results.append(SLOResult(name="matches_uninterrupted", measurement="uninterrupted", limit=asked.tolerance,
+                               measured=None if verdict.status == "unknown" else verdict.steps, status=verdict.status,
+                               detail=verdict.says))
+    if verdict.status == "fail" and verdict.first is not None:
+        d = verdict.first
+        same = [f for f in c.figures if f != d.figure and c.largest.get(f, math.inf) <= asked.tolerance]
+        j.reasons.append(
+            f"the run after the restore of step {c.restored_step} is not the run without the fault: at step {d.n} its "
+            f"{d.figure} was {_shown(d.drill)} where the same job, uninterrupted, had {_shown(d.twin)}"
+            + (f" ({', '.join(same)} matched: what differs is state they do not show, such as the random number "
+               "generators' or a buffer's)" if same and d.figure in ("loss", "digest") else "")
+            + ("; restore_fidelity, which judges the loss within the job's own noise band, passed it"
+               if j.m.fidelity is not None and j.m.fidelity.status == "pass" else ""))
+
+
+def _shown(v: object) -> str:
+    return "nothing" if v is None else str(v) if isinstance(v, str) else f"{v:g}"
+
+
 def _judge_max_lost_steps(j: Judging) -> None:
     """Steps between the fault and the restored checkpoint."""
     slo = j.slo
@@ -439,6 +473,7 @@ JUDGES: tuple[tuple[Judge, tuple[type[BaseModel], ...]], ...] = (
     (_judge_crash_invariants, (RecoveryFigures, SaveCrashFigures)),
     (_judge_restore_matches_save, (RecoveryFigures,)),
     (_judge_restore_fidelity, (FidelityFigures,)),
+    (_judge_matches_uninterrupted, (FidelityFigures,)),
     (_judge_max_lost_steps, (RecoveryFigures, FidelityFigures)),
     (_judge_goodput_min, (RecoveryFigures,)),
     (_judge_limits, FAMILIES),

@@ -1,0 +1,139 @@
+"""matches_uninterrupted (judging/checks/twin.py): the run after its restore against the same
+job run once without the fault. Exact where every figure is as printed; within a tolerance;
+different from the first step beyond it, named; unknown where the comparison cannot tell (no
+uninterrupted steps, none after the restore, the two runs differing before the fault already,
+an uninterrupted run that restored a checkpoint). NaN, inf, empty, out of order, digests."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from drillbit.core.history import History
+from drillbit.judging.checks.recovery import Measurements
+from drillbit.judging.checks.slo import Judging, _judge_matches_uninterrupted
+from drillbit.judging.checks.twin import compare, judge, rel_diff, twin_steps_of
+from drillbit.spec.models import SLO
+
+FAULT, RESTORED, LAST = 25, 20, 32
+
+
+def loss_at(n: int) -> float:
+    return round(30 * math.exp(-n / 15) + 2 + (0.6 if n % 2 else -0.6), 5)
+
+
+def healthy(n: int) -> dict:
+    return {"loss": loss_at(n), "lr": round(0.01 * 0.995 ** n, 8), "samples": n * 64}
+
+
+def history(after=lambda n: {}, twin=lambda n: {}, twin_steps=range(1, LAST + 1), twin_said=None,
+            before=lambda n: {}) -> tuple[History, list, list]:
+    h = History()
+    for n in range(1, FAULT + 1):
+        h.record("probe", "step", t=float(n), n=n, **{**healthy(n), **before(n)})
+    first = len(h.of("step"))
+    for i, n in enumerate(range(RESTORED + 1, LAST + 1)):
+        h.record("probe", "step", t=100.0 + i, n=n, **{**healthy(n), **after(n)})
+    steps = h.of("step")
+    h.record("drillbit", "uninterrupted", run_dir="/r/uninterrupted", until_step=LAST,
+             reached=max(twin_steps, default=0), **(twin_said or {}))
+    for n in twin_steps:
+        h.record("drillbit", "uninterrupted.step", n=n, **{**healthy(n), **twin(n)})
+    return h, steps[:first], steps[first:]
+
+
+def judged(tolerance=0.0, steps=None, **kw):
+    h, before, after = history(**kw)
+    return judge(compare(before, after, RESTORED, list(h)), tolerance, steps)
+
+
+def test_a_faithful_restore_is_exact_and_says_over_which_steps():
+    v = judged()
+    assert v.status == "pass" and v.result == "exact" and v.steps == LAST - RESTORED, v
+    assert "exact over steps 21-32" in v.says and "25 steps before the fault agreed too" in v.says
+
+
+def test_other_noise_after_the_restore_is_different_from_the_first_step_naming_both_figures():
+    v = judged(after=lambda n: {"loss": loss_at(n) + 0.01})
+    assert v.status == "fail" and v.result == "different" and v.first.n == 21 and v.first.figure == "loss", v
+    assert f"{loss_at(21) + 0.01:g}" in v.says and f"{loss_at(21):g} uninterrupted" in v.says
+
+
+def test_a_tolerance_passes_a_small_difference_and_says_the_largest():
+    v = judged(tolerance=1e-3, after=lambda n: {"loss": loss_at(n) * (1 + 1e-4)})
+    assert v.status == "pass" and v.result == "within" and "the largest" in v.says, v
+    assert judged(tolerance=1e-5, after=lambda n: {"loss": loss_at(n) * (1 + 1e-4)}).status == "fail"
+
+
+def test_a_difference_beyond_the_steps_compared_is_not_seen():
+    v = judged(steps=3, after=lambda n: {"loss": loss_at(n) + 1} if n > 25 else {})
+    assert v.status == "pass" and v.steps == 3, v
+
+
+def test_runs_that_differ_before_the_fault_are_not_deterministic_and_unknown():
+    v = judged(before=lambda n: {"loss": loss_at(n) + 0.5} if n == 7 else {}, after=lambda n: {"loss": 99.0})
+    assert v.status == "unknown" and "before the fault already" in v.says and "step 7" in v.says, v
+
+
+def test_an_uninterrupted_run_that_restored_a_checkpoint_is_unknown():
+    v = judged(twin_said={"restored": 20, "restored_from": "/shared/ckpt/step_20"})
+    assert v.status == "unknown" and "restored step 20 from /shared/ckpt/step_20" in v.says, v
+
+
+def test_no_uninterrupted_steps_or_none_after_the_restore_is_unknown():
+    assert judged(twin_steps=[], twin_said={"error": "the job exited (code 1)"}).status == "unknown"
+    v = judged(twin_steps=range(1, RESTORED + 1), twin_said={"error": "it reached step 20 of 32"})
+    assert v.status == "unknown" and "no step after the restore" in v.says and "reached step 20" in v.says, v
+
+
+def test_a_digest_must_be_equal_whatever_the_tolerance():
+    v = judged(tolerance=0.5, after=lambda n: {"digest": "abc" if n < 24 else "abd"},
+               twin=lambda n: {"digest": "abc"}, before=lambda n: {"digest": "abc"})
+    assert v.status == "fail" and v.first.n == 24 and v.first.figure == "digest", v
+
+
+@pytest.mark.parametrize("bad, same", [(math.nan, False), (math.inf, False), (-math.inf, False)])
+def test_nan_and_inf_are_never_within_a_tolerance(bad, same):
+    v = judged(tolerance=1.0, after=lambda n: {"loss": bad} if n == 22 else {})
+    assert v.status == "fail" and v.first.n == 22, v
+
+
+def test_both_runs_diverging_alike_are_the_same():
+    assert rel_diff(math.nan, math.nan) == 0 and rel_diff(math.inf, math.inf) == 0
+    assert rel_diff(1.0, None) == math.inf and rel_diff("a", 1.0) == math.inf and rel_diff(0.0, 0.0) == 0
+    v = judged(after=lambda n: {"loss": math.nan} if n > 30 else {}, twin=lambda n: {"loss": math.nan} if n > 30 else {})
+    assert v.status == "pass", v
+
+
+def test_steps_out_of_order_or_printed_twice_keep_their_first_line():
+    h = History()
+    for n in (3, 1, 2):
+        h.record("probe", "step", t=float(n), n=n, loss=float(n))
+    h.record("probe", "step", t=4.0, n=2, loss=99.0)  # printed again later: the first one counts
+    out = twin_steps_of(list(h))
+    assert [s["n"] for s in out] == [1, 2, 3] and out[1]["loss"] == 2.0
+
+
+def test_empty_histories_are_unknown_not_a_crash():
+    assert judge(compare([], [], None, []), 0.0).status == "unknown"
+    assert judge(compare([], [], RESTORED, []), 0.0).status == "unknown"
+
+
+def test_the_slo_fails_naming_the_step_and_what_matched_and_is_unknown_without_a_run():
+    h, before, after = history(after=lambda n: {"loss": loss_at(n) + 0.01})
+    m = Measurements(restored_step=RESTORED, uninterrupted=compare(before, after, RESTORED, list(h)), t_fault=1.0)
+    j = Judging(slo=SLO(matches_uninterrupted={}), m=m, watched=10.0, baseline=None)
+    _judge_matches_uninterrupted(j)
+    assert j.results[0].status == "fail", j.results
+    assert "at step 21 its loss was" in j.reasons[0] and "lr, samples matched" in j.reasons[0], j.reasons
+    j = Judging(slo=SLO(matches_uninterrupted={}), m=Measurements(restored_step=RESTORED, t_fault=1.0), watched=10.0,
+                baseline=None)
+    _judge_matches_uninterrupted(j)
+    assert j.results[0].status == "unknown" and "not made" in j.results[0].detail
+
+
+def test_a_tolerance_that_is_not_a_number_is_refused():
+    with pytest.raises(ValueError):
+        SLO(matches_uninterrupted={"tolerance": math.nan})
+    with pytest.raises(ValueError):
+        SLO(matches_uninterrupted={"tolerance": -1})
