@@ -25,7 +25,7 @@ def _slo(payload, name):
 
 def test_the_rng_state_left_out_fails_the_uninterrupted_comparison_the_loss_band_passes(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("DRILLBIT_REFERENCE_NPROC", raising=False)  # the catalogue's 4 ranks: the loss band decides
-    payload, outcome = execute(resolve("rng-not-restored", cluster="local-process", job="reference-norng"),
+    payload, outcome = execute(resolve("restore-exact", cluster="local-process", job="reference-norng"),
                          reports_dir=str(tmp_path))
     assert payload["verdict"] == "fail", payload["reasons"]
     assert payload["measurements"]["restored_step"] == 40
@@ -38,7 +38,7 @@ def test_the_rng_state_left_out_fails_the_uninterrupted_comparison_the_loss_band
 
 
 def test_the_restore_with_the_rng_state_is_exact(tmp_path: Path):
-    payload, _ = execute(resolve("rng-not-restored", cluster="local-process", job="reference-augment"),
+    payload, _ = execute(resolve("restore-exact", cluster="local-process", job="reference-augment"),
                          reports_dir=str(tmp_path))
     assert payload["verdict"] == "pass", payload["reasons"]
     twin = _slo(payload, "matches_uninterrupted")

@@ -977,6 +977,15 @@ BUILTIN_JOBS.update({
         "hf_resume", "the Hugging Face Trainer job whose restart resumes from the newest checkpoint-N holding "
         "trainer_state.json (the workaround of transformers#35525)", "--out", "{run_dir}/job/out", "--resume",
         "complete", presets=["torchrun", "hf-trainer"], checkpoint=_HF_OUT),
+    **{name: _defect_job(
+        "hf_rng", description, "--out", "{run_dir}/job/out", *flags, presets=["torchrun"], checkpoint=_HF_OUT,
+        signals=[Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) loss=(?P<loss>\S+)",
+                        ints=["n", "rank"]), *_LOOP_SIGNALS[1:]])
+       for name, description, flags in (
+           ("hf-rng", "a Hugging Face Trainer job (transformers 5.25, 2 ranks, attention dropout) saving every epoch "
+                      "and resuming from get_last_checkpoint; the Trainer loads each rank's RNG state", ()),
+           ("hf-rng-skip", "the same Trainer job with Trainer._load_rng_state a no-op (transformers#17032's "
+                           "mechanism): the resumed run draws other dropout masks", ("--rng", "skip")))},
     "redo-save-guard": _defect_job(
         "redo_save", "NeMo Automodel#3254 by its mechanism: every rank writes its shard into step_N/ in place, and "
         "rank 0 alone raises FileExistsError when step_N/ is there already (an interrupted save's)",
