@@ -137,3 +137,22 @@ def test_a_tolerance_that_is_not_a_number_is_refused():
         SLO(matches_uninterrupted={"tolerance": math.nan})
     with pytest.raises(ValueError):
         SLO(matches_uninterrupted={"tolerance": -1})
+
+
+def test_ranks_that_print_different_losses_are_compared_rank_for_rank():
+    """Each rank prints its own loss; the lines come in whatever order the logs are read. The
+    comparison (and restore_fidelity's series) keeps to the lowest rank that prints one."""
+    h = History()
+    for n in range(1, FAULT + 1):
+        for rank in ((1, 0) if n % 2 else (0, 1)):
+            h.record("probe", "step", t=float(n) + rank / 10, n=n, rank=rank, loss=loss_at(n) + rank)
+    before = h.of("step")
+    for n in range(RESTORED + 1, LAST + 1):
+        for rank in (1, 0):
+            h.record("probe", "step", t=100.0 + n + rank / 10, n=n, rank=rank, loss=loss_at(n) + rank)
+    after = h.of("step")[len(before):]
+    h.record("drillbit", "uninterrupted", run_dir="/r", until_step=LAST, reached=LAST)
+    for n in range(1, LAST + 1):
+        h.record("drillbit", "uninterrupted.step", n=n, loss=loss_at(n))  # rank 0's, as recorded
+    v = judge(compare(before, after, RESTORED, list(h)), 0.0)
+    assert v.status == "pass" and v.result == "exact", v

@@ -846,6 +846,17 @@ BUILTIN_JOBS.update({
                                    "--max-restarts", "0"),
     "dlrover-flash": _dlrover_flash("the DLRover job with flash checkpoints: the state in the agent's shared memory "
                                     "every 2 steps, on disk every 10; a restarted worker loads memory"),
+    **{name: _dlrover_flash(description, "--ckpt-every", "0", *flags).model_copy(update={"signals": [
+        *_LOOP_SIGNALS, Signal(kind="metrics", pattern=r"^step=(?P<n>\d+) rank=0 loss=(?P<loss>[-+\d.eE]+|nan|inf)",
+                               ints=["n"])]})
+       for name, description, flags in (
+           ("dlrover-flash-memonly", "the DLRover job with flash checkpoints to the agent's shared memory only (every "
+                                     "2 steps, none on disk); its restart calls DLRover 0.6.1's load_checkpoint(), which "
+                                     "reads memory first (dlrover#1085, in 0.3.6)", ()),
+           ("dlrover-flash-memonly-tracker", "dlrover#1065 by its mechanism: memory-only flash checkpoints, and a "
+                                             "restart that reads only the tracker file (never written without a disk "
+                                             "save), as the load before dlrover#1085 did: it starts from random weights",
+            ("--restore", "disk")))},
     "dlrover-flash-diskonly": _dlrover_flash("the flash-checkpoint DLRover job whose restart loads the newest disk "
                                              "checkpoint, whatever memory holds: it falls back further than it "
                                              "needs to", "--restore", "disk"),
@@ -875,7 +886,7 @@ BUILTIN_JOBS.update({
 
 
 
-def _defect_job(module: str, description: str, *flags: str, presets: list[str], checkpoint: CheckpointSpec,
+def _defect_job(module: str, description: str, *flags: str, presets: list[str], checkpoint: CheckpointSpec | None,
                 signals: list[Signal] | None = None, ranks: int = 2, restarts: int = 3,
                 env: dict[str, str] | None = None) -> JobProfile:
     """A job of :mod:`drillbit.fixtures.defects` (drills/known-defects/): 2 ranks under torchrun
@@ -986,6 +997,16 @@ BUILTIN_JOBS.update({
                       "and resuming from get_last_checkpoint; the Trainer loads each rank's RNG state", ()),
            ("hf-rng-skip", "the same Trainer job with Trainer._load_rng_state a no-op (transformers#17032's "
                            "mechanism): the resumed run draws other dropout masks", ("--rng", "skip")))},
+    **{name: _defect_job(
+        "accel_autoname", description, "--project-dir", "{run_dir}/job/proj", *flags, presets=["torchrun"],
+        checkpoint=None, signals=_LOOP_SIGNALS)
+       for name, description, flags in (
+           ("accel-autoname", "accelerate#3306 at 1.16.0: an Accelerator job (2 CPU ranks under torchrun, gloo) with "
+                              "automatic checkpoint naming; its restart calls load_state() and its next save_state() "
+                              "aims at checkpoint_0 again", ()),
+           ("accel-autoname-restore", "the Accelerator job that, after load_state(), sets "
+                                      "project_configuration.iteration to the loaded checkpoint's number plus one (the "
+                                      "fix accelerate#3306 asks for)", ("--iteration", "restore")))},
     "redo-save-guard": _defect_job(
         "redo_save", "NeMo Automodel#3254 by its mechanism: every rank writes its shard into step_N/ in place, and "
         "rank 0 alone raises FileExistsError when step_N/ is there already (an interrupted save's)",

@@ -50,6 +50,7 @@ NOISE_STEPS = 20    # pre-fault steps the step-to-step spread is measured over
 BAND = 3.0          # the noise band, in medians of |Δ| between consecutive steps
 LR_TOLERANCE = 1e-3  # relative: a learning rate printed with 4 significant digits still matches
 DATA_KEYS = ("samples", "tokens", "consumed")  # step-line groups that count the data consumed
+FIGURE_KEYS = ("loss", "lr", *DATA_KEYS, "digest")
 
 HOW_TO = {"loss": "add a group named loss to the job's step signal (its loss on the same line as the step)",
           "lr": "add a group named lr to the job's step signal (the learning rate the step used)",
@@ -100,12 +101,31 @@ def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
+def rank_of(e: Event) -> int | None:
+    r = e.rank if e.rank is not None else e.data.get("rank")
+    return r if isinstance(r, int) and not isinstance(r, bool) else None
+
+
+def one_rank(steps: list[Event], key: str | None = None) -> list[Event]:
+    """Where several ranks print ``key`` (any figure, without one) on their step lines, the
+    lowest such rank's lines (and those that name no rank): ranks print different losses, and a
+    series that takes whichever came last alternates between them."""
+    def has(e: Event) -> bool:
+        return e.data.get(key) is not None if key else any(e.data.get(k) is not None for k in FIGURE_KEYS)
+
+    ranks = {r for e in steps if has(e) and (r := rank_of(e)) is not None}
+    if len(ranks) < 2:
+        return steps
+    lowest = min(ranks)
+    return [e for e in steps if rank_of(e) in (lowest, None)]
+
+
 def _series(steps: list[Event], key: str, first: bool = False) -> dict[int, float]:
     """step number -> the value of ``key`` on its line (NaN and inf kept: they are what the job
-    printed); the last line of a step wins, or with ``first`` the first one (the replay after a
-    restore)."""
+    printed), from one rank (:func:`one_rank`); the last line of a step wins, or with ``first``
+    the first one (the replay after a restore)."""
     out: dict[int, float] = {}
-    for e in steps:
+    for e in one_rank(steps, key):
         value, n = e.data.get(key), e.data.get("n")
         if n is None or value is None or (first and int(n) in out):
             continue

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from drillbit.core.events import Restore, Uninterrupted
 from drillbit.core.history import Event
-from drillbit.judging.checks.fidelity import UNBOUND, with_metrics
+from drillbit.judging.checks.fidelity import UNBOUND, one_rank, with_metrics
 
 FIGURES = ("loss", "lr", "samples", "tokens", "digest")
 Value = float | str | None
@@ -97,9 +97,9 @@ def _value(e: Event, figure: str) -> Value:
 
 def _by_step(events: list[Event]) -> dict[int, Event]:
     """The first line of each step number, in step order (a line printed out of order, or
-    twice, keeps its first)."""
+    twice, keeps its first), from one rank where several print figures."""
     out: dict[int, Event] = {}
-    for e in sorted(events, key=lambda e: (e.t, e.seq)):
+    for e in sorted(one_rank(events), key=lambda e: (e.t, e.seq)):
         n = e.data.get("n")
         if isinstance(n, int) and not isinstance(n, bool) and n not in out:
             out[n] = e
