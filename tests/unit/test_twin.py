@@ -156,3 +156,21 @@ def test_ranks_that_print_different_losses_are_compared_rank_for_rank():
         h.record("drillbit", "uninterrupted.step", n=n, loss=loss_at(n))  # rank 0's, as recorded
     v = judge(compare(before, after, RESTORED, list(h)), 0.0)
     assert v.status == "pass" and v.result == "exact", v
+
+
+def test_the_second_run_is_refused_for_a_job_it_cannot_start_from_nothing():
+    from drillbit.loop.preflight import _uninterrupted_refusals
+    from drillbit.spec.config import BUILTIN_JOBS
+    from drillbit.spec.load import catalogue
+    from drillbit.faults.loading import load_drill
+
+    spec = load_drill(catalogue()["restore-exact"])
+    job = BUILTIN_JOBS["reference-augment"]
+    assert _uninterrupted_refusals(spec, job, "reference-augment") == []
+    shared = job.model_copy(update={"checkpoint": job.checkpoint.model_copy(update={"dir": "/shared/ckpt"})})
+    said = _uninterrupted_refusals(spec, shared, "mine")
+    assert said and "/shared/ckpt" in said[0] and "save over them" in said[0], said
+    attached = job.model_copy(update={"launch": None, "attach_pid": 1})
+    assert "attached to" in _uninterrupted_refusals(spec, attached, "mine")[0]
+    plain = spec.model_copy(update={"slo": spec.slo.model_copy(update={"matches_uninterrupted": None})})
+    assert _uninterrupted_refusals(plain, shared, "mine") == []

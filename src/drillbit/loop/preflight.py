@@ -17,7 +17,7 @@ from typing import Any
 from drillbit.core.errors import ConfigError
 from drillbit.loop.bind import job_params
 from drillbit.judging.probes.preset import signals_of
-from drillbit.spec.config import ClusterSpec, JobProfile
+from drillbit.spec.config import CheckpointSpec, ClusterSpec, JobProfile
 from drillbit.spec.load import loc_text
 from drillbit.spec.models import DrillSpec
 from drillbit.spec.placeholders import per_node_findings
@@ -50,7 +50,27 @@ def refusals(spec: DrillSpec, job: JobProfile, job_name: str, cluster: ClusterSp
     if spec.steady.members is not None and "members" not in kinds:
         out.append(f"steady.members needs a membership signal (kind members, as the torchft preset reads the "
                    f"lighthouse's quorum); job {job_name!r} reads none")
+    out += _uninterrupted_refusals(spec, job, job_name)
     return list(dict.fromkeys(out))
+
+
+def _uninterrupted_refusals(spec: DrillSpec, job: JobProfile, job_name: str) -> list[str]:
+    """matches_uninterrupted launches the job a second time, from nothing: it needs a job the
+    drill launches, whose checkpoints are the run's own (a folder outside {run_dir} would hand the
+    second run the drill's checkpoints, and take its saves)."""
+    if spec.slo.matches_uninterrupted is None:
+        return []
+    if job.launch is None:
+        return [f"matches_uninterrupted runs the job a second time without the fault: job {job_name!r} is attached to, "
+                "not launched by drillbit (give it a launch: command)"]
+    folders = [job.checkpoint.dir] if job.checkpoint is not None else []
+    folders += [t.dir for t in job.tiers.values() if isinstance(t, CheckpointSpec)]
+    outside = [f for f in folders if "{run_dir}" not in f]
+    if outside:
+        return [f"matches_uninterrupted runs job {job_name!r} a second time, from nothing, in a folder of its own: its "
+                f"checkpoints ({', '.join(outside)}) are not under {{run_dir}}, so the second run would restore the "
+                "drill's and save over them"]
+    return []
 
 
 def cautions(job: JobProfile, job_name: str) -> list[str]:

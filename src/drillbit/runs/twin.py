@@ -81,6 +81,9 @@ def add_uninterrupted(resolved, runner: DrillRunner, outcome: RunOutcome, ui=Non
         error = (f"it reached step {got} of {until}"
                  + (f": the job exited (code {exit_.data.get('code')})" if exit_ is not None else ""))
     restored, restored_from = first_restore(events)
+    # the operator stopped it: the drill is aborted (exit 4), as a Ctrl-C in the drill itself is
+    stopped = next((str(e.data.get("reason")) for e in events if e.kind == "abort"
+                    and str(e.data.get("reason", "")).startswith("interrupted by")), None)
     history = History(Path(outcome.run_dir) / "history.jsonl", events=list(outcome.history))
     try:
         said: dict[str, Any] = {"run_dir": str(folder), "until_step": until, "reached": got}
@@ -89,6 +92,8 @@ def add_uninterrupted(resolved, runner: DrillRunner, outcome: RunOutcome, ui=Non
         if error:
             said["error"] = error
         history.record(HARNESS, "uninterrupted", **said)
+        if stopped is not None:
+            history.record(HARNESS, "abort", reason=f"{stopped} during the uninterrupted run")
         for payload in twin_steps_of(events):
             history.record(HARNESS, "uninterrupted.step", **payload)
     finally:
