@@ -174,3 +174,4 @@ def test_the_second_run_is_refused_for_a_job_it_cannot_start_from_nothing():
     assert "attached to" in _uninterrupted_refusals(spec, attached, "mine")[0]
     plain = spec.model_copy(update={"slo": spec.slo.model_copy(update={"matches_uninterrupted": None})})
     assert _uninterrupted_refusals(plain, shared, "mine") == []
+

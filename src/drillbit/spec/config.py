@@ -926,6 +926,74 @@ def _respawned(description: str, *flags: str) -> JobProfile:
     })
 
 
+def _elastic_two_node(description: str, agent: list[str], worker: list[str], *, env: dict[str, str] | None = None,
+                      signals: list[Signal] | None = None, launcher: str = r"torch\.distributed\.run",
+                      exclude: str = r"torch\.distributed\.run",
+                      control_plane: dict[str, ControlPlaneProcess] | None = None,
+                      collective: float | None = None) -> JobProfile:
+    """A job of drillbit.fixtures.defects on every node of a namespace cluster: torchrun --nnodes 1:{nnodes}
+    (c10d, node 0 the rendezvous host), one rank per node, 3 restarts, polled every 0.5 s."""
+    return JobProfile(
+        description=description,
+        presets=["torchrun"],
+        signals=signals or _LOOP_SIGNALS,
+        launch=LaunchSpec(command=["{python}", "-m", *agent, "--nnodes", "1:{nnodes}", "--nproc-per-node", "1",
+                                   "--rdzv-backend", "c10d", "--rdzv-endpoint", "{head}:{port}", "--rdzv-id",
+                                   "elastic", "--rdzv-conf", "last_call_timeout=3,join_timeout=120",
+                                   "--max-restarts", "3", "--monitor-interval", "0.5", "-m", *worker,
+                                   "--ckpt-dir", "{run_dir}/job/ckpt"],
+                          env={"LOGLEVEL": "INFO", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})},
+                          per_node=True),
+        ranks=RankDiscovery(cmdline=rf"-m {worker[0].replace('.', chr(92) + '.')}\b", exclude_cmdline=exclude),
+        launcher=launcher,
+        checkpoint=_LOOP_CKPT,
+        control_plane=control_plane or {},
+        timeouts=JobTimeouts(collective=collective, monitor_interval=0.5) if collective else None,
+    )
+
+
+_RANK_CHANGE = ["drillbit.fixtures.defects.rank_change", "launch", "--node-rank", "{node_rank}", "--first-node", "1"]
+_RANK_CHANGE_LAUNCHER = r"defects\.rank_change (launch|agent)\b"
+_SIGNAL_CLOSE_CP = {"elastic-agent-1": ControlPlaneProcess(
+    cmdline=r"^\S+ -m drillbit\.fixtures\.defects\.signal_close\b", node=1)}
+# lazy_sync's ranks step on their own between syncs: rank 0's steps only (a lagging rank's would read as a restart)
+_SYNC_SIGNALS = [Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>0) ", ints=["n", "rank"]),
+                 *_LOOP_SIGNALS[1:]]
+_SYNC = ["drillbit.fixtures.defects.lazy_sync", "--sync-every", "10", "--collective-timeout", "10"]
+
+_ELASTIC_DEFECT_JOBS = {
+    "elastic-rankchange": _elastic_two_node(
+        "pytorch#182221 by its mechanism: torchrun --nnodes 1:2 (c10d, TCPStore shared with the workers) on two "
+        "nodes, node 1 group rank 0 (it advertises its address), node 0 the rendezvous host; next_rendezvous as "
+        "torch 2.12 had it (PR #182375 reverted)",
+        [*_RANK_CHANGE, "--revert-182375", "--"], ["drillbit.fixtures.defects.rank_change", "train"],
+        launcher=_RANK_CHANGE_LAUNCHER, exclude=_RANK_CHANGE_LAUNCHER),
+    "elastic-rankchange-fixed": _elastic_two_node(
+        "the same two-node elastic job on torch 2.13's torchrun as shipped (PR #182375: a node that becomes rank 0 "
+        "creates the shared store's server)",
+        [*_RANK_CHANGE, "--"], ["drillbit.fixtures.defects.rank_change", "train"],
+        launcher=_RANK_CHANGE_LAUNCHER, exclude=_RANK_CHANGE_LAUNCHER),
+    "lazy-sync": _elastic_two_node(
+        "gloo#520 at torch 2.13: two nodes (torchrun --nnodes 1:2, one rank each) that average their weights over a "
+        "gloo subgroup every 10 steps, TORCH_GLOO_LAZY_INIT=1 (pairs connect on first use), the groups' timeout 10 s",
+        ["torch.distributed.run"], _SYNC, env={"TORCH_GLOO_LAZY_INIT": "1"}, signals=_SYNC_SIGNALS, collective=10.0),
+    "lazy-sync-eager": _elastic_two_node(
+        "the same two-node job with gloo's eager connect (TORCH_GLOO_LAZY_INIT unset, torch 2.13's default): every "
+        "pair of the subgroup connects when new_group makes it",
+        ["torch.distributed.run"], _SYNC, signals=_SYNC_SIGNALS, collective=10.0),
+    "signal-close": _elastic_two_node(
+        "pytorch#67742 by its mechanism: torchrun --nnodes 1:2 (c10d) on two nodes, one rank each, whose agent shuts "
+        "the rendezvous down when a signal stops it (LocalElasticAgent._shutdown as torch 2.4-2.7 had it)",
+        ["drillbit.fixtures.defects.signal_close", "--close-on-signal"], ["drillbit.fixtures.defects.rank_change", "train"],
+        launcher=r"defects\.signal_close\b", exclude=r"defects\.signal_close\b", control_plane=_SIGNAL_CLOSE_CP),
+    "signal-close-fixed": _elastic_two_node(
+        "the same two-node elastic job on torch 2.13's torchrun as shipped: a signal stops the agent and its workers "
+        "and leaves the rendezvous open (pytorch PR #67749, again since PR #152525)",
+        ["drillbit.fixtures.defects.signal_close"], ["drillbit.fixtures.defects.rank_change", "train"],
+        launcher=r"defects\.signal_close\b", exclude=r"defects\.signal_close\b", control_plane=_SIGNAL_CLOSE_CP),
+}
+
+
 # the async-save job's lines: each save and restore with a digest of the state (drillbit.fixtures.defects.async_save)
 _DIGEST_SIGNALS = [
     _LOOP_SIGNALS[0],  # step=N rank=R
@@ -1007,6 +1075,7 @@ BUILTIN_JOBS.update({
            ("accel-autoname-restore", "the Accelerator job that, after load_state(), sets "
                                       "project_configuration.iteration to the loaded checkpoint's number plus one (the "
                                       "fix accelerate#3306 asks for)", ("--iteration", "restore")))},
+    **_ELASTIC_DEFECT_JOBS,
     "redo-save-guard": _defect_job(
         "redo_save", "NeMo Automodel#3254 by its mechanism: every rank writes its shard into step_N/ in place, and "
         "rank 0 alone raises FileExistsError when step_N/ is there already (an interrupted save's)",

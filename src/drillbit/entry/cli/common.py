@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from drillbit.core.errors import Problem
@@ -93,11 +94,11 @@ def problems_header(problems: list[Problem]) -> str:
 def show_error(message: str, problems: list[Problem] | None = None, hint: str | None = None) -> None:
     """Every error the CLI prints, one style: ``error: <what>``, then one indented line per
     problem (file:line: field: message), then a hint where one helps."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # it may quote the job's own lines
     for p in problems or []:
         err.print(f"  {p}", markup=False, highlight=False)
     if hint:
-        err.print(f"[dim]{hint}[/]", highlight=False)
+        err.print(f"[dim]{escape(hint)}[/]", highlight=False)
 
 
 def show_problems(problems: list[Problem]) -> None:

@@ -5,6 +5,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 COLORS = {"pass": "green", "fail": "red", "inconclusive": "yellow", "aborted": "magenta"}
@@ -20,13 +21,13 @@ class ConsoleUI:
 
     def phase(self, name: str, detail: str = "") -> None:
         self._stop_status()
-        self.console.print(f"[dim]{time.time() - self._t0:6.1f}s[/] [bold cyan]{name:<9}[/] {detail}")
-        self._status = self.console.status(f"{name} …")
+        self.console.print(f"[dim]{time.time() - self._t0:6.1f}s[/] [bold cyan]{name:<9}[/] {escape(detail)}")
+        self._status = self.console.status(f"{escape(name)} …")
         self._status.start()
 
     def status(self, text: str) -> None:
         if self._status is not None:
-            self._status.update(text)
+            self._status.update(escape(text))
 
     def _stop_status(self) -> None:
         if self._status is not None:
@@ -69,10 +70,10 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
     verdict = payload["verdict"]
     color = COLORS.get(verdict, "white")
     console.print()
-    console.print(f"[bold]{payload['drill']}[/] on [bold]{payload['cluster']}[/] / {payload['job']}: "
+    console.print(f"[bold]{escape(payload['drill'])}[/] on [bold]{escape(payload['cluster'])}[/] / {escape(payload['job'])}: "
                   f"[bold {color}]{verdict.upper()}[/]")
     for reason in payload["reasons"]:
-        console.print(f"  • {reason}")
+        console.print(f"  • {escape(reason)}")  # the job's own words: gloo's start "[/__w/pytorch/…]"
     m = payload["measurements"]
     table = Table(title="Recovery", show_edge=False)
     table.add_column("measurement")
@@ -83,17 +84,17 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
     if rows:
         console.print(table)
     else:
-        console.print(f"  the sweep, level by level: {run_dir}/graded.md")
+        console.print(f"  the sweep, level by level: {escape(str(run_dir))}/graded.md")
     if m.get("predicted_by"):
         detect = m.get("time_to_detect")
         console.print(f"  detection predicted from the job's timeouts: within {m['predicted_detect_s']:g} s by its "
                       f"{m['predicted_by'].replace('_', ' ')}; measured "
                       + ("never" if detect is None else f"{detect:.2f} s"))
     if m.get("attribution"):
-        console.print(f"  attribution: {m['attribution']['text']}")
+        console.print(f"  attribution: {escape(m['attribution']['text'])}")
     if m.get("link"):
         tax = f"; the job ran {m['fleet_tax']:.1%} slower meanwhile" if m.get("fleet_tax") is not None else ""
-        console.print(f"  link: the fault was on {m['link']}{tax}"
+        console.print(f"  link: the fault was on {escape(m['link'])}{tax}"
                       + ("" if m.get("attribution") else "; the stack blamed no rank"))
     if payload["slos"]:
         slos = Table(title="SLOs", show_edge=False)
@@ -101,7 +102,7 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
             slos.add_column(col, justify="right" if col in ("limit", "measured") else "left")
         for s in payload["slos"]:
             limit = f"{s['limit']:g}" if isinstance(s["limit"], (int, float)) else str(s["limit"])  # reach: "5%"
-            slos.add_row(s["name"], limit, _fmt(s["measured"], ""),
+            slos.add_row(escape(s["name"]), escape(limit), _fmt(s["measured"], ""),
                          f"[{COLORS.get(s['status'], 'yellow')}]{s['status']}[/]")
         console.print(slos)
     ledger = payload.get("ledger")
@@ -124,4 +125,4 @@ def summary(console: Console, payload: dict[str, Any], run_dir: str) -> None:
     if cad:
         console.print(f"Checkpoint cadence: every {cad['actual_interval_s']:.1f} s (save {cad['save_s']:.3f} s); "
                       f"Daly's optimum {cad['daly_s']:.1f} s, Young's {cad['young_s']:.1f} s")
-    console.print(f"[dim]run folder: {run_dir}[/]")
+    console.print(f"[dim]run folder: {escape(str(run_dir))}[/]")
