@@ -599,11 +599,11 @@ def _nonatomic() -> JobProfile:
         dir="{run_dir}/job/ckpt", layout="custom", glob="step_*", step_regex=r"step_(\d+)", metadata="meta.json")})
 
 
-def _raytrain(description: str, *flags: str) -> JobProfile:
+def _raytrain(description: str, *flags: str, module: str = "drillbit.fixtures.reference.raytrain") -> JobProfile:
     return JobProfile(
         description=description,
         presets=["reference", "ray-train"],
-        launch=LaunchSpec(command=["{python}", "-m", "drillbit.fixtures.reference.raytrain", "--run-dir", "{run_dir}/job",
+        launch=LaunchSpec(command=["{python}", "-m", module, "--run-dir", "{run_dir}/job",
                                    "--address", "{ray_address}", *flags], stop_timeout=30.0),
         ranks=RankDiscovery(pidfiles="{run_dir}/job/pids/*.json"),
         logs=["{run_dir}/job/events.log", "{run_dir}/job.out"],
@@ -906,6 +906,19 @@ def _defect_job(module: str, description: str, *flags: str, presets: list[str], 
     )
 
 
+# lightning_resume's rank 0: 'lstep n=12 epoch=0 loss=0.407295 lr=0.013 samples=192', 'lrestore step=10 path=…'
+_LIGHTNING_RESUME_SIGNALS = [
+    Signal(kind="step", pattern=r"^lstep n=(?P<n>\d+) epoch=(?P<epoch>\d+) loss=(?P<loss>\S+) lr=(?P<lr>\S+) "
+                                r"samples=(?P<samples>\d+)", ints=["n", "epoch", "samples"]),
+    Signal(kind="restore", pattern=r"^lrestore step=(?P<step>\d+) path=(?P<path>\S+)", ints=["step"]),
+]
+# ray25_recovered (Ray 2.5's AIR API): Tune's line for a lost worker; the driver's and the workers' exceptions
+_RAY25_SIGNALS = [
+    Signal(kind="detect", pattern=r"INFO utils\.py:\d+ -- Worker \d+ has failed\.", by="ray-train"),
+    Signal(kind="error", pattern=r"^(?P<message>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): .*)$", by="ray-train-driver"),
+    Signal(kind="error", pattern=r"\((?:RayTrainWorker|TorchTrainer) pid=\d+\)\S*\s+(?P<message>(?:[A-Za-z_]\w*\.)*"
+                                 r"[A-Z]\w*(?:Error|Exception)(?::\s.*)?)$", by="ray-train-worker"),
+]
 _HF_OUT = CheckpointSpec(dir="{run_dir}/job/out", layout="hf")
 _REDO_CKPT = CheckpointSpec(dir="{run_dir}/job/ckpt", layout="custom", glob="step_*", step_regex=r"^step_(\d+)$",
                             marker="complete")
@@ -1076,6 +1089,48 @@ BUILTIN_JOBS.update({
                                       "project_configuration.iteration to the loaded checkpoint's number plus one (the "
                                       "fix accelerate#3306 asks for)", ("--iteration", "restore")))},
     **_ELASTIC_DEFECT_JOBS,
+    **{name: JobProfile(
+        description=description, presets=["reference"], signals=_RAY25_SIGNALS,
+        launch=LaunchSpec(command=["{python}", "-m", "drillbit.fixtures.defects.venvs", "run", stack, "--", "-m",
+                                   "drillbit.fixtures.defects.ray25_recovered", "--run-dir", "{run_dir}/job", "--steps",
+                                   "40", "--stages", "3"], stop_timeout=30.0),
+        ranks=RankDiscovery(pidfiles="{run_dir}/job/pids/*.json"),
+        logs=["{run_dir}/job/events.log", "{run_dir}/job.out"], timeouts=JobTimeouts(collective=10.0))
+       for name, stack, description in (
+           ("ray25-recovered", "ray-2.5.0",
+            "ray#36277 at Ray 2.5.0 (a venv of its own: python -m drillbit.fixtures.defects.venvs make ray-2.5.0): a "
+            "TorchTrainer (2 gloo workers, FailureConfig(max_failures=3)) whose driver trains in 3 fit() stages of 40 "
+            "steps; a stage that recovers from a lost worker and finishes still raises TrainingFailedError from fit()"),
+           ("ray25-recovered-fixed", "ray-2.5.1",
+            "the same job on Ray 2.5.1 (make ray-2.5.1), which carries ray#36266: a run that recovered and finished "
+            "returns from fit()"))},
+    "ray-local-restore": _raytrain(
+        "ray#36357 by its mechanism: a TorchTrainer (Ray 2.60, 2 workers, gloo) that writes one shard per worker; a "
+        "retry restores the coordinator's local copy of the checkpoint (rank 0's shard only) instead of the persisted "
+        "one", "--restore", "coordinator-local", module="drillbit.fixtures.defects.ray_local_restore"),
+    "ray-persisted-restore": _raytrain(
+        "the same job whose retry loads ray.train.get_checkpoint(), the persisted checkpoint with every worker's shard "
+        "(Ray 2.60's own restore path)", "--restore", "persisted", module="drillbit.fixtures.defects.ray_local_restore"),
+    **{name: _defect_job(
+        "lightning_resume", description, "--out", "{run_dir}/job/out", *flags, presets=["torchrun"],
+        checkpoint=CheckpointSpec(dir="{run_dir}/job/out/checkpoints", layout="file", files=["last.ckpt"]),
+        signals=_LIGHTNING_RESUME_SIGNALS, env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+       for name, description, flags in (
+           ("lightning-tmpfs-save", "Lightning#19970 at 2.6.6: a DDP job (2 ranks) whose TMPDIR is a tmpfs (/dev/shm) "
+                                    "and whose checkpoints are on disk; _atomic_save's fsspec transaction stages "
+                                    "last.ckpt in TMPDIR and its commit, across filesystems, copies it into last.ckpt in "
+                                    "place (a 64 MiB frozen table; a resumable loader, so that #5325 stays out of it)",
+            ("--embed-rows", "262144", "--loader", "resumable", "--staging", "/dev/shm")),
+           ("lightning-tmpfs-save-beside", "the same job and TMPDIR with a CheckpointIO plugin that writes each "
+                                           "checkpoint beside its name (.last.ckpt.<random>.tmp), fsyncs it and "
+                                           "os.replace's it into place (the fix of Lightning PR #21744)",
+            ("--embed-rows", "262144", "--io", "beside", "--loader", "resumable", "--staging", "/dev/shm")),
+           ("lightning-midepoch-plain", "Lightning#5325 at 2.6.6: a DDP job (2 ranks) with a plain DataLoader, "
+                                        "checkpointing every 5 steps mid-epoch; a resume restores the step and epoch, "
+                                        "and the loader starts the epoch again at sample zero", ("--loader", "plain")),
+           ("lightning-midepoch-resumable", "the same job with a resumable DataLoader (state_dict/load_state_dict: the "
+                                            "batches it handed out this epoch), which Lightning 2.6.6 saves in the "
+                                            "checkpoint and loads before it iterates again", ("--loader", "resumable")))},
     "redo-save-guard": _defect_job(
         "redo_save", "NeMo Automodel#3254 by its mechanism: every rank writes its shard into step_N/ in place, and "
         "rank 0 alone raises FileExistsError when step_N/ is there already (an interrupted save's)",
