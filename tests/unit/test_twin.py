@@ -175,3 +175,91 @@ def test_the_second_run_is_refused_for_a_job_it_cannot_start_from_nothing():
     plain = spec.model_copy(update={"slo": spec.slo.model_copy(update={"matches_uninterrupted": None})})
     assert _uninterrupted_refusals(plain, shared, "mine") == []
 
+
+
+# --- the adversary's findings (helper-13) ----------------------------------------------------------
+def test_a_figure_one_run_did_not_print_at_a_step_is_not_a_difference():
+    v = judged(twin=lambda n: {"loss": None} if n == LAST else {})
+    assert v.status == "pass" and v.result == "exact", v
+    v = judged(after=lambda n: {"loss": None} if n == 22 else {})
+    assert v.status == "pass", v
+
+
+def test_a_rank_whose_lines_carry_no_figure_never_decides():
+    """Rank 1 prints its step lines without a loss, sometimes before rank 0's: the comparison keeps
+    to rank 0's lines, which carry it."""
+    h = History()
+    for n in range(1, FAULT + 1):
+        h.record("probe", "step", t=float(n), n=n, rank=1)
+        h.record("probe", "step", t=float(n) + 0.1, n=n, rank=0, **healthy(n))
+    before = h.of("step")
+    for n in range(RESTORED + 1, LAST + 1):
+        h.record("probe", "step", t=100.0 + n, n=n, rank=1)
+        h.record("probe", "step", t=100.1 + n, n=n, rank=0, **healthy(n))
+    after = h.of("step")[len(before):]
+    h.record("drillbit", "uninterrupted", run_dir="/r", until_step=LAST, reached=LAST)
+    for n in range(1, LAST + 1):
+        h.record("drillbit", "uninterrupted.step", n=n, **healthy(n))
+    v = judge(compare(before, after, RESTORED, list(h)), 0.0)
+    assert v.status == "pass" and v.result == "exact", v
+
+
+def test_no_step_before_the_fault_in_common_is_unknown_never_a_pass():
+    """An uninterrupted run that resumed from the drill's checkpoint (a folder the job hard-codes)
+    begins past the fault: nothing shows the job deterministic, or that run started from nothing."""
+    v = judged(twin_steps=range(FAULT + 1, LAST + 1))
+    assert v.status == "unknown" and "no step before the fault" in v.says and f"began at {FAULT + 1}" in v.says, v
+
+
+def test_figures_that_are_not_numbers_in_both_runs_tell_nothing():
+    nan = lambda n: {"loss": math.nan, "lr": None, "samples": None}  # noqa: E731
+    v = judged(before=nan, after=nan, twin=nan)
+    assert v.status == "unknown", v
+    v = judged(twin=lambda n: {"loss": None, "lr": None, "samples": None})
+    assert v.status == "unknown" and "no figure in common" in v.says, v
+
+
+def test_a_checkpoint_or_log_that_climbs_out_of_the_run_folder_is_refused():
+    from drillbit.loop.preflight import _uninterrupted_refusals
+    from drillbit.spec.config import BUILTIN_JOBS
+    from drillbit.spec.load import catalogue
+    from drillbit.faults.loading import load_drill
+
+    spec = load_drill(catalogue()["restore-exact"])
+    job = BUILTIN_JOBS["reference-augment"]
+    for folder in ("{run_dir}/../ckpt", "/data/{run_dir}", "{run_dir}/../../shared/ckpt"):
+        moved = job.model_copy(update={"checkpoint": job.checkpoint.model_copy(update={"dir": folder})})
+        assert _uninterrupted_refusals(spec, moved, "mine"), folder
+    logged = job.model_copy(update={"logs": ["/var/log/train.log"]})
+    assert "/var/log/train.log" in _uninterrupted_refusals(spec, logged, "mine")[0]
+
+
+@pytest.mark.parametrize("bad", ["true", "yes", "5", "1", "-1", ".nan", "'5%'"])
+def test_a_tolerance_that_is_a_flag_or_not_below_one_is_refused(tmp_path, bad):
+    from drillbit.faults.loading import load_drill
+    from drillbit.spec.load import catalogue
+    from drillbit.core.errors import SpecError
+
+    text = catalogue()["restore-exact"].read_text().replace("matches_uninterrupted: {tolerance: 0}",
+                                                            f"matches_uninterrupted: {{tolerance: {bad}}}")
+    (tmp_path / "d.yaml").write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_drill(tmp_path / "d.yaml")
+    assert any(p.line and "tolerance" in str(p) for p in err.value.problems), err.value.problems
+
+
+def test_a_graded_drill_or_a_campaign_cannot_ask_for_it(tmp_path):
+    from drillbit.core.errors import SpecError
+    from drillbit.faults.loading import load_drill
+    from drillbit.runs.campaign import load_campaign
+    from drillbit.spec.load import catalogue
+
+    text = catalogue()["slow-rank-reach"].read_text().replace("slo:\n", "slo:\n  matches_uninterrupted: {}\n", 1)
+    (tmp_path / "g.yaml").write_text(text)
+    with pytest.raises(SpecError, match="a graded drill"):
+        load_drill(tmp_path / "g.yaml")
+    campaign = catalogue()["kill-rank"].parents[1] / "campaigns" / "mixed-faults.yaml"
+    ctext = campaign.read_text().replace("\nslo:\n", "\nslo:\n  matches_uninterrupted: {}\n", 1)
+    (tmp_path / "c.yaml").write_text(ctext)
+    with pytest.raises(SpecError, match="no uninterrupted run"):
+        load_campaign(tmp_path / "c.yaml")

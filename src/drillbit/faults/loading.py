@@ -68,6 +68,10 @@ def load_drill(path: Path, config: DrillConfig | None = None) -> DrillSpec:
         if isinstance(grade, dict) and isinstance(grade.get("param"), str) and cls is not None:
             problems += _grade_problems(grade, fault, cls, path, lines)
     slo: dict = data["slo"] if isinstance(data.get("slo"), dict) else {}
+    if data.get("grade") is not None and slo.get("matches_uninterrupted") is not None:
+        problems.append(Problem(str(path), line_of(lines, ("slo", "matches_uninterrupted")), "slo.matches_uninterrupted",
+                                "a graded drill is judged on its reach, segment by segment: there is no uninterrupted "
+                                "run to compare a restore with (drop grade:, or this)"))
     for key in ("project", "cadence"):
         block: dict = slo[key] if isinstance(slo.get(key), dict) else {}
         name = block.get("scenario")

@@ -65,12 +65,22 @@ def _uninterrupted_refusals(spec: DrillSpec, job: JobProfile, job_name: str) -> 
                 "not launched by drillbit (give it a launch: command)"]
     folders = [job.checkpoint.dir] if job.checkpoint is not None else []
     folders += [t.dir for t in job.tiers.values() if isinstance(t, CheckpointSpec)]
-    outside = [f for f in folders if "{run_dir}" not in f]
+    outside = [f for f in folders if not _under_run_dir(f)]
+    logs = [f for f in job.logs if not _under_run_dir(f)]
+    out = []
     if outside:
-        return [f"matches_uninterrupted runs job {job_name!r} a second time, from nothing, in a folder of its own: its "
-                f"checkpoints ({', '.join(outside)}) are not under {{run_dir}}, so the second run would restore the "
-                "drill's and save over them"]
-    return []
+        out.append(f"matches_uninterrupted runs job {job_name!r} a second time, from nothing, in a folder of its own: "
+                   f"its checkpoints ({', '.join(outside)}) are not under {{run_dir}}, so the second run would restore "
+                   "the drill's and save over them")
+    if logs:
+        out.append(f"matches_uninterrupted reads the second run of job {job_name!r} from its own logs: "
+                   f"{', '.join(logs)} not under {{run_dir}} would hand it the drill's lines")
+    return out
+
+
+def _under_run_dir(path: str) -> bool:
+    """{run_dir}/…, with no '..' to climb out of it."""
+    return path.startswith("{run_dir}/") and ".." not in Path(path).parts
 
 
 def cautions(job: JobProfile, job_name: str) -> list[str]:

@@ -434,6 +434,10 @@ def load_campaign(path: str | Path, config=None) -> CampaignSpec:
                                 + suggest(data["job"], list(config.jobs), "drill list --jobs")))
     if spec is not None and spec.mix is not None:
         problems += _mix_problems(spec, path, lines)
+    if spec is not None and spec.slo.matches_uninterrupted is not None:
+        problems.append(Problem(str(path), line_of(lines, ("slo", "matches_uninterrupted")), "slo.matches_uninterrupted",
+                                "a campaign's faults follow one another in one launch: there is no uninterrupted run "
+                                "to compare a restore with (a drill of its own can)"))
     if problems:
         raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.path)))
     return spec

@@ -271,11 +271,19 @@ class UninterruptedSLO(Strict):
     """The run after its restore against the same job run once without the fault (issue 59;
     LMResiliency's test of a fault cycle): the job's own step lines compared step by step."""
 
-    tolerance: float = Field(0.0, ge=0, allow_inf_nan=False,
+    tolerance: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False,
                              description="relative difference allowed between a step's figures in the two runs "
-                                         "(0: exact, as printed); a digest must always be equal")
+                                         "(0: exact, as printed; 1e-6 for sums that are not bit-reproducible; below "
+                                         "1); a digest must always be equal")
     steps: int | None = Field(None, ge=1, description="compare at most this many steps after the restore "
                                                       "(unset: every step both runs made)")
+
+    @field_validator("tolerance", "steps", mode="before")
+    @classmethod
+    def _a_number(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # YAML's true/yes read as 1
+            raise ValueError(f"{str(value).lower()} is not a number")
+        return value
 
 
 class Grade(Strict):

@@ -107,16 +107,16 @@ def rank_of(e: Event) -> int | None:
 
 
 def one_rank(steps: list[Event], key: str | None = None) -> list[Event]:
-    """Where several ranks print ``key`` (any figure, without one) on their step lines, the
-    lowest such rank's lines (and those that name no rank): ranks print different losses, and a
-    series that takes whichever came last alternates between them."""
+    """Where ranks print step lines, the lines of the lowest rank that prints ``key`` (any figure,
+    without one), and those that name no rank: ranks print different losses, and a series that
+    takes whichever came last alternates between them (or takes a rank's line that has none)."""
     def has(e: Event) -> bool:
         return e.data.get(key) is not None if key else any(e.data.get(k) is not None for k in FIGURE_KEYS)
 
     ranks = {r for e in steps if has(e) and (r := rank_of(e)) is not None}
-    if len(ranks) < 2:
-        return steps
-    lowest = min(ranks)
+    if not ranks or all(rank_of(e) in ranks for e in steps if rank_of(e) is not None) and len(ranks) < 2:
+        return steps  # no rank prints one, or one rank prints every ranked line
+    lowest = min(ranks)  # the lines of ranks that print none are left out too: a step's first line must carry it
     return [e for e in steps if rank_of(e) in (lowest, None)]
 
 

@@ -57,6 +57,8 @@ class TwinComparison(BaseModel):
     before: list[StepDiff] = []        # every step before the fault both made (rel 0 where equal)
     after: list[StepDiff] = []         # every step after the restore both made
     largest: dict[str, float] = {}     # each figure's largest relative difference after the restore
+    twin_steps: int = 0                # steps the uninterrupted run printed
+    twin_first: int | None = None      # its first step number
 
 
 class TwinJudgement(BaseModel):
@@ -106,13 +108,22 @@ def _by_step(events: list[Event]) -> dict[int, Event]:
     return dict(sorted(out.items()))
 
 
+def _compared(a: Value, b: Value) -> bool:
+    """A pair the two runs both printed, with something in it: a figure one run did not print at
+    that step (a metrics line not read yet, a rank's line without it) is not a difference, and two
+    figures that are not numbers (NaN, inf; the history keeps them as null) tell nothing."""
+    if a is None or b is None:
+        return False
+    return not all(isinstance(v, float) and not math.isfinite(v) for v in (a, b))
+
+
 def _diffs(mine: dict[int, Event], twin: dict[int, Event], figures: list[str]) -> list[StepDiff]:
     out = []
     for n in sorted(set(mine) & set(twin)):
         worst: StepDiff | None = None
         for f in figures:
             a, b = _value(mine[n], f), _value(twin[n], f)
-            if a is None and b is None:
+            if not _compared(a, b):
                 continue
             d = StepDiff(n=n, figure=f, drill=a, twin=b, rel=rel_diff(a, b))
             if worst is None or d.rel > worst.rel:
@@ -135,6 +146,7 @@ def compare(before: list[Event], after: list[Event], restored: int | None, histo
     if restored is None or not twin_steps:
         return c
     twin = _by_step(twin_steps)
+    c.twin_steps, c.twin_first = len(twin), min(twin, default=None)
     mine_after = {n: e for n, e in _by_step(after).items() if n > restored}
     mine_before = _by_step(before)  # every step before the fault, the lost ones too: the same job, the same steps
     printed = [f for f in FIGURES if any(_value(e, f) is not None for e in twin.values())
@@ -145,7 +157,7 @@ def compare(before: list[Event], after: list[Event], restored: int | None, histo
     for n in sorted(set(mine_after) & set(twin)):
         for f in printed:
             a, b = _value(mine_after[n], f), _value(twin[n], f)
-            if a is not None or b is not None:
+            if _compared(a, b):
                 c.largest[f] = max(c.largest.get(f, 0.0), rel_diff(a, b))
     return c
 
@@ -168,11 +180,16 @@ def judge(c: TwinComparison, tolerance: float, steps: int | None = None) -> Twin
             + ": it did not start from nothing (its checkpoint folder is not the run's own; put it under {run_dir})"))
     if c.restored_step is None:
         return TwinJudgement(status="unknown", says="the drill never said which step it restored")
+    why = f" ({c.twin_error})" if c.twin_error else ""
     if not c.figures:
-        why = f" ({c.twin_error})" if c.twin_error else ""
         return TwinJudgement(status="unknown", says=(
-            "nothing to compare: the uninterrupted run printed no step" + why if not c.before and not c.after
+            f"nothing to compare: the uninterrupted run printed no step{why}" if c.twin_steps == 0
             else "the two runs printed no figure in common (loss, lr, samples, tokens or digest on the step lines)"))
+    if not c.before:
+        return TwinJudgement(status="unknown", says=(
+            "no step before the fault was made by both runs with a figure to compare"
+            + (f" (the uninterrupted run's steps began at {c.twin_first})" if c.twin_first is not None else "")
+            + ": nothing shows the job deterministic, or the uninterrupted run started from nothing"))
     off = [d for d in c.before if d.rel > tolerance]
     if off:
         return TwinJudgement(status="unknown", says=(
@@ -181,7 +198,6 @@ def judge(c: TwinComparison, tolerance: float, steps: int | None = None) -> Twin
             + ", so a difference after the restore would say nothing of it (seed it, or set a tolerance)"))
     after = c.after[:steps] if steps else c.after
     if not after:
-        why = f" ({c.twin_error})" if c.twin_error else ""
         return TwinJudgement(status="unknown", says=f"no step after the restore of step {c.restored_step} was made by "
                                                     f"both runs{why}")
     span = f"steps {after[0].n}-{after[-1].n}" if len(after) > 1 else f"step {after[0].n}"
