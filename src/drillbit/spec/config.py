@@ -1089,6 +1089,33 @@ BUILTIN_JOBS.update({
                                       "project_configuration.iteration to the loaded checkpoint's number plus one (the "
                                       "fix accelerate#3306 asks for)", ("--iteration", "restore")))},
     **_ELASTIC_DEFECT_JOBS,
+    **{name: _defect_job(
+        "lightning_stepping", description, "--out", "{run_dir}/job/out", *flags, presets=["torchrun"],
+        checkpoint=CheckpointSpec(dir="{run_dir}/job/out/checkpoints", layout="file", files=["last.ckpt"]),
+        signals=_LIGHTNING_RESUME_SIGNALS, env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+       for name, description, flags in (
+           ("lightning-stepping-estimated", "Lightning#20550 at 2.6.6: a DDP job (2 ranks) with a stateful "
+                                            "DataLoader whose configure_optimizers sizes OneCycleLR by "
+                                            "trainer.estimated_stepping_batches; that sets the train loader up before the "
+                                            "restore, and the checkpoint's loader state is never loaded: a mid-epoch "
+                                            "resume starts the epoch again at sample zero",
+            ("--total-steps", "estimated")),
+           ("lightning-stepping-computed", "the same job sizing OneCycleLR from its own numbers (the number "
+                                           "estimated_stepping_batches returns) without calling it, so Lightning 2.6.6 "
+                                           "loads the loader's state before it iterates again",
+            ("--total-steps", "max-steps")))},
+    **{name: _defect_job(
+        "accel_shuffle", description, "--out", "{run_dir}/job", *flags, presets=["torchrun"],
+        checkpoint=_REDO_CKPT, signals=[Signal(kind="step", pattern=r"^step=(?P<n>\d+) rank=(?P<rank>\d+) loss=(?P<loss>\S+)",
+                                               ints=["n", "rank"]), *_LOOP_SIGNALS[1:]])
+       for name, description, flags in (
+           ("accel-shuffle", "accelerate#3996 at 1.16.0: an Accelerator job (2 CPU ranks under torchrun, gloo) with a "
+                             "shuffled, seeded DataLoader (use_seedable_sampler) prepared by it, save_state at every "
+                             "epoch's end; its restart calls load_state() and the new loader starts at epoch 0's "
+                             "shuffle order", ()),
+           ("accel-shuffle-setepoch", "the same Accelerator job that, after load_state(), calls train_dl.set_epoch(epoch) "
+                                      "with the epoch recomputed from the restored step (the workaround the "
+                                      "accelerate#3996 threads give at 1.16.0)", ("--epoch", "restore")))},
     **{name: JobProfile(
         description=description, presets=["reference"], signals=_RAY25_SIGNALS,
         launch=LaunchSpec(command=["{python}", "-m", "drillbit.fixtures.defects.venvs", "run", stack, "--", "-m",
