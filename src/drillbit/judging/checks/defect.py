@@ -37,27 +37,39 @@ def recognise(defect: Defect, m: Measurements, history: History, slos: list[SLOR
     assert defect.signature is not None
     pattern = re.compile(defect.signature)
     for error in m.job_errors:
-        if pattern.search(error.message):
+        if (found := pattern.search(error.message)) is not None:
             who = error.quote().split(": ", 1)[0]  # attempts 1–3, rank 0
-            return f"{head}: the job said, {who}: {excerpt(error.message)}"
+            return f"{head}: the job said, {who}: {excerpt(error.message, span=found.span())}"
     after = m.t_fault if m.t_fault is not None else float("-inf")
     until = m.t_observe_end if m.t_observe_end is not None else float("inf")  # not the heal's or teardown's lines
     for e in history.of("error"):
         message = Error.of(e).message
-        if after <= e.t <= until and pattern.search(message):
+        if after <= e.t <= until and (found := pattern.search(message)) is not None:
             where = f"rank {e.rank}: " if e.rank is not None else ""
-            return f"{head}: the job said, {where}{excerpt(message)}"
+            return f"{head}: the job said, {where}{excerpt(message, span=found.span())}"
     return (f"not clearly {defect.id}: the drill failed, but none of the job's error lines after the fault "
             f"matched the defect's signature /{defect.signature}/; another failure may be at work")
 
 
-def excerpt(message: str, most: int = 200) -> str:
+def excerpt(message: str, most: int = 200, span: tuple[int, int] | None = None) -> str:
     """A long error line as evidence: the exception's name and the line's end, where a path
-    names the file (``FileNotFoundError: …/checkpoint-10/trainer_state.json'``)."""
+    names the file (``FileNotFoundError: …/checkpoint-10/trainer_state.json'``); or, where the
+    signature matched (``span``) before that end, the words around the match (torch's
+    "PytorchStreamReader failed reading zip archive" is followed by a long generic tail)."""
     if len(message) <= most:
         return message
     name = message.split(": ", 1)[0] if ": " in message[:80] else ""
     keep = most - len(name) - 3
+    if span is not None and span[0] < len(message) - keep:
+        # the words around the match, then the line's end (a path there names the file)
+        lead = len(name) + 2 if name else 0  # the text after "Name: "
+        start = max(lead, span[0] - 20)
+        end = max(span[1], start + keep // 2)
+        tail = max(0, keep - (end - start) - 2)
+        if end + tail >= len(message):
+            return (f"{name}: " if name else "") + ("…" if start > lead else "") + message[start:]
+        return (f"{name}: " if name else "") + ("…" if start > lead else "") + message[start:end] + " … " \
+            + (message[-tail:] if tail else "")
     return f"{name}: …{message[-keep:]}" if name else f"…{message[-most:]}"
 
 
