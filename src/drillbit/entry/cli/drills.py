@@ -169,14 +169,9 @@ def list_(what: str | None, config_path: str | None, as_json: bool) -> int:
         return _list_defects(as_json)
     if what:
         return _list_names(what, config_path, as_json)
-    rows, problems = [], []
-    for name, path in catalogue().items():
-        try:
-            spec = load_drill(path)
-        except SpecError as exc:
-            problems += exc.problems
-            continue
-        rows.append({"drill": name, "class": spec.class_, "fault": spec.fault.type, "summary": spec.summary})
+    specs, problems = _catalogue_specs()
+    rows = [{"drill": name, "class": spec.class_, "fault": spec.fault.type, "summary": spec.summary}
+            for name, spec in specs]
     if as_json:
         emit_json({"drills": rows, "problems": [str(p) for p in problems]})
     else:
@@ -186,16 +181,23 @@ def list_(what: str | None, config_path: str | None, as_json: bool) -> int:
     return exitcodes.USAGE if problems else exitcodes.PASS
 
 
+def _catalogue_specs() -> tuple[list[tuple[str, Any]], list[Problem]]:
+    """Every catalogue drill loaded, in order, and the problems of those that do not load."""
+    specs, problems = [], []
+    for name, path in catalogue().items():
+        try:
+            specs.append((name, load_drill(path)))
+        except SpecError as exc:
+            problems += exc.problems
+    return specs, problems
+
+
 def _list_defects(as_json: bool) -> int:
     """Every drill with a ``defect:`` block, in the catalogue's order; the evidence that names
     it (signature, check or mark) and the fixed profile drilled beside it."""
-    rows, problems = [], []
-    for name, path in catalogue().items():
-        try:
-            spec = load_drill(path)
-        except SpecError as exc:
-            problems += exc.problems
-            continue
+    specs, problems = _catalogue_specs()
+    rows = []
+    for name, spec in specs:
         d = spec.defect
         if d is None:
             continue
