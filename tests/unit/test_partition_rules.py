@@ -41,10 +41,21 @@ def test_an_endpoint_partition_one_way_matches_only_that_address_and_port():
 
 
 def test_a_lossy_link_drops_a_random_share():
-    assert "numgen random mod 100 < 5 drop;" in rules("drillbit_t", LossyLinkParams())
-    assert "numgen random mod 100 < 12.5 drop;" in rules("drillbit_t", LossyLinkParams(loss_pct=12.5))
+    assert "numgen random mod 10000 < 500 drop;" in rules("drillbit_t", LossyLinkParams())
+    assert "numgen random mod 10000 < 1250 drop;" in rules("drillbit_t", LossyLinkParams(loss_pct=12.5))
     with pytest.raises(ValidationError):
         LossyLinkParams(loss_pct=100)  # that is a partition
+
+
+def test_a_share_under_one_percent_is_an_integer_nft_accepts():
+    """nft compares numgen's value with an integer: `mod 100 < 0.5` is a syntax error, and a graded
+    sweep over loss_pct=0.5,1,2,5 aborted at its 0.5 segment (#58). Shares go in hundredths of a percent."""
+    assert "numgen random mod 10000 < 50 drop;" in rules("drillbit_t", LossyLinkParams(loss_pct=0.5))
+    assert "numgen random mod 10000 < 1 drop;" in rules("drillbit_t", LossyLinkParams(loss_pct=0.01))
+    assert "numgen random mod 10000 < 9999 drop;" in rules("drillbit_t", LossyLinkParams(loss_pct=99.99))
+    for finer in (0.005, 0.125, 33.333):
+        with pytest.raises(ValidationError, match="hundredths of a percent"):
+            LossyLinkParams(loss_pct=finer)
 
 
 @pytest.mark.parametrize("params, message", [
@@ -181,7 +192,7 @@ def test_a_dry_run_prints_the_table_and_refuses_a_cluster_whose_nodes_share_a_ne
     from drillbit.runs.session import plan_text, resolve
     from tests.integration.cli import drill_cli
 
-    assert "numgen random mod 100 < 5 drop;" in plan_text(resolve("lossy-link", cluster="local-netns"))
+    assert "numgen random mod 10000 < 500 drop;" in plan_text(resolve("lossy-link", cluster="local-netns"))
     refused = drill_cli("run", "partition-node", "--dry-run", "--cluster", "local-process")
     assert refused.returncode == 2
     assert "every node of cluster 'local-process' shares this machine's" in refused.stderr

@@ -61,6 +61,12 @@ class PartitionParams(Params):
     """the share of matching packets dropped, at random; 100: all (a partition)"""
 
     @model_validator(mode="after")
+    def _hundredths(self) -> "PartitionParams":
+        if abs(self.loss_pct * 100 - round(self.loss_pct * 100)) > 1e-6:
+            raise ValueError(f"loss_pct {self.loss_pct:g}: nft drops shares in hundredths of a percent (0.01 to 100)")
+        return self
+
+    @model_validator(mode="after")
     def _endpoint(self) -> "PartitionParams":
         if self.scope in ("endpoint", "data"):
             if not self.endpoint and not self.control_plane:
@@ -89,7 +95,8 @@ class PartitionState(State):
 
 def rules(table: str, params: PartitionParams) -> str:
     """The nftables table that cuts what ``params`` names."""
-    drop = "drop" if params.loss_pct >= 100 else f"numgen random mod 100 < {params.loss_pct:g} drop"
+    # nft compares numgen's value with an integer: the share in hundredths of a percent (0.5% is 50 in 10000)
+    drop = "drop" if params.loss_pct >= 100 else f"numgen random mod 10000 < {round(params.loss_pct * 100)} drop"
     match_in = match_out = spare_in = spare_out = ""
     if params.scope in ("endpoint", "data"):
         host, _, port = (params.endpoint or _unresolved(params)).partition(":")
@@ -222,7 +229,9 @@ class Partition(Fault[PartitionParams, PartitionState]):
             raise FaultError(f"the network namespace of pid {target.pid} is gone")
         proc = nft(where, "-f", "-", stdin=intent.ruleset)
         if proc.returncode != 0:
-            raise FaultError(f"nft -f refused the table: {proc.stderr.strip()} (root or CAP_NET_ADMIN needed)")
+            denied = "not permitted" in proc.stderr or "denied" in proc.stderr
+            raise FaultError(f"nft -f refused the table: {proc.stderr.strip()}"
+                             + (" (root or CAP_NET_ADMIN needed)" if denied else ""))
         return intent.model_copy(update={"applied": True})
 
     def confirm(self, target: ProcRef, params: PartitionParams, state: PartitionState) -> Evidence | None:
