@@ -14,7 +14,7 @@ from drillbit.core.errors import SpecError
 from drillbit.core.history import Event, History
 from drillbit.faults.loading import load_drill
 from drillbit.runs.graded import (GradedLaunch, add_nulls, build, curve_svg, judge_reach, outcome, page,
-                                  parse_levels, quiet_stretch, together)
+                                  late_ranks, parse_levels, quiet_stretch, together)
 from drillbit.spec.models import ReachSLO
 
 
@@ -260,3 +260,31 @@ def test_a_judge_that_failed_is_no_miss_of_the_detector():
     broken = {**payload(None), "verdict": "inconclusive", "reasons": ["checker error: KeyError: 'bloom-176b'"]}
     o = outcome(broken)
     assert not o["counts"] and "checker error" in o["why"]
+
+
+def test_a_link_fault_hurts_every_rank_behind_the_link_so_naming_one_is_no_false_blame():
+    """lossy-link and slow-link hurt a node (its link), not the one rank they were injected
+    through: the drill's own attribution counts every rank on that node as hurt, and a graded
+    segment must agree (#58: a slow-link sweep counted rank 2, behind node 1's capped link with
+    the target rank 3, as a false blame, while the same drill run alone passed)."""
+    link = payload(2.0, correct=False, fault="slow-link")
+    link["measurements"] |= {"straggler_rank": 2, "attribution": {"hurt": [2, 3], "false_blames": []}}
+    o = outcome(link)
+    assert o["detected"] and o["right"] is True and o["false_blames"] == 0
+    elsewhere = payload(2.0, correct=False, fault="slow-link")  # a rank on the healthy node: false
+    elsewhere["measurements"] |= {"straggler_rank": 0, "attribution": {"hurt": [2, 3], "false_blames": [0]}}
+    assert outcome(elsewhere)["right"] is False and outcome(elsewhere)["false_blames"] == 1
+    rank = payload(2.0, correct=False)  # slow-rank hurts its rank only, whatever shares its node
+    rank["measurements"] |= {"attribution": {"hurt": [1], "false_blames": []}}
+    assert outcome(rank)["false_blames"] == 1
+
+
+def test_after_a_link_fault_a_late_blame_of_any_rank_behind_that_link_is_late_not_false():
+    table = Event(seq=0, t=1.0, source="harness", kind="job.ranks",
+                  data={"ranks": [{"rank": r, "node": f"node-{r // 2}", "pid": 100 + r} for r in range(4)]})
+    node = Event(seq=1, t=2.0, source="harness", kind="fault.confirmed", data={"hurts": "node", "evidence": []})
+    history = History(events=[table, node])
+    assert late_ranks(history, [3]) == {2, 3}
+    one = Event(seq=1, t=2.0, source="harness", kind="fault.confirmed", data={"hurts": "rank", "evidence": []})
+    assert late_ranks(History(events=[table, one]), [3]) == {3}
+    assert late_ranks(History(events=[node]), [3]) == {3}  # no rank table: only the target

@@ -100,7 +100,11 @@ def outcome(payload: dict[str, Any], pause_s: float | None = None, survives_s: f
     ttd = _finite(m.get("time_to_straggler") if slow else m.get("time_to_detect"))
     attribution = m.get("attribution") or {}
     false = list(attribution.get("false_blames") or [])
-    if slow and m.get("straggler_correct") is False and m.get("straggler_rank") is not None:
+    right = m.get("straggler_correct") if slow else attribution.get("correct")
+    # a node's fault (a link) hurts every rank on the node, as the drill's attribution counts them
+    if slow and right is False and m.get("straggler_rank") in (attribution.get("hurt") or []):
+        right = True
+    if slow and right is False and m.get("straggler_rank") is not None:
         false.append(m["straggler_rank"])
     baseline = _finite(m.get("baseline_step_s"))
     observed = _finite(m.get("observed_s"))
@@ -119,7 +123,7 @@ def outcome(payload: dict[str, Any], pause_s: float | None = None, survives_s: f
     false_restart = (restarted and pause is not None and survives is not None and pause < survives) or False
     effect = m.get("effect_rank") if isinstance(m.get("effect_rank"), int) else None
     return {"run": payload.get("run_dir"), "counts": why is None, "why": why, "detected": ttd is not None,
-            "ttd": ttd, "right": m.get("straggler_correct") if slow else attribution.get("correct"),
+            "ttd": ttd, "right": right,
             "false_blames": len(set(false)), "steps": steps, "fleet_tax": _finite(m.get("fleet_tax")),
             "verdict": payload.get("verdict"), "restarted": restarted, "false_restart": false_restart,
             "back_s": _finite(m.get("time_to_first_step")), "delivered": _finite(m.get("effect_target_shift")),
@@ -687,6 +691,19 @@ class GradedStep:
         runner.record("graded.segment.end", index=self.index, level=self.level.label)
 
 
+def late_ranks(history: History, targets: list[int]) -> set[int]:
+    """The ranks a segment's fault hurt: its targets, and where the fault hurts a node (a
+    link) every rank on their nodes, as the launch's rank table places them."""
+    late = set(targets)
+    confirmed = history.of("fault.confirmed")
+    table = history.last("job.ranks")
+    if table is None or not any(e.data.get("hurts") == "node" for e in confirmed):
+        return late
+    node_of = {r.get("rank"): r.get("node") for r in table.data.get("ranks") or []}
+    nodes = {node_of[r] for r in late if node_of.get(r) is not None}
+    return late | {r for r, n in node_of.items() if n in nodes and isinstance(r, int)}
+
+
 def judge_segments(spec, param: str, levels: list[Level], history: History, segments: list[dict[str, Any]],
                    gaps: list[dict[str, Any]], run_dir: str, survives: float | None = None,
                    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any], dict[str, Any] | None]:
@@ -709,7 +726,7 @@ def judge_segments(spec, param: str, levels: list[Level], history: History, segm
         outcomes.setdefault(seg["level"], []).append({**outcome(payload, *pause), "run": f"{run_dir}#{seg['index'] + 1}"})
     # a blame of the rank just healed, in the first half of the gap after it, is that fault's
     # late detection; later, or of another rank, it is a false one
-    nulls = [quiet_stretch(history, g["t0"], g["t1"], slow, set(g["after"]),
+    nulls = [quiet_stretch(history, g["t0"], g["t1"], slow, late_ranks(history, g["after"]),
                            min(float(spec.observe.window), (g["t1"] - g["t0"]) / 2)) for g in gaps]
     return outcomes, add_nulls(nulls), own_null(history, [(g["t0"], g["t1"]) for g in gaps]) if slow else None
 
