@@ -55,7 +55,7 @@ class History:
 
     def __init__(self, path: Path | None = None, events: Iterable[Event] = ()) -> None:
         self._events: list[Event] = list(events)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a listener may record
         self._fh = None if path is None else os.fdopen(  # open for the history's life
             open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", buffering=1, encoding="utf-8")
         self._listeners: list[Any] = []
@@ -81,8 +81,10 @@ class History:
             if self._fh is not None:
                 self._fh.write(event.model_dump_json() + "\n")
                 self._fh.flush()
-        for listener in list(self._listeners):
-            listener(event)
+            # under the lock: probes on several threads record at once, and a listener (the
+            # progress view) must see the events in their order
+            for listener in list(self._listeners):
+                listener(event)
         return event
 
     def subscribe(self, listener: Any) -> None:

@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 from drillbit.agent.deadman import heal_with_deadline
-from drillbit.faults.base import Fault, Handle, Params, Plan, PlanStep
+from drillbit.faults.base import Evidence, Fault, Handle, Params, Plan, PlanStep
 from drillbit.core.history import History
 from drillbit.loop.watch import Progress
-from drillbit.transport.nodes import Nodes
+from drillbit.transport.nodes import Nodes, per_node
 from drillbit.core.proc import ProcRef
 
 HARNESS = "harness"
@@ -47,14 +47,20 @@ class Nemesis:
     def plan(self, targets: list[ProcRef]) -> Plan:
         """The fault's plan with the concrete step on each target, resolved by its agent."""
         plan = self.fault.plan(targets, self.params)
-        steps: list[PlanStep] = []
-        for target in targets:
+        params = self.params.model_dump()
+
+        def step(target: ProcRef) -> PlanStep:
             try:
-                steps.append(self.nodes.plan(self.fault_name, target, self.params.model_dump()))
+                return self.nodes.plan(self.fault_name, target, params)
             except Exception as exc:  # the plan is a description; inject will raise for real
-                steps.append(PlanStep(node=target.node, pid=target.pid, rank=target.rank, action=plan.action,
-                                      heal=plan.heal, cmdline=f"(not resolved: {exc})"))
+                return PlanStep(node=target.node, pid=target.pid, rank=target.rank, action=plan.action,
+                                heal=plan.heal, cmdline=f"(not resolved: {exc})")
+
+        steps = per_node(targets, self._route, step)
         return plan.model_copy(update={"steps": steps})
+
+    def _route(self, target: ProcRef) -> str:
+        return self.nodes.route(self.fault_name, target)
 
     # --- inject and confirm --------------------------------------------------------------
     def inject(self, targets: list[ProcRef]) -> None:
@@ -62,20 +68,28 @@ class Nemesis:
         self.history.record(HARNESS, "fault.plan", action=plan.action, heal=plan.heal,
                             targets=[t.model_dump() for t in targets], steps=[s.model_dump() for s in plan.steps])
         params = self.params.model_dump()
-        for target in targets:
+        done: dict[int, Handle] = {}
+
+        def one(i: int) -> None:  # targets on different nodes at once, one node's in order
+            target = targets[i]
             t_call = time.time()
-            handle = self.nodes.inject(self.fault_name, target, params)
-            self.handles.append(handle)
+            done[i] = self.nodes.inject(self.fault_name, target, params)
             self.history.record(HARNESS, "fault.inject", t=t_call, node=target.node, rank=target.rank,
                                 pid=target.pid, fault=self.fault_name, params=params)
 
+        try:
+            per_node(list(range(len(targets))), lambda i: self._route(targets[i]), one)
+        finally:  # what was injected is held, in the targets' order, whatever failed
+            self.handles += [done[i] for i in sorted(done)]
+
     def confirm(self, progress: Progress) -> bool:
         """Proof of effect from every target's agent, then from the job's progress."""
-        evidence = [self.nodes.confirm(h) for h in self.handles]
+        evidence = self._confirm_each(self.handles)
         deadline = time.time() + self.fault.confirm_wait(self.params)
         while any(e is None for e in evidence) and time.time() < deadline:  # an armed fault: ask again
             progress.tick(0.1)
-            evidence = [e if e is not None else self.nodes.confirm(h) for h, e in zip(self.handles, evidence, strict=False)]
+            again = iter(self._confirm_each([h for h, e in zip(self.handles, evidence, strict=True) if e is None]))
+            evidence = [e if e is not None else next(again) for e in evidence]
         said = [e.data["unconfirmed"] for e in evidence if e is not None and e.data.get("unconfirmed")]
         if said:
             self.history.record(HARNESS, "fault.unconfirmed", reason="; ".join(said))
@@ -96,6 +110,10 @@ class Nemesis:
             return False
         self.history.record(HARNESS, "fault.confirmed", t=t_effect, **data, **extra)
         return True
+
+    def _confirm_each(self, handles: list[Handle]) -> list[Evidence | None]:
+        """Each handle's evidence, the targets' agents asked in parallel."""
+        return per_node(handles, lambda h: self._route(h.target), self.nodes.confirm)
 
     # --- heal ----------------------------------------------------------------------------
     def heal(self, job_running: bool = False) -> None:

@@ -36,7 +36,7 @@ from drillbit.spec.checkpoints import SavedTier, tier_steps
 from drillbit.judging.checks import CheckResult, check
 from drillbit.judging.checks.baseline import Baseline
 from drillbit.judging.checks.predict import predict
-from drillbit.judging.checks.recovery import awaiting, recovered
+from drillbit.judging.checks.recovery import Measurements, awaiting, measure, recovered
 from drillbit.core.errors import ConfigError, DrillError, Inconclusive, LeaseError
 from drillbit.faults import get as get_fault
 from drillbit.faults.base import Handle
@@ -75,6 +75,7 @@ class Aborted(DrillError):
     """A safeguard stopped the drill."""
 
 
+POLL_SHARE = 4.0  # the observe phase's stop test waits this many times its last measurement's cost
 LEAVE_WINDOW_S = 5.0  # a second Ctrl-C within this while healing leaves the faults in place
 
 
@@ -592,6 +593,8 @@ class DrillRunner:
         t0 = confirmed.t
         self.ui.phase("observe", f"until {obs.until_steps_after_recovery} steps after recovery, at most {obs.window:g} s")
         seen = -1
+        m: Measurements | None = None
+        due = 0.0  # when the stop test may measure again
         duration = self.spec.fault.duration
         while True:
             now = time.time()
@@ -600,10 +603,17 @@ class DrillRunner:
                 self.record("fault.expire", after_s=self.spec.fault.duration)
                 self.ui.phase("observe", f"the fault's {self.spec.fault.duration:g} s are over: healing, still watching")
                 self.nemesis.heal()
-            # judge again only when something new was recorded, and not before observe.at_least
-            if now - t0 >= obs.at_least and len(self.history) != seen:
+            # judge again only when something new was recorded, and not before observe.at_least.
+            # A measurement reads the whole history: one that took c seconds waits POLL_SHARE
+            # for the next, so a fleet's thousands of lines a second cost the stop test at most a
+            # fifth of a core, and it answers later the longer the history (the figures are the
+            # events' own times, never the poll's)
+            if now - t0 >= obs.at_least and len(self.history) != seen and time.monotonic() >= due:
                 seen = len(self.history)
-                if recovered(self.history, obs.until_steps_after_recovery):
+                began = time.monotonic()
+                m = measure(self.history, poll=True)
+                due = time.monotonic() + POLL_SHARE * (time.monotonic() - began)
+                if recovered(self.history, obs.until_steps_after_recovery, m):
                     reason = "recovered"
                     break
             code = self.job_ended()
@@ -616,7 +626,7 @@ class DrillRunner:
             last = self.progress.last
             self.ui.status(f"+{now - t0:5.1f} s since fault · last step {ev.Step.of(last).n if last else '-'} · "
                            f"{self.progress.rate():.1f} steps/s · awaiting "
-                           f"{awaiting(self.history, obs.until_steps_after_recovery)}")
+                           f"{awaiting(self.history, obs.until_steps_after_recovery, m)}")
             self.tick(0.2)
         self.record("observe.end", reason=reason)
         if reason == "window elapsed" and not recovered(self.history, obs.until_steps_after_recovery):

@@ -54,10 +54,14 @@ class Progress:
         self.history = history
         self.tick = tick
         self.steps: list[Event] = []
+        self._advances = 0
         history.subscribe(self._on_event)
 
     def _on_event(self, event: Event) -> None:
         if event.kind == "step":
+            last = self.steps[-1] if self.steps else None
+            if last is not None and Step.of(event).n > Step.of(last).n and event.t > last.t:
+                self._advances += 1
             self.steps.append(event)
 
     @property
@@ -83,8 +87,7 @@ class Progress:
     def advances(self) -> int:
         """How many times the step number grew: steps, not lines (several ranks may report
         the same step)."""
-        return sum(1 for a, b in zip(self.steps, self.steps[1:],
-            strict=False) if Step.of(b).n > Step.of(a).n and b.t > a.t)
+        return self._advances  # counted as they arrive: the steady phase asks on every tick
 
     def rate(self, window: float = 5.0) -> float:
         now = time.time()

@@ -327,7 +327,8 @@ class RankDiscovery(Strict):
     """the environment variable holding a rank's global rank"""
     exclude_cmdline: str | None = Field(None, description="regex of processes to skip (e.g. the launcher)")
     pidfiles: str | None = Field(None, description="glob of JSON pid files {pid, rank, node_id[, start_time][, "
-                                                    "boot_start]}; a process that started before the job, or whose "
+                                                    "boot_start]} ({node} in it: each agent's own node, so it reads "
+                                                    "only its node's files); a process that started before the job, or whose "
                                                     "start differs from its file's, is not a rank (boot_start: seconds "
                                                     "after boot, /proc/PID/stat's starttime over SC_CLK_TCK, which "
                                                     "no step of the wall clock moves; start_time: psutil's "

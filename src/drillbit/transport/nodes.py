@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,23 +47,68 @@ def refuse_shared_network(fault: str, node_netns: bool | None, cluster_name: str
                           "local-netns (nodes that are network namespaces, their agents in drillbit's process; root)")
 
 
-def each_node(nodes: list[str], fn: Callable[[str], Any]) -> tuple[dict[str, Any], list[str]]:
-    """``fn(node)`` on every node at once: the results by node, and the errors."""
+FAN_OUT = 32  # agent calls in flight at once: a fleet's nodes are asked in parallel, never all at once
+
+
+def fan_out(items: list[str], fn: Callable[[str], Any], limit: int = FAN_OUT) -> tuple[dict[str, Any], dict[str, Exception]]:
+    """``fn(item)`` on every item, at most ``limit`` at a time (one item: on this thread): the
+    results, and what each failed item raised, both in the items' order. A controller that
+    asked a thousand agents one after the other waited a thousand round trips; one thread per
+    agent is a thousand threads."""
     results: dict[str, Any] = {}
-    errors: list[str] = []
+    failed: dict[str, Exception] = {}
 
-    def one(node: str) -> None:
+    def one(item: str) -> None:
         try:
-            results[node] = fn(node)
-        except Exception as exc:
-            errors.append(f"{node}: {exc}")
+            results[item] = fn(item)
+        except Exception as exc:  # noqa: BLE001 — each item's failure is that item's
+            failed[item] = exc
 
-    threads = [threading.Thread(target=one, args=(n,)) for n in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results, errors
+    if len(items) <= 1:
+        for item in items:
+            one(item)
+    else:
+        pool = ThreadPoolExecutor(max_workers=min(limit, len(items)), thread_name_prefix="fan-out")
+        try:
+            for future in [pool.submit(one, item) for item in items]:
+                future.result()
+        except BaseException:  # the operator's stop: the calls not yet made are not made
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+    return ({i: results[i] for i in items if i in results}, {i: failed[i] for i in items if i in failed})
+
+
+def each_node(nodes: list[str], fn: Callable[[str], Any]) -> tuple[dict[str, Any], list[str]]:
+    """``fn(node)`` on every node, in parallel (:func:`fan_out`): the results by node, and the
+    errors."""
+    results, failed = fan_out(nodes, fn)
+    return results, [f"{node}: {exc}" for node, exc in failed.items()]
+
+
+def per_node(items: list[Any], node_of: Callable[[Any], str | None], fn: Callable[[Any], Any]) -> list[Any]:
+    """``fn(item)`` for every item, the nodes in parallel (:func:`fan_out`) and each node's
+    items one after the other, in their order (one agent's registry is written by one call at
+    a time); the results in the items' order. The first failure, in the items' order, is
+    raised once every node is done."""
+    groups: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(str(node_of(item)), []).append(i)
+    out: list[Any] = [None] * len(items)
+    errors: dict[int, Exception] = {}
+
+    def run(node: str) -> None:
+        for i in groups[node]:
+            try:
+                out[i] = fn(items[i])
+            except Exception as exc:  # noqa: BLE001 — raised below, in the items' order
+                errors[i] = exc
+                return  # the rest of this node's items wait for the next call, as they would have
+
+    fan_out(list(groups), run)
+    if errors:
+        raise errors[min(errors)]
+    return out
 
 
 def with_python(spec: Any, values: dict[str, str]) -> dict[str, str]:
@@ -80,6 +126,7 @@ class NodeJobs:
         self.refs = refs
         self.stop_timeout = stop_timeout
         self._codes: dict[str, int | None] = {}
+        self._asked = float("-inf")  # when the running launchers were last asked
         self.contained: dict[str, str] = {}  # by node: what holds every process of the job (its cgroup, or why none)
 
     @property
@@ -87,10 +134,19 @@ class NodeJobs:
         return next(iter(self.refs.values())).pid
 
     def exit_code(self) -> int | None:
-        for node in self.refs:
-            if self._codes.get(node) is None:
-                self._codes[node] = self.clients[node].job_status()
-        codes = list(self._codes.values())
+        """The job's exit code once every launcher has exited. The loop asks on every tick; the
+        nodes still running are asked in parallel, at most once per millisecond per node
+        asked (a thousand nodes: once a second), so a fleet's launchers cost the loop no more
+        than a few calls at a time."""
+        running = [n for n in self.refs if self._codes.get(n) is None]
+        now = time.monotonic()
+        if running and now >= self._asked + 0.001 * len(running):
+            self._asked = now
+            answered, failed = fan_out(running, lambda n: self.clients[n].job_status())
+            self._codes.update(answered)
+            if failed:
+                raise next(iter(failed.values()))
+        codes = [self._codes.get(n) for n in self.refs]
         if any(c is None for c in codes):
             return None
         return next((c for c in codes if c != 0), 0)
@@ -177,8 +233,9 @@ class Nodes:
 
     def start(self, controller: ProcRef) -> None:
         self.clients = self.clients or self.connect()
-        for client in self.clients.values():
-            self._ready(client)
+        _, failed = fan_out(list(self.clients), lambda n: self._ready(self.clients[n]))
+        if failed:  # the first node's in the nodes' order, as raised (a version mismatch is exit 2)
+            raise next(iter(failed.values()))
         self._beating.set()
         self._beater = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self._beater.start()
@@ -244,12 +301,19 @@ class Nodes:
         return []
 
     def _beat(self) -> None:
+        """Every agent once a ``heartbeat_s``, in parallel: asked one after the other, a
+        thousand agents over a wire took longer than the switch's deadline. A beat that takes
+        longer than the period starts the next at once."""
         while self._beating.is_set():
-            for client in list(self.clients.values()):
-                with contextlib.suppress(Exception):  # a missed beat is what the dead-man's switch is for
-                    client.beat()
+            began = time.monotonic()
+            fan_out(list(self.clients), self._beat_one)
             self.on_beat()
-            time.sleep(self.heartbeat_s)
+            time.sleep(max(0.0, self.heartbeat_s - (time.monotonic() - began)))
+
+    def _beat_one(self, node: str) -> None:
+        client = self.clients.get(node)
+        if client is not None:
+            client.beat()  # one that fails is a missed beat: what the dead-man's switch is for
 
     def on_beat(self) -> None:
         """Whatever else is kept alive by the heartbeat (a Ray cluster's lease)."""
@@ -257,27 +321,31 @@ class Nodes:
     def close(self) -> None:
         """Heal what is still active, collect the dead-man records, then release each agent.
         A node whose faults could not be healed is not disarmed: its switch heals them."""
-        for client in self.clients.values():
-            try:
-                left = client.active()
-                failed = [h for h in left if not heal_with_deadline(client.heal, h, self.heal_timeout).healed]
-                self.records += client.records()
-                if failed:
-                    self.note("heal.failed", {"node": client.node, "detail": "still active at close; "
-                                              "left to the agent's dead-man's switch",
-                                              "faults": [h.fault for h in failed]})
-                    continue
-            except Exception as exc:
-                self.note("heal.failed", {"node": client.node, "detail": f"agent unreachable at close: {exc}"})
-                continue
-            with contextlib.suppress(Exception):
-                client.disarm()
+        fan_out(list(self.clients), lambda n: self._close_one(self.clients[n]))
         self.flush()
         self._beating.clear()
         if self._beater is not None:
             self._beater.join(timeout=10)
         for client in self.clients.values():
             client.close()
+
+    def _close_one(self, client: AgentClient) -> None:
+        try:
+            left = client.active()
+            failed = [h for h in left if not heal_with_deadline(client.heal, h, self.heal_timeout).healed]
+            records = client.records()
+            with self._notes_lock:
+                self.records += records
+            if failed:
+                self.note("heal.failed", {"node": client.node, "detail": "still active at close; "
+                                          "left to the agent's dead-man's switch",
+                                          "faults": [h.fault for h in failed]})
+                return
+        except Exception as exc:
+            self.note("heal.failed", {"node": client.node, "detail": f"agent unreachable at close: {exc}"})
+            return
+        with contextlib.suppress(Exception):
+            client.disarm()
 
     # --- the job -------------------------------------------------------------------------
     def node_values(self) -> dict[str, dict[str, str]]:
@@ -432,6 +500,11 @@ class Nodes:
             raise DrillError(f"no agent on node {ref.node!r}")
         return self.clients[ref.node]
 
+    def route(self, fault: str, target: ProcRef) -> str:
+        """Which agent acts for a fault on a target: calls to one agent go one at a time
+        (:func:`per_node`), different agents' in parallel."""
+        return str(target.node)
+
     def plan(self, fault: str, target: ProcRef, params: dict) -> PlanStep:
         return self._client(target).plan(fault, target, params)
 
@@ -447,10 +520,5 @@ class Nodes:
     def active_by_node(self) -> dict[str, list[Handle] | Exception]:
         """Each node's active faults, or why its agent could not say: one dead agent does not
         hide the others'."""
-        out: dict[str, list[Handle] | Exception] = {}
-        for node, client in self.clients.items():
-            try:
-                out[node] = client.active()
-            except Exception as exc:
-                out[node] = exc
-        return out
+        held, failed = fan_out(list(self.clients), lambda n: self.clients[n].active())
+        return {node: held[node] if node in held else failed[node] for node in self.clients}

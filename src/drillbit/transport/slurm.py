@@ -323,6 +323,9 @@ class SlurmNodes(Nodes):
             return self.clients[SCHEDULER]
         return self._client(target)
 
+    def route(self, fault: str, target: ProcRef) -> str:
+        return SCHEDULER if is_scheduler_fault(fault) else super().route(fault, target)
+
     def plan(self, fault: str, target: ProcRef, params: dict) -> PlanStep:
         if is_scheduler_fault(fault):
             params = self._scheduler_params(params)

@@ -293,7 +293,8 @@ class Window:
         # it whatever its stamp says: a stamp of whole seconds (Megatron's) can put it up to 1 s earlier
         late = {e.seq for e in steps if Step.of(e).new_attempt and e.seq > confirmed.seq and e.t >= t0 - 1.0}
         before = [e for e in steps if e.t < t0 + settle and e.seq not in late]
-        after = [e for e in steps if (e.t >= t0 or e.seq in late) and e not in before]
+        taken = {e.seq for e in before}  # by seq: a list's `in` compared every event with every other
+        after = [e for e in steps if (e.t >= t0 or e.seq in late) and e.seq not in taken]
         injected = next((e.t for e in events if e.kind == "fault.inject" and e.t <= t0), t0)
         return cls(events=events, confirmed=confirmed, t0=t0, injected=injected, before=before, after=after, late=late)
 
@@ -841,10 +842,12 @@ def quiet_after_fault(history: History, m: Measurements) -> float | None:
     return max(b - a for a, b in zip(times, times[1:], strict=False))
 
 
-def recovered(history: History, until_steps: int) -> bool:
+def recovered(history: History, until_steps: int, m: Measurements | None = None) -> bool:
     """The observe phase's stop test: the job recovered from the fault (the straggler was
-    named, for a fail-slow fault) and made ``until_steps`` more steps. Pure."""
-    m = measure(history, poll=True)
+    named, for a fail-slow fault) and made ``until_steps`` more steps. Pure. ``m``: the
+    history's poll measurement, where the caller has it already (one per poll, not one per
+    question)."""
+    m = m if m is not None else measure(history, poll=True)
     if awaits_restore(m, history):
         return False
     done = m.time_to_straggler if m.expects == "slow" else m.time_to_first_step
@@ -867,9 +870,9 @@ def awaits_restore(m: Measurements, history: History) -> bool:
     return bool(after) and all(Step.of(e).n > m.step_at_fault for e in after)
 
 
-def awaiting(history: History, until_steps: int) -> str:
+def awaiting(history: History, until_steps: int, m: Measurements | None = None) -> str:
     """What the observe phase is waiting for, in words, for the live status line."""
-    m = measure(history, poll=True)
+    m = m if m is not None else measure(history, poll=True)
     if m.expects == "slow":
         return "the straggler to be named" if m.time_to_straggler is None else f"{until_steps} more steps"
     if m.time_to_detect is None:
