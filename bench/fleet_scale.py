@@ -361,7 +361,7 @@ def ingest(args: argparse.Namespace) -> dict[str, Any]:
     (tmp / "drill.yaml").write_text("reports_dir: reports\n" + PROFILE.format(
         nodes=n, ranks=8, pid=os.getpid(), start=0, dir=tmp / "job", deadman=10))
     config = load_config(find_config(str(tmp / "drill.yaml")))
-    hosts, agents = start_hosts(n, tmp)
+    hosts, agents = start_hosts(n, tmp, tail_poll=0.1)  # drillbit's own tail: the burst is read as it would be
     try:
         for host in agents:
             assert host.stdout is not None

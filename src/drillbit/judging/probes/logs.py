@@ -44,9 +44,9 @@ class LineReader:
     def hits(self, line: str) -> list[tuple[str, float | None, int | None, dict]]:
         """(kind, time from the line or None, rank, data) for each signal the line fires."""
         self.lines += 1
-        hits = self._match.match(line)
         if self._resets is not None and self._resets.match(line):
             self._last_step, self._reset = None, True
+        hits = self._match.match(line, repeat_of=self._last_step)
         if not hits and len(self.unmatched) < 5 and line.strip():
             self.unmatched.append(line[:200])
         out = []

@@ -69,10 +69,13 @@ class Matcher:
         if isinstance(data.get("path"), str) and os.path.isabs(data["path"]):
             data["path"] = entered(data["path"])
 
-    def match(self, line: str) -> list[tuple[str, float | None, dict]]:
+    def match(self, line: str, repeat_of: int | None = None) -> list[tuple[str, float | None, dict]]:
         """(kind, time from the line or None, data) for every signal the line matches. The
         data says where the time came from (t_source: line or read); a line whose time
-        cannot be read is kept, with the time it was read."""
+        cannot be read is kept, with the time it was read. ``repeat_of``: the step number
+        the reader saw last; a step line of that number again (the next rank's line of the
+        same step) is left out before its payload is checked, unless the line began a new
+        attempt (the reader drops it anyway; checking it was most of a node's parsing)."""
         hits: list[tuple[str, float | None, dict]] = []
         for sig, rx, lists in self._signals:
             if sig.kind == "error" and any(kind == "error" for kind, _, _ in hits):
@@ -85,6 +88,10 @@ class Matcher:
             data["t_source"] = "line" if t is not None else "read"
             if not _numbers(sig, data):
                 continue  # a group that should be a number is not: the line is not this signal
+            if (sig.kind == "step" and repeat_of is not None and data.get("n") == repeat_of
+                    and not any(kind in ("restart", "restore.begin", "restore") for kind, _, _ in hits)):
+                hits.append((sig.kind, t, {"n": repeat_of}))  # a step, unchecked: the reader drops it as the same
+                continue
             for name, item in lists.items():
                 if name in data:
                     data[name] = [_item(m) for m in item.finditer(data[name])]
