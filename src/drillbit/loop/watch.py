@@ -60,7 +60,11 @@ class Progress:
     def _on_event(self, event: Event) -> None:
         if event.kind == "step":
             last = self.steps[-1] if self.steps else None
-            if last is not None and Step.of(event).n > Step.of(last).n and event.t > last.t:
+            try:
+                grew = last is not None and Step.of(event).n > Step.of(last).n and event.t > last.t
+            except ValueError:  # a payload its kind does not have: recorded, then event.invalid (never a raise)
+                grew = False
+            if grew:
                 self._advances += 1
             self.steps.append(event)
 

@@ -50,19 +50,36 @@ def refuse_shared_network(fault: str, node_netns: bool | None, cluster_name: str
 FAN_OUT = 32  # agent calls in flight at once: a fleet's nodes are asked in parallel, never all at once
 
 
-def fan_out(items: list[str], fn: Callable[[str], Any], limit: int = FAN_OUT) -> tuple[dict[str, Any], dict[str, Exception]]:
+def fan_out(items: list[str], fn: Callable[[str], Any], limit: int = FAN_OUT,
+            stop: threading.Event | None = None) -> tuple[dict[str, Any], dict[str, Exception]]:
     """``fn(item)`` on every item, at most ``limit`` at a time (one item: on this thread): the
     results, and what each failed item raised, both in the items' order. A controller that
     asked a thousand agents one after the other waited a thousand round trips; one thread per
-    agent is a thousand threads."""
+    agent is a thousand threads. A BaseException here (the operator's Ctrl-C, raised in this
+    thread) sets ``stop``, makes no call not yet begun, and waits for the calls in flight
+    before it goes on: a fault one of them injects after it was raised would be missing from
+    the caller's handles, and could land after the heal's census."""
     results: dict[str, Any] = {}
     failed: dict[str, Exception] = {}
+    stopping = stop if stop is not None else threading.Event()
+    idle = threading.Condition()
+    busy = 0  # calls begun and not ended (counted here: a pool's own threads may be unknown to it
+    # when the stop lands in its submit, so its shutdown(wait=True) does not wait for them)
 
     def one(item: str) -> None:
+        nonlocal busy
+        with idle:
+            if stopping.is_set():
+                return
+            busy += 1
         try:
             results[item] = fn(item)
         except Exception as exc:  # noqa: BLE001 — each item's failure is that item's
             failed[item] = exc
+        finally:
+            with idle:
+                busy -= 1
+                idle.notify_all()
 
     if len(items) <= 1:
         for item in items:
@@ -73,7 +90,12 @@ def fan_out(items: list[str], fn: Callable[[str], Any], limit: int = FAN_OUT) ->
             for future in [pool.submit(one, item) for item in items]:
                 future.result()
         except BaseException:  # the operator's stop: the calls not yet made are not made
+            with idle:
+                stopping.set()
             pool.shutdown(wait=False, cancel_futures=True)
+            with idle:  # the ones in flight end (a second Ctrl-C leaves them)
+                while busy:
+                    idle.wait()
             raise
         pool.shutdown()
     return ({i: results[i] for i in items if i in results}, {i: failed[i] for i in items if i in failed})
@@ -96,16 +118,19 @@ def per_node(items: list[Any], node_of: Callable[[Any], str | None], fn: Callabl
         groups.setdefault(str(node_of(item)), []).append(i)
     out: list[Any] = [None] * len(items)
     errors: dict[int, Exception] = {}
+    stopped = threading.Event()  # the operator's stop: a node's next item is not begun
 
     def run(node: str) -> None:
         for i in groups[node]:
+            if stopped.is_set():
+                return
             try:
                 out[i] = fn(items[i])
             except Exception as exc:  # noqa: BLE001 — raised below, in the items' order
                 errors[i] = exc
                 return  # the rest of this node's items wait for the next call, as they would have
 
-    fan_out(list(groups), run)
+    fan_out(list(groups), run, stop=stopped)
     if errors:
         raise errors[min(errors)]
     return out

@@ -1,0 +1,114 @@
+"""Review of #60's fan-out (transport/nodes.py fan_out/per_node, the nemesis across nodes):
+what an operator's Ctrl-C in the middle of one leaves behind."""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any, Iterator
+
+import pytest
+from pydantic import BaseModel
+
+from drillbit.core.history import History
+from drillbit.core.proc import ProcRef
+from drillbit.faults.base import Handle, Plan, PlanStep
+from drillbit.loop.nemesis import Nemesis
+from drillbit.loop.runner import Interrupted
+from drillbit.transport.nodes import per_node
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[Any]:
+    """A function that delivers SIGINT-as-Interrupted to the main thread (as the controller's
+    own handler raises it there), from whichever thread calls it."""
+    main = threading.main_thread().ident
+    assert main is not None and threading.get_ident() == main
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        yield lambda: signal.pthread_kill(main, signal.SIGUSR1)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_ctrl_c_in_per_node_begins_no_further_item_of_a_node(ctrl_c) -> None:
+    calls: list[tuple[str, int]] = []
+
+    def fn(item: tuple[str, int]) -> tuple[str, int]:
+        calls.append(item)
+        if item == ("a", 0):
+            ctrl_c()
+            time.sleep(0.3)  # still in flight when the main thread is stopped
+        return item
+
+    with pytest.raises(Interrupted):
+        per_node([("a", 0), ("a", 1), ("a", 2), ("b", 0)], lambda it: it[0], fn)
+    time.sleep(0.5)  # a worker left running would call on here
+    assert ("a", 1) not in calls and ("a", 2) not in calls, calls
+
+
+class _Params(BaseModel):
+    x: int = 1
+
+
+class _Fault:
+    def plan(self, targets: list[ProcRef], params: Any) -> Plan:
+        return Plan(fault="fake", targets=targets, action="act", heal="undo")
+
+
+class _Nodes:
+    """Two nodes' agents; the first inject on node a is slow, and the operator's Ctrl-C
+    lands while it is in flight."""
+
+    def __init__(self, ctrl_c: Any) -> None:
+        self.ctrl_c = ctrl_c
+        self.injected: list[tuple[str | None, int]] = []
+        self._lock = threading.Lock()
+
+    def route(self, fault: str, target: ProcRef) -> str:
+        return str(target.node)
+
+    def plan(self, fault: str, target: ProcRef, params: dict) -> PlanStep:
+        return PlanStep(node=target.node, pid=target.pid, rank=target.rank, action="act")
+
+    def inject(self, fault: str, target: ProcRef, params: dict) -> Handle:
+        if (target.node, target.pid) == ("a", 1):
+            self.ctrl_c()
+            time.sleep(0.3)
+        with self._lock:
+            self.injected.append((target.node, target.pid))
+        return Handle(fault=fault, target=target, params=params)
+
+
+def test_a_ctrl_c_during_inject_keeps_every_handle_of_what_was_injected(ctrl_c) -> None:
+    nodes = _Nodes(ctrl_c)
+    history = History()
+    nemesis = Nemesis(nodes, "fake", _Fault(), _Params(), history)  # type: ignore[arg-type]
+    targets = [ProcRef(pid=1, start_time=1.0, rank=0, node="a"), ProcRef(pid=2, start_time=1.0, rank=1, node="a"),
+               ProcRef(pid=3, start_time=1.0, rank=2, node="b")]
+    with pytest.raises(Interrupted):
+        nemesis.inject(targets)
+    held = [(h.target.node, h.target.pid) for h in nemesis.handles]
+    recorded = [(e.node, e.data["pid"]) for e in history.of("fault.inject")]
+    time.sleep(0.5)  # nothing more is injected after the operator's stop
+    assert sorted(nodes.injected) == sorted(held) == sorted(recorded), (nodes.injected, held, recorded)
+    assert ("a", 2) not in nodes.injected
+
+
+def test_a_step_of_the_wrong_shape_is_recorded_and_marked_invalid_with_the_progress_view_listening() -> None:
+    """The progress view now reads each step as it is recorded, under the history's lock:
+    a payload its kind does not have must still be recorded and followed by event.invalid
+    (History.record never raises on it), not raise out of the probe that read it."""
+    from drillbit.loop.watch import Progress
+
+    history = History()
+    progress = Progress(history, lambda _delay: None)
+    history.record("probe:x", "step", t=1.0, n=1)
+    history.record("probe:x", "step", t=2.0, n="not a number")
+    history.record("probe:x", "step", t=3.0, n=2)
+    assert [e.kind for e in history] == ["step", "step", "event.invalid", "step"]
+    assert len(progress.steps) == 3
