@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import fleetsim  # noqa: E402
 
 PHASES = ["preflight+handshake", "handshake", "attach", "steady", "trigger", "discovery", "inject->confirmed",
-          "observe", "heal->verified", "teardown", "check", "report"]
+          "observe", "heal->verified", "teardown", "check", "report", "re-judge"]
 
 PROFILE = """
 clusters:
@@ -57,6 +57,13 @@ clusters:
     logs: agents
     deadman: {deadman}s
     description: {nodes} simulated nodes (bench/fleetsim.py)
+  ray-sim:
+    engine: ray
+    nodes: {nodes}
+    cpus_per_node: 1
+    logs: agents
+    deadman: {deadman}s
+    description: the embedded Ray cluster, {nodes} raylets, the simulated job's logs read by their agent actors
 jobs:
   fleet:
     description: {nodes} simulated nodes, {ranks} ranks each printing its own step lines
@@ -191,7 +198,8 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
     py = sys.executable
     job = subprocess.Popen([py, str(ROOT / "bench" / "fleetsim.py"), "job", "--nodes", str(n), "--dir", str(job_dir),
                             "--real", str(real), "--step-s", str(args.step_s)], stdin=subprocess.DEVNULL)
-    hosts, agents = start_hosts(n, tmp, args.tail_poll)
+    ray = args.engine == "ray"
+    hosts, agents = start_hosts(n, tmp, args.tail_poll) if not ray else ([], [])
     out: dict[str, Any] = {"nodes": n, "drill": args.drill, "ranks": n * 8, "real_ranks": n * real}
     try:
         wait_for(job_dir / "ready", 120 + n * 0.2, job)
@@ -216,7 +224,8 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
             sim.node_netns = False
             return sim
 
-        session.connect = connect
+        if not ray:  # engine ray: drillbit's own transport, the embedded cluster started by the drill
+            session.connect = connect
         timers = {"handshake": Timed(nodes_mod.Nodes.start), "discovery": Timed(nodes_mod.Nodes.find_ranks),
                   "check": Timed(runner_mod.check), "report": Timed(session.publish)}
         nodes_mod.Nodes.start = lambda self, c: timers["handshake"](self, c)  # type: ignore[method-assign]
@@ -235,7 +244,8 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
         session.publish = timers["report"]
         os.chdir(proj)
         ui = TimingUI()
-        resolved = session.resolve(str(proj / "drills" / f"{args.drill}.yaml"), cluster="sim", job="fleet",
+        resolved = session.resolve(str(proj / "drills" / f"{args.drill}.yaml"), cluster="ray-sim" if ray else "sim",
+                                   job="fleet",
                                    config_path=str(proj / "drill.yaml"))  # whatever DRILLBIT_CLUSTER says
         w0, c0 = time.monotonic(), time.process_time()
         payload, outcome = session.execute(resolved, reports_dir=str(proj / "reports"), ui=ui)
@@ -249,6 +259,13 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
         out["figures"] = {k: measured.get(k) for k in ("time_to_detect", "time_to_restart", "time_to_first_step",
                                                        "lost_steps", "restarts", "step_at_fault", "restored_step")}
         hist = outcome.history
+        # what drill report costs: the history read back from its file and judged from nothing
+        from drillbit.core.history import History
+        from drillbit.judging.checks import check as judge
+
+        w, c = time.monotonic(), time.process_time()
+        judge(resolved.spec, History.load(outcome.run_dir / "history.jsonl"))
+        out["phases"]["re-judge"] = {"wall": time.monotonic() - w, "cpu": time.process_time() - c}
         out["history_events"] = len(hist)
         out["history_bytes"] = (outcome.run_dir / "history.jsonl").stat().st_size
         recorded, dropped = dropped_steps(job_dir, hist)
@@ -551,6 +568,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="ingest: steps of backlog")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "fleet_scale"))
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--engine", default="sim", choices=["sim", "ray"],
+                    help="sim: agents in host processes over unix sockets; ray: the embedded Ray cluster, a raylet a node")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     if args.mode == "one":
@@ -571,7 +590,7 @@ def main() -> None:
         for n in sizes:
             runs = []
             for _ in range(args.repeats):
-                r = child(["one", "--nodes", str(n), "--drill", drill, "--step-s", str(args.step_s),
+                r = child(["one", "--nodes", str(n), "--drill", drill, "--step-s", str(args.step_s), "--engine", args.engine,
                            "--tail-poll", str(args.tail_poll),
                            *(["--tmp", args.tmp] if args.tmp else [])])
                 runs.append(r)

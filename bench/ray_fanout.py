@@ -4,8 +4,10 @@ Part 1: the same SIGSTOP fault (hang-collective) applied to a real sleeping proc
 confirmed, --runs times, by the in-process NodeAgent and by a NodeAgent actor on the
 embedded Ray cluster (2 nodes); prints the medians and their ratio.
 Part 2: the embedded cluster with --nodes simulated nodes (default 8) and --per-node target
-processes each (default 8: 64 in all); one fault applied to every target at once, then
-healed. Prints the median and p90 latency per target (inject call to confirmed effect, on
+processes each (default 8: 64 in all); one fault applied to every target, then healed, the
+way the nemesis fans out (transport.nodes.per_node: the nodes in parallel, each node's
+targets in order; a Ray agent actor takes one call at a time anyway), and, beside it, with a
+thread per target as before #60. Prints the median and p90 latency per target (inject call to confirmed effect, on
 the controller's clock), the wall time of the whole fan-out and of the heal, and the CPU
 time the controller spent. Repeated --rounds times; medians across rounds.
 
@@ -28,6 +30,7 @@ import psutil
 from drillbit.agent import NodeAgent
 from drillbit.agent.service import AgentService
 from drillbit.transport.inprocess import InProcessClient
+from drillbit.transport.nodes import per_node
 from drillbit.transport.ray import RayNodes
 from drillbit.core.proc import ProcRef
 from drillbit.spec.config import RankDiscovery
@@ -85,11 +88,12 @@ def single(executor: RayNodes, runs: int, tmp: Path) -> tuple[float, float, floa
     return statistics.median(here), statistics.median(through_api), statistics.median(ray)
 
 
-def fanout(executor: RayNodes, nodes: list[str], per_node: int) -> dict[str, float]:
-    procs = sleepers(len(nodes) * per_node)
+def fanout(executor: RayNodes, nodes: list[str], each: int, threads: bool = False) -> dict[str, float]:
+    per_node_n = each
+    procs = sleepers(len(nodes) * per_node_n)
     try:
         targets = [t for i, node in enumerate(nodes)
-                   for t in discovered(executor.clients[node], node, procs[i * per_node:(i + 1) * per_node])]
+                   for t in discovered(executor.clients[node], node, procs[i * per_node_n:(i + 1) * per_node_n])]
         me = psutil.Process()
         cpu0 = sum(me.cpu_times()[:2])
         t0 = time.perf_counter()
@@ -100,13 +104,19 @@ def fanout(executor: RayNodes, nodes: list[str], per_node: int) -> dict[str, flo
             assert evidence is not None
             return handle, time.perf_counter() - t0
 
-        with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-            done = list(pool.map(one, targets))
+        if threads:  # every target on a thread of its own, as this bench did before #60
+            with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+                done = list(pool.map(one, targets))
+        else:  # as the nemesis fans out: the nodes in parallel, each node's targets in order
+            done = per_node(targets, lambda t: t.node, one)
         wall = time.perf_counter() - t0
         assert all(psutil.Process(p.pid).status() == psutil.STATUS_STOPPED for p in procs)
         t1 = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-            reports = list(pool.map(lambda d: executor.heal(d[0]), done))
+        if threads:
+            with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+                reports = list(pool.map(lambda d: executor.heal(d[0]), done))
+        else:
+            reports = per_node([d[0] for d in done], lambda h: h.target.node, executor.heal)
         heal_wall = time.perf_counter() - t1
         cpu = sum(me.cpu_times()[:2]) - cpu0
         assert all(r.verified for r in reports)
@@ -150,6 +160,7 @@ def main() -> None:
         up = time.perf_counter() - t
         try:
             rounds = [fanout(big, list(big.clients), args.per_node) for _ in range(args.rounds)]
+            old = [fanout(big, list(big.clients), args.per_node, threads=True) for _ in range(args.rounds)]
         finally:
             big.close()
     m = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
@@ -159,6 +170,10 @@ def main() -> None:
     print(f"  latency per target  median {m['median'] * 1000:.1f} ms, p90 {m['p90'] * 1000:.1f} ms")
     print(f"  all {n} confirmed     {m['wall'] * 1000:.1f} ms;  all healed and verified {m['heal'] * 1000:.1f} ms")
     print(f"  controller CPU      {m['cpu'] * 1000:.0f} ms for inject + confirm + heal of {n} targets")
+    o = {k: statistics.median(r[k] for r in old) for k in old[0]}
+    print(f"  the same, a thread per target (before #60): median {o['median'] * 1000:.1f} ms, p90 "
+          f"{o['p90'] * 1000:.1f} ms, all confirmed {o['wall'] * 1000:.1f} ms, healed {o['heal'] * 1000:.1f} ms, "
+          f"CPU {o['cpu'] * 1000:.0f} ms")
 
 
 if __name__ == "__main__":

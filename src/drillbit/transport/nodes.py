@@ -50,7 +50,7 @@ def refuse_shared_network(fault: str, node_netns: bool | None, cluster_name: str
 FAN_OUT = 32  # agent calls in flight at once: a fleet's nodes are asked in parallel, never all at once
 
 
-def fan_out(items: list[str], fn: Callable[[str], Any], limit: int = FAN_OUT,
+def fan_out(items: list[str], fn: Callable[[str], Any], limit: int | None = None,
             stop: threading.Event | None = None) -> tuple[dict[str, Any], dict[str, Exception]]:
     """``fn(item)`` on every item, at most ``limit`` at a time (one item: on this thread): the
     results, and what each failed item raised, both in the items' order. A controller that
@@ -85,7 +85,7 @@ def fan_out(items: list[str], fn: Callable[[str], Any], limit: int = FAN_OUT,
         for item in items:
             one(item)
     else:
-        pool = ThreadPoolExecutor(max_workers=min(limit, len(items)), thread_name_prefix="fan-out")
+        pool = ThreadPoolExecutor(max_workers=min(limit or FAN_OUT, len(items)), thread_name_prefix="fan-out")
         try:
             for future in [pool.submit(one, item) for item in items]:
                 future.result()
