@@ -41,6 +41,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import psutil
 import contextlib
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,6 +244,9 @@ class FleetJob:
                      for i in range(self.n)]
         self.launchers: dict[int, subprocess.Popen] = {}
         self.rank_pids: dict[int, int] = {}  # global rank -> pid, the real ones
+        # every rank process ever started, by pid and start time, ended at exit whatever became of
+        # its launcher (a pid alone may have been reused by then)
+        self.every_pid: set[tuple[int, float]] = set()
         self.watch: dict[int, tuple[str, int]] = {}  # pidfd -> ("rank", rank) | ("node", i)
         self.poller = select.poll()
         self.attempt = 0
@@ -283,6 +288,8 @@ class FleetJob:
                     time.sleep(0.005)
                 pid = json.loads(pid_file.read_text())["pid"]
                 self.rank_pids[rank] = pid
+                with contextlib.suppress(psutil.Error):
+                    self.every_pid.add((pid, psutil.Process(pid).create_time()))
                 self._watch(pid, ("rank", rank))
 
     def write_step(self) -> None:
@@ -371,6 +378,11 @@ class FleetJob:
         finally:
             for i in list(self.launchers):
                 self.stop_node(i)
+            for pid, started in self.every_pid:  # a rank whose launcher was killed under it is init's child now
+                with contextlib.suppress(psutil.Error):
+                    proc = psutil.Process(pid)
+                    if proc.create_time() == started:
+                        proc.kill()
             (self.dir / "lines").write_text(str(self.lines))
 
 
