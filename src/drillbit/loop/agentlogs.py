@@ -10,7 +10,7 @@ from pathlib import Path
 
 from drillbit.core.history import History
 from drillbit.loop.bind import job_folder
-from drillbit.transport.nodes import Nodes, fan_out
+from drillbit.transport.nodes import Nodes, fan_out_or_raise
 from drillbit.judging.probes.poller import Poller
 from drillbit.judging.probes.preset import signals_of
 from drillbit.spec.config import JobProfile
@@ -45,10 +45,8 @@ class AgentLogProbe(Poller):
         self._due: dict[str, float] = {}  # when the thread asks each node next
 
     def start(self) -> None:
-        _, failed = fan_out(list(self._assigned), lambda node: self._nodes.clients[node].tail_start(
+        fan_out_or_raise(list(self._assigned), lambda node: self._nodes.clients[node].tail_start(
             self._assigned[node], self._signals, base=self._base))
-        if failed:
-            raise next(iter(failed.values()))
         super().start()
 
     def _poll_step(self) -> None:
@@ -64,9 +62,7 @@ class AgentLogProbe(Poller):
         with self._lock:
             now = time.monotonic()
             due = [n for n in self._assigned if not idle_backoff or self._due.get(n, 0.0) <= now]
-            _, failed = fan_out(due, lambda node: self._fetch(node, final))
-            if failed:
-                raise next(iter(failed.values()))
+            fan_out_or_raise(due, lambda node: self._fetch(node, final))
 
     def _fetch(self, node: str, final: bool) -> None:
         client = self._nodes.clients[node]

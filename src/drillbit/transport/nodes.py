@@ -101,6 +101,15 @@ def fan_out(items: list[str], fn: Callable[[str], Any], limit: int | None = None
     return ({i: results[i] for i in items if i in results}, {i: failed[i] for i in items if i in failed})
 
 
+def fan_out_or_raise(items: list[str], fn: Callable[[str], Any]) -> dict[str, Any]:
+    """:func:`fan_out`, then the first failure in the items' order raised as it was (its type
+    kept: a version mismatch is still exit 2) once every item is done; else the results."""
+    results, failed = fan_out(items, fn)
+    if failed:
+        raise next(iter(failed.values()))
+    return results
+
+
 def each_node(nodes: list[str], fn: Callable[[str], Any]) -> tuple[dict[str, Any], list[str]]:
     """``fn(node)`` on every node, in parallel (:func:`fan_out`): the results by node, and the
     errors."""
@@ -168,7 +177,7 @@ class NodeJobs:
         if running and now >= self._asked + 0.001 * len(running):
             self._asked = now
             answered, failed = fan_out(running, lambda n: self.clients[n].job_status())
-            self._codes.update(answered)
+            self._codes.update(answered)  # what was answered is kept, whichever node failed
             if failed:
                 raise next(iter(failed.values()))
         codes = [self._codes.get(n) for n in self.refs]
@@ -258,9 +267,7 @@ class Nodes:
 
     def start(self, controller: ProcRef) -> None:
         self.clients = self.clients or self.connect()
-        _, failed = fan_out(list(self.clients), lambda n: self._ready(self.clients[n]))
-        if failed:  # the first node's in the nodes' order, as raised (a version mismatch is exit 2)
-            raise next(iter(failed.values()))
+        fan_out_or_raise(list(self.clients), lambda n: self._ready(self.clients[n]))
         self._beating.set()
         self._beater = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self._beater.start()

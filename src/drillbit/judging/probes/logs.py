@@ -13,13 +13,11 @@ from pathlib import Path
 
 from drillbit.core.history import History
 from drillbit.judging.probes.poller import Poller
-from drillbit.judging.probes.preset import Matcher, matcher
+from drillbit.judging.probes.preset import NEW_ATTEMPT, Matcher, matcher
 from drillbit.spec.signals import Signal
 from drillbit.judging.probes.tail import FileSet
 
 
-# a line of these kinds begins a new attempt: the same step number after it is a step again
-NEW_ATTEMPT = ("restart", "restore.begin", "restore")
 
 
 class LineReader:

@@ -49,6 +49,10 @@ class Preset(Strict):
         return self.signals + [e.signal(self.name) for e in self.errors]
 
 
+# a line of these kinds begins a new attempt: the same step number after it is a step again
+NEW_ATTEMPT = ("restart", "restore.begin", "restore")
+
+
 class Matcher:
     """Compiled signals of one or more presets; turns a line into (kind, t, data)."""
 
@@ -89,7 +93,7 @@ class Matcher:
             if not _numbers(sig, data):
                 continue  # a group that should be a number is not: the line is not this signal
             if (sig.kind == "step" and repeat_of is not None and data.get("n") == repeat_of
-                    and not any(kind in ("restart", "restore.begin", "restore") for kind, _, _ in hits)):
+                    and not any(kind in NEW_ATTEMPT for kind, _, _ in hits)):
                 hits.append((sig.kind, t, {"n": repeat_of}))  # a step, unchecked: the reader drops it as the same
                 continue
             for name, item in lists.items():
