@@ -154,7 +154,8 @@ def dropped_steps(job_dir: Path, history: Any) -> tuple[int, int]:
     """(step events recorded, steps dropped). A node's 8 ranks print each step in a row, which
     its tail reads as one step (drillbit's LineReader: the same step number again is no new
     step), so each node's recorded step numbers, in order, must be its log's own step numbers
-    with the repeats taken out; a step the file has before the last one recorded and the
+    with the repeats taken out (a restart or restore line between two equal steps makes them
+    two, as it does for LineReader); a step the file has before the last one recorded and the
     history lacks was dropped."""
     import re
 
@@ -167,10 +168,15 @@ def dropped_steps(job_dir: Path, history: Any) -> tuple[int, int]:
     for node, seen in by_node.items():
         steps: list[int] = []
         with open(job_dir / "logs" / f"{node}.log") as fh:
+            last = None
             for line in fh:
+                if line.startswith(("restarting ", "restored ")):
+                    last = None  # the restored step printed again is the new attempt's first, as LineReader reads it
+                    continue
                 m = step.match(line)
-                if m and (not steps or steps[-1] != int(m.group(1))):
-                    steps.append(int(m.group(1)))
+                if m and last != int(m.group(1)):
+                    last = int(m.group(1))
+                    steps.append(last)
                     if len(steps) > len(seen) + 1000:
                         break
         recorded += len(seen)
@@ -592,7 +598,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 r = child(["one", "--nodes", str(n), "--drill", drill, "--step-s", str(args.step_s), "--engine", args.engine,
                            "--tail-poll", str(args.tail_poll),
-                           *(["--tmp", args.tmp] if args.tmp else [])])
+                           *(["--tmp", args.tmp] if args.tmp else []), *(["--keep"] if args.keep else [])])
                 runs.append(r)
                 results["raw"].append({"drill": drill, **r})
                 print(f"{drill} {n} nodes: " + (r.get("error") or f"{r['verdict']} in {r['total']['wall']:.1f} s, "
