@@ -112,3 +112,46 @@ def test_a_step_of_the_wrong_shape_is_recorded_and_marked_invalid_with_the_progr
     history.record("probe:x", "step", t=3.0, n=2)
     assert [e.kind for e in history] == ["step", "step", "event.invalid", "step"]
     assert len(progress.steps) == 3
+
+
+@pytest.mark.parametrize(("deadman", "period"), [(5.0, 1.25), (2.5, 1.0), (10.0, 2.5), (60.0, 5.0), (0.0, 1.0),
+                                                 (-3.0, 1.0), (float("inf"), 5.0), (float("nan"), 1.0)])
+def test_the_heartbeat_is_a_quarter_of_the_deadman_between_one_and_five_seconds(deadman: float, period: float) -> None:
+    from drillbit.spec.config import heartbeat_period
+
+    assert heartbeat_period(deadman) == period
+
+
+def test_the_controller_beats_every_agent_at_the_period_its_deadman_sets(monkeypatch) -> None:
+    """One beat goes to every agent, then the beater waits out the rest of the period a 10 s
+    dead-man's deadline sets (2.5 s), not a fixed second."""
+    from pathlib import Path
+
+    from drillbit.transport import nodes as nodes_mod
+
+    class Client:
+        def __init__(self) -> None:
+            self.beats = 0
+
+        def beat(self) -> None:
+            self.beats += 1
+
+    fleet = nodes_mod.Nodes(Path("/nonexistent"), "c", deadman_s=10.0)
+    fleet.clients = {f"n{i}": Client() for i in range(40)}  # type: ignore[misc]
+    slept: list[float] = []
+
+    class Clock:  # the module's clock stands still: the wait is the whole period
+        @staticmethod
+        def monotonic() -> float:
+            return 100.0
+
+        @staticmethod
+        def sleep(s: float) -> None:
+            slept.append(s)
+            fleet._beating.clear()
+
+    monkeypatch.setattr(nodes_mod, "time", Clock)
+    fleet._beating.set()
+    fleet._beat()
+    assert all(c.beats == 1 for c in fleet.clients.values())  # type: ignore[attr-defined]
+    assert slept == [2.5]

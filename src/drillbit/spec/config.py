@@ -22,7 +22,16 @@ from drillbit.spec.signals import Signal
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-HEARTBEAT_S = 1.0  # the controller heartbeats every agent this often (drillbit.transport.nodes)
+HEARTBEAT_S = 1.0  # the controller heartbeats every agent at least this far apart (drillbit.transport.nodes)
+HEARTBEAT_MAX_S = 5.0  # and at most this far: a Ray cluster's lease (15 s) is renewed with the beat
+
+
+def heartbeat_period(deadman_s: float) -> float:
+    """How often the controller beats every agent: a quarter of the dead-man's deadline, so
+    three beats in a row can be lost before a switch trips, between HEARTBEAT_S and
+    HEARTBEAT_MAX_S. Each beat is one call per node: a 1,024-node fleet with a 10 s deadline
+    is beaten every 2.5 s, not every second (docs/fleet-scale.md)."""
+    return max(HEARTBEAT_S, min(deadman_s / 4, HEARTBEAT_MAX_S))
 
 
 def _regex(name: str, value: str | None) -> None:
@@ -81,7 +90,8 @@ class _Cluster(Strict):
                             "(no shared filesystem needed), or by the controller from its own filesystem; auto: "
                             "agents for ssh and for a running Ray cluster, the controller for local ones")
     # dead-man's switch
-    deadman: Duration = Field(5.0, description="an agent that hears no heartbeat this long heals on its own")
+    deadman: Duration = Field(5.0, description="an agent that hears no heartbeat this long heals on its own; "
+                                               "the controller beats every agent a quarter of this apart (1 s to 5 s)")
     job_grace: Span = Field(30.0, description="after healing on its own, how long an agent lets the job "
                                                   "run before stopping it")
     allowed_hosts: list[str] | None = Field(

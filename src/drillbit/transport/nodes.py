@@ -28,7 +28,7 @@ from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
 from drillbit.core.lease import Lease
 from drillbit.core.proc import ProcRef
 from drillbit.core.pystacks import RankStack
-from drillbit.spec.config import HEARTBEAT_S, JobProfile, RankDiscovery
+from drillbit.spec.config import JobProfile, RankDiscovery, heartbeat_period
 from drillbit.spec.placeholders import expand
 from drillbit.transport.client import AgentClient
 import contextlib
@@ -207,7 +207,7 @@ class Nodes:
     # agent finds out at inject, and refuses a rank in its own namespace); set by
     # transport.connect from the cluster's config (transport.node_netns), the one place it is known
     node_netns: bool | None = None
-    heartbeat_s = HEARTBEAT_S
+    heartbeat_s: float | None = None  # the beat's period; None: heartbeat_period(deadman_s)
     heal_timeout = 60.0  # per fault, when close() finds one still active
 
     def __init__(self, run_dir: Path, cluster_name: str, *, deadman_s: float = 5.0, job_grace_s: float = 30.0) -> None:
@@ -333,14 +333,15 @@ class Nodes:
         return []
 
     def _beat(self) -> None:
-        """Every agent once a ``heartbeat_s``, in parallel: asked one after the other, a
-        thousand agents over a wire took longer than the switch's deadline. A beat that takes
-        longer than the period starts the next at once."""
+        """Every agent once a period (a quarter of the dead-man's deadline, 1 to 5 s), in
+        parallel: asked one after the other, a thousand agents over a wire took longer than the
+        switch's deadline. A beat that takes longer than the period starts the next at once."""
+        period = self.heartbeat_s or heartbeat_period(self.deadman_s)
         while self._beating.is_set():
             began = time.monotonic()
             fan_out(list(self.clients), self._beat_one)
             self.on_beat()
-            time.sleep(max(0.0, self.heartbeat_s - (time.monotonic() - began)))
+            time.sleep(max(0.0, period - (time.monotonic() - began)))
 
     def _beat_one(self, node: str) -> None:
         client = self.clients.get(node)
