@@ -203,7 +203,8 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
     (proj / "drills").mkdir(parents=True)
     py = sys.executable
     job = subprocess.Popen([py, str(ROOT / "bench" / "fleetsim.py"), "job", "--nodes", str(n), "--dir", str(job_dir),
-                            "--real", str(real), "--step-s", str(args.step_s)], stdin=subprocess.DEVNULL)
+                            "--real", str(real), "--step-s", str(args.step_s), "--monitor-s", str(args.monitor_s)],
+                           stdin=subprocess.DEVNULL)
     ray = args.engine == "ray"
     hosts, agents = start_hosts(n, tmp, args.tail_poll) if not ray else ([], [])
     out: dict[str, Any] = {"nodes": n, "drill": args.drill, "ranks": n * 8, "real_ranks": n * real}
@@ -571,6 +572,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--step-s", type=float, default=2.0, help="the simulated job's step time")
     ap.add_argument("--tail-poll", type=float, default=0.5, help="each simulated agent's log reads, seconds apart")
+    ap.add_argument("--monitor-s", type=float, default=2.0,
+                    help="the simulated job's monitor window: deaths this close to the first are one restart")
     ap.add_argument("--steps", type=int, default=20, help="ingest: steps of backlog")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "fleet_scale"))
     ap.add_argument("--tmp", default=None)
@@ -597,7 +600,7 @@ def main() -> None:
             runs = []
             for _ in range(args.repeats):
                 r = child(["one", "--nodes", str(n), "--drill", drill, "--step-s", str(args.step_s), "--engine", args.engine,
-                           "--tail-poll", str(args.tail_poll),
+                           "--tail-poll", str(args.tail_poll), "--monitor-s", str(args.monitor_s),
                            *(["--tmp", args.tmp] if args.tmp else []), *(["--keep"] if args.keep else [])])
                 runs.append(r)
                 results["raw"].append({"drill": drill, **r})
