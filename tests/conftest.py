@@ -46,10 +46,23 @@ def pytest_collection_finish(session):
                                 "one after another on one worker, handing on their hold (alone_or_together)")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--extended", action="store_true", default=bool(os.environ.get("DRILLBIT_TESTS_EXTENDED")),
+                     help="also run the extended tier (tests marked extended: variants and measurements whose "
+                          "path a test of the CI tier already drives; nightly, not in .ci/run's default)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Longest first, each xdist group as one, the alone tests last (tests/durations.py); with
+    """The extended tier left out unless asked for (--extended, or DRILLBIT_TESTS_EXTENDED=1);
+    then longest first, each xdist group as one, the alone tests last (tests/durations.py); with
     ``--no-loadscope-reorder`` pytest-xdist sends the work in this order."""
     from tests.durations import order
+
+    if not config.getoption("extended"):
+        extended = [i for i in items if i.get_closest_marker("extended") is not None]
+        if extended:
+            config.hook.pytest_deselected(items=extended)
+            items[:] = [i for i in items if i.get_closest_marker("extended") is None]
 
     def group(item: pytest.Item) -> str | None:
         mark = item.get_closest_marker("xdist_group")

@@ -104,7 +104,9 @@ def test_kill_rank_fails_naming_what_started_over_when_only_the_weights_come_bac
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("job", ["hf", "lightning"])
+# Lightning's is the extended tier's: its layout's choice of last.ckpt is unit-tested
+# (test_layouts_and_presets.py), and the Trainer's drills the same path
+@pytest.mark.parametrize("job", ["hf", pytest.param("lightning", marks=pytest.mark.extended)])
 def test_corrupt_checkpoint_on_the_framework_layout_heals_byte_for_byte(job, tmp_path):
     # the spec's own window: this drill FAILs on what the restart loaded, not on a stall, so a
     # restart that comes late costs nothing to wait for. Lightning 2.6's SIGTERM handler

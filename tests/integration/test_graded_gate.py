@@ -42,8 +42,8 @@ fault:
   params: {period_ms: 100}
   trigger: {at_step: 20}
 steady: {warmup_steps: 3}
-observe: {until_steps_after_recovery: 3, window: 15s}
-grade: {param: slowdown, levels: [10%], repeats: 2, gap: 8s}
+observe: {until_steps_after_recovery: 3, window: 10s}
+grade: {param: slowdown, levels: [10%], repeats: 2, gap: 5s}
 slo:
   reach: {at_most: 10%, false_blames_per_10k_steps: 0}
 abort: {max_duration: 4m}

@@ -350,6 +350,7 @@ def test_a_heal_over_the_network_the_hostname_names_crawls_and_over_gloos_steps_
     assert all(h["verified"] for h in slow["fault"]["heals"] + fixed["fault"]["heals"])
 
 
+@pytest.mark.extended  # a measurement beside torchft's (docs/measured.md); the gate's pass and fail are above
 def test_checkpoint_restart_of_the_same_weight_is_measured_beside_torchfts_heal(tmp_path):
     """slow-recovery-network's other way back: the reference job with the same 24 MiB of state
     as the torchft jobs above, on the same cluster with its 8 Mbit/s frontend, its node-1 rank

@@ -245,6 +245,9 @@ def trl_project(tmp_path: Path, venv: Path) -> Path:
         "one of trl sft's two ranks dies; accelerate's torchrun launcher restarts both")
 
 
+# the extended tier's: LitGPT is the CI tier's program from PyPI (its own virtual environment, a
+# pass and a fail); TRL's environment and two Trainer ranks are some 70 CPU-s
+@pytest.mark.extended
 @pytest.mark.parametrize("fault", ["kill-rank"])  # corrupt-checkpoint ends the same way (LitGPT drills it)
 def test_trl_sft_fails_as_its_restart_starts_over(tmp_path, trl, fault):
     """`trl sft` has no way to say "resume from the newest checkpoint if there is one": its

@@ -1,7 +1,7 @@
 """The second real recovery stack: the reference job on Ray Train (TorchTrainer, CPU,
 gloo, FailureConfig) on the embedded Ray cluster, found through pid files. kill-rank and
 stall-nccl pass with the failure budget and the collective timeout in place, and fail
-without them."""
+without them (stall-nccl in the extended tier)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,12 +36,16 @@ def test_kill_rank_fails_ray_train_without_a_failure_budget(tmp_path):
     assert result["verdict"] == "fail"
 
 
+# the stall pair is the extended tier's: the collective timeout's gate is drilled in the CI tier on
+# the reference job (test_reference_drills.py) and on two Ray nodes (test_ray.py)
+@pytest.mark.extended
 def test_stall_nccl_on_ray_train_caught_by_the_collective_timeout(tmp_path):
     result = run("stall-nccl-raytrain", "raytrain", tmp_path)
     assert result["verdict"] == "pass", result["reasons"]
     assert all(h["verified"] for h in result["fault"]["heals"])  # resumed, or killed by Ray Train with its group
 
 
+@pytest.mark.extended
 def test_stall_nccl_missed_by_ray_train_with_the_default_timeout(tmp_path):
     result = run("stall-nccl-fast", "raytrain-notimeout", tmp_path, window=15)
     assert result["verdict"] == "fail"

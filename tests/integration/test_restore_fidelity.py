@@ -25,7 +25,12 @@ JOBS = {"reference": ("pass", None, None),
         "reference-nodata": ("fail", "data position", "the data loader started over")}
 
 
-@pytest.mark.parametrize("job", sorted(JOBS))
+# the learning rate's and the data position's parts are the extended tier's: the healthy
+# restore and the weights left out are the gate's pass and fail; tests/unit/test_fidelity.py
+# judges every part on histories of these shapes
+@pytest.mark.parametrize("job", [pytest.param(j, marks=[pytest.mark.extended] if j in ("reference-nooptim",
+                                                                                       "reference-nodata") else [])
+                                 for j in sorted(JOBS)])
 def test_restore_fidelity_names_what_the_restart_left_out(tmp_path: Path, job, monkeypatch):
     if JOBS[job][1] in (None, "loss"):
         monkeypatch.delenv("DRILLBIT_REFERENCE_NPROC", raising=False)  # the catalogue's 4 ranks
