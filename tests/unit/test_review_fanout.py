@@ -155,3 +155,40 @@ def test_the_controller_beats_every_agent_at_the_period_its_deadman_sets(monkeyp
     fleet._beat()
     assert all(c.beats == 1 for c in fleet.clients.values())  # type: ignore[attr-defined]
     assert slept == [2.5]
+
+
+def test_each_nodes_stacks_are_dumped_in_parallel_and_a_failing_agent_names_its_own_ranks() -> None:
+    """Stacks of a job stuck on many nodes: every agent is asked at once (a thousand py-spy
+    runs in a row took minutes), each rank's dump comes back in rank order, and a node whose
+    agent fails gives its own ranks a failed dump that says why, the others untouched."""
+    from pathlib import Path
+
+    from drillbit.core.pystacks import RankStack
+    from drillbit.transport.nodes import Nodes
+
+    inside = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    class Client:
+        def __init__(self, node: str) -> None:
+            self.node = node
+
+        def stacks(self, refs: list[ProcRef]) -> list[RankStack]:
+            with lock:
+                inside["now"] += 1
+                inside["most"] = max(inside["most"], inside["now"])
+            time.sleep(0.2)
+            with lock:
+                inside["now"] -= 1
+            if self.node == "n3":
+                raise ConnectionError("agent gone")
+            return [RankStack(node=self.node, pid=r.pid, rank=r.rank, ok=True) for r in refs]
+
+    fleet = Nodes(Path("/nonexistent"), "c")
+    fleet.clients = {f"n{i}": Client(f"n{i}") for i in range(6)}  # type: ignore[misc]
+    ranks = [ProcRef(pid=1000 + r, start_time=1.0, rank=r, node=f"n{r // 2}") for r in reversed(range(12))]
+    out = fleet.stacks(ranks)
+    assert [s.rank for s in out] == list(range(12))
+    assert [s.rank for s in out if not s.ok] == [6, 7]
+    assert all("agent on n3: agent gone" in s.error for s in out if not s.ok)
+    assert inside["most"] > 1  # asked side by side, not one after the other

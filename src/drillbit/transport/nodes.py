@@ -417,16 +417,18 @@ class Nodes:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         per_node = self.launched_values = self.node_values()
         outputs = self.launch_outputs(profile)
-        refs, contained = {}, {}
-        for node, out in outputs.items():
+
+        def launch_on(node: str) -> Any:
             values = with_python(spec, per_node[node])
             argv = self.wrap(node, [expand(a, values) for a in spec.command])
-            launched = self.clients[node].launch(
+            return self.clients[node].launch(
                 argv, {**self.node_env(node), **self._env(profile, values)},
-                expand(spec.cwd, values) if spec.cwd else None, out, spec.stop_timeout)
-            refs[node] = launched.proc
-            if launched.contained is not None:
-                contained[node] = launched.contained
+                expand(spec.cwd, values) if spec.cwd else None, outputs[node], spec.stop_timeout)
+
+        # one launcher a node, the nodes in parallel (a thousand launches in a row were a thousand round trips)
+        launched = fan_out_or_raise(list(outputs), launch_on)
+        refs = {node: launched[node].proc for node in outputs}
+        contained = {node: launched[node].contained for node in outputs if launched[node].contained is not None}
         jobs = NodeJobs({n: self.clients[n] for n in outputs}, refs, spec.stop_timeout)
         jobs.contained = contained
         return jobs
@@ -519,13 +521,12 @@ class Nodes:
         by_node: dict[str, list[ProcRef]] = {}
         for r in ranks:
             by_node.setdefault(r.node or "", []).append(r)
-        out: list[RankStack] = []
-        for node, refs in by_node.items():
-            try:
-                out += self.clients[node].stacks(refs)
-            except Exception as exc:  # noqa: BLE001 — one node's failure is that node's dumps' reason
-                out += [RankStack(node=node, pid=r.pid, rank=r.rank, ok=False, error=f"agent on {node}: {exc}")
-                        for r in refs]
+        # the nodes in parallel: a job stuck on a thousand nodes was a thousand py-spy runs in a row
+        dumped, failed = fan_out(list(by_node), lambda node: self.clients[node].stacks(by_node[node]))
+        out: list[RankStack] = [s for stacks in dumped.values() for s in stacks]
+        for node, exc in failed.items():  # one node's failure is that node's dumps' reason
+            out += [RankStack(node=node, pid=r.pid, rank=r.rank, ok=False, error=f"agent on {node}: {exc}")
+                    for r in by_node[node]]
         return sorted(out, key=lambda s: (s.rank is None, s.rank or 0, s.pid))
 
     def _client(self, ref: ProcRef) -> AgentClient:
