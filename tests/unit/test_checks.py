@@ -506,3 +506,30 @@ def test_an_event_recorded_wrong_is_still_read_for_the_verdict_it_decides():
     assert result.verdict == "fail"
     assert "fault left in place: kill-rank on node ?: stuck" in result.reasons, result.reasons
     assert any(r.startswith("drillbit recorded 1 event(s) it cannot read: heal.failed") for r in result.reasons)
+
+
+def test_the_check_leaves_nothing_frozen_from_the_collector_on_a_verdict_or_a_checker_error(monkeypatch):
+    """check() freezes what was alive before it (the history) out of the collector's walks
+    while it judges; afterwards nothing stays frozen, whether it judged or a checker raised."""
+    import gc
+
+    from drillbit.judging import checks
+
+    seen: list[int] = []
+    real = checks.measure
+
+    def spying(history):
+        seen.append(gc.get_freeze_count())
+        return real(history)
+
+    monkeypatch.setattr(checks, "measure", spying)
+    assert check(spec(), kill_pass_history()).verdict == "pass"
+    assert seen[0] > 0 and gc.get_freeze_count() == 0
+
+    def broken(history):
+        raise ZeroDivisionError("a checker bug")
+
+    monkeypatch.setattr(checks, "measure", broken)
+    result = check(spec(), kill_pass_history())
+    assert result.verdict == "inconclusive" and "ZeroDivisionError" in result.reasons[0]
+    assert gc.get_freeze_count() == 0

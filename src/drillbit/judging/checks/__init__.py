@@ -5,6 +5,8 @@ A checker that throws yields ``inconclusive`` with the error as its reason, neve
 """
 from __future__ import annotations
 
+import gc
+
 from pydantic import BaseModel
 
 from drillbit.judging.checks.goodput import Ledger, ledger
@@ -33,7 +35,21 @@ class CheckResult(BaseModel):
 def check(spec: DrillSpec, history: History, *, baseline: Baseline | None = None,
           scenarios: dict[str, Scenario] | None = None) -> CheckResult:
     """Judge one run. ``baseline``: the last passing runs' measurements (for regression
-    SLOs, judging/checks/baseline.py); ``scenarios``: the fleet scenarios the spec names, already loaded."""
+    SLOs, judging/checks/baseline.py); ``scenarios``: the fleet scenarios the spec names, already loaded.
+
+    The objects alive before the check (the history's events above all) are frozen out of the
+    garbage collector's reach while it runs: a history of 67,040 events from 256 simulated nodes
+    was judged in 0.86-1.01 CPU-s frozen against 1.27-1.37 with every collection walking it
+    (docs/fleet-scale.md). What the check itself leaves is still collected."""
+    gc.freeze()
+    try:
+        return _check(spec, history, baseline, scenarios)
+    finally:
+        gc.unfreeze()
+
+
+def _check(spec: DrillSpec, history: History, baseline: Baseline | None,
+           scenarios: dict[str, Scenario] | None) -> CheckResult:
     try:
         scenarios = scenarios or {}
         m = measure(history)
