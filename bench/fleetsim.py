@@ -234,6 +234,8 @@ def sim_nodes_class() -> Any:
 class FleetJob:
     def __init__(self, args: argparse.Namespace) -> None:
         self.n, self.ranks, self.real = args.nodes, args.ranks, args.real
+        if not 1 <= args.real <= args.ranks:
+            raise SystemExit(f"--real {args.real}: between 1 and --ranks ({args.ranks}), the ranks a node has")
         self.step_s, self.ckpt_every, self.restart_s = args.step_s, args.ckpt_every, args.restart_s
         self.monitor_s = args.monitor_s
         self.dir = Path(args.dir)
