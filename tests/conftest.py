@@ -47,7 +47,8 @@ def pytest_collection_finish(session):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--extended", action="store_true", default=bool(os.environ.get("DRILLBIT_TESTS_EXTENDED")),
+    parser.addoption("--extended", action="store_true",
+                     default=os.environ.get("DRILLBIT_TESTS_EXTENDED", "").strip().lower() in ("1", "true", "yes", "on"),
                      help="also run the extended tier (tests marked extended: variants and measurements whose "
                           "path a test of the CI tier already drives; nightly, not in .ci/run's default)")
 

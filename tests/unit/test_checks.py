@@ -533,3 +533,41 @@ def test_the_check_leaves_nothing_frozen_from_the_collector_on_a_verdict_or_a_ch
     result = check(spec(), kill_pass_history())
     assert result.verdict == "inconclusive" and "ZeroDivisionError" in result.reasons[0]
     assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_its_own_objects_keeps_them_frozen_and_two_checks_share_one_freeze(monkeypatch):
+    import gc
+    import threading
+    import time
+
+    from drillbit.judging import checks
+
+    mine = [object() for _ in range(100)]
+    gc.freeze()
+    try:
+        assert gc.get_freeze_count() > 0
+        check(spec(), kill_pass_history())
+        assert gc.get_freeze_count() > 0  # the caller's own freeze is not thawed (thawed, it would be 0)
+    finally:
+        gc.unfreeze()
+    del mine
+    # two checks at once: the first to end does not thaw the other's history under it
+    inside = threading.Barrier(2)
+    counts: list[int] = []
+    real = checks.measure
+
+    def waiting(history):
+        inside.wait(timeout=10)  # both are inside the freeze
+        result = real(history)
+        if threading.current_thread().name == "late":
+            time.sleep(0.2)  # the other one has ended by now
+            counts.append(gc.get_freeze_count())
+        return result
+
+    monkeypatch.setattr(checks, "measure", waiting)
+    threads = [threading.Thread(target=check, args=(spec(), kill_pass_history()), name=n) for n in ("early", "late")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert counts and counts[0] > 0 and gc.get_freeze_count() == 0

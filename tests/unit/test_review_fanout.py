@@ -145,16 +145,47 @@ def test_the_controller_beats_every_agent_at_the_period_its_deadman_sets(monkeyp
         def monotonic() -> float:
             return 100.0
 
+    class Woken:  # what close() sets; the beater waits on it
         @staticmethod
-        def sleep(s: float) -> None:
+        def wait(s: float) -> bool:
             slept.append(s)
             fleet._beating.clear()
+            return False
 
     monkeypatch.setattr(nodes_mod, "time", Clock)
+    fleet._beat_woken = Woken()  # type: ignore[assignment]
     fleet._beating.set()
     fleet._beat()
     assert all(c.beats == 1 for c in fleet.clients.values())  # type: ignore[attr-defined]
     assert slept == [2.5]
+
+
+def test_a_ray_clusters_lease_is_renewed_at_least_three_times_a_ttl() -> None:
+    """The lease is renewed with the beat: a short lease_ttl shortens the beat below the
+    deadman's quarter."""
+    from pathlib import Path
+
+    from drillbit.transport.ray import RayNodes
+
+    assert RayNodes(Path("/nonexistent"), "c", address=None, nodes=2, deadman_s=24.0, lease_ttl=4.0).beat_period() == 4.0 / 3
+    assert RayNodes(Path("/nonexistent"), "c", address=None, nodes=2, deadman_s=24.0).beat_period() == 5.0
+    assert RayNodes(Path("/nonexistent"), "c", address=None, nodes=2, deadman_s=5.0).beat_period() == 1.25
+
+
+def test_close_wakes_the_beater_at_once_whatever_its_period() -> None:
+    from pathlib import Path
+
+    from drillbit.transport import nodes as nodes_mod
+
+    fleet = nodes_mod.Nodes(Path("/nonexistent"), "c", deadman_s=20.0)  # a 5 s period
+    fleet.clients = {}
+    fleet._beating.set()
+    beater = threading.Thread(target=fleet._beat, daemon=True)
+    beater.start()
+    time.sleep(0.2)
+    fleet.close()
+    beater.join(timeout=2)  # not the rest of a 5 s period
+    assert not beater.is_alive()
 
 
 def test_each_nodes_stacks_are_dumped_in_parallel_and_a_failing_agent_names_its_own_ranks() -> None:
@@ -192,3 +223,44 @@ def test_each_nodes_stacks_are_dumped_in_parallel_and_a_failing_agent_names_its_
     assert [s.rank for s in out if not s.ok] == [6, 7]
     assert all("agent on n3: agent gone" in s.error for s in out if not s.ok)
     assert inside["most"] > 1  # asked side by side, not one after the other
+
+
+def test_a_launch_that_fails_on_one_node_stops_the_launchers_the_others_started() -> None:
+    """One launcher a node, the nodes in parallel: where one node refuses, what the others
+    started is stopped before the refusal is raised, not left running untracked."""
+    from pathlib import Path
+
+    from drillbit.core.errors import ConfigError
+    from drillbit.spec.config import JobProfile
+    from drillbit.transport.nodes import Nodes
+
+    stopped: list[str] = []
+
+    class Launched:
+        def __init__(self, node: str) -> None:
+            self.proc = ProcRef(pid=4000 + int(node[1:]), start_time=1.0, node=node)
+            self.contained = None
+
+    class Client:
+        def __init__(self, node: str) -> None:
+            self.node = node
+
+        def launch(self, argv, env, cwd, out, stop_timeout):  # noqa: ANN001
+            if self.node == "n2":
+                raise ConfigError("n2: no such command")
+            return Launched(self.node)
+
+        def stop_job(self, timeout: float) -> int:
+            stopped.append(self.node)
+            return 0
+
+        def free_port(self) -> int:
+            return 29500
+
+    fleet = Nodes(Path("/tmp/nonexistent-run"), "c")
+    fleet.clients = {f"n{i}": Client(f"n{i}") for i in range(5)}  # type: ignore[misc]
+    profile = JobProfile.model_validate({"description": "d", "launch": {"command": ["true"], "per_node": True},
+                                         "ranks": {"cmdline": "x"}})
+    with pytest.raises(ConfigError, match="no such command"):
+        fleet.launch(profile)
+    assert sorted(stopped) == ["n0", "n1", "n3", "n4"]

@@ -23,13 +23,14 @@ from drillbit.spec.signals import Signal
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HEARTBEAT_S = 1.0  # the controller heartbeats every agent at least this far apart (drillbit.transport.nodes)
-HEARTBEAT_MAX_S = 5.0  # and at most this far: a Ray cluster's lease (15 s) is renewed with the beat
+HEARTBEAT_MAX_S = 5.0  # and at most this far apart
 
 
 def heartbeat_period(deadman_s: float) -> float:
-    """How often the controller beats every agent: a quarter of the dead-man's deadline, so
-    three beats in a row can be lost before a switch trips, between HEARTBEAT_S and
-    HEARTBEAT_MAX_S. Each beat is one call per node: a 1,024-node fleet with a 10 s deadline
+    """How often the controller beats every agent: a quarter of the dead-man's deadline (two
+    beats in a row can be lost with a period to spare before a switch trips), between
+    HEARTBEAT_S and HEARTBEAT_MAX_S; a Ray cluster's lease takes at least three a TTL
+    (RayNodes.beat_period). Each beat is one call per node: a 1,024-node fleet with a 10 s deadline
     is beaten every 2.5 s, not every second (docs/fleet-scale.md)."""
     return max(HEARTBEAT_S, min(deadman_s / 4, HEARTBEAT_MAX_S))
 

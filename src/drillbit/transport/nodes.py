@@ -221,6 +221,7 @@ class Nodes:
         # rendezvous port chosen then), for what is bound to the profile after launch
         self.launched_values: dict[str, dict[str, str]] = {}
         self._beating = threading.Event()
+        self._beat_woken = threading.Event()  # set by close(): the beater's wait ends at once
         self._beater: threading.Thread | None = None
         self.notes: list[tuple[str, dict]] = []  # (kind, data) not yet in the history
         self.records: list[Record] = []  # what the agents' dead-man's switches did, collected on close
@@ -267,10 +268,13 @@ class Nodes:
 
     def start(self, controller: ProcRef) -> None:
         self.clients = self.clients or self.connect()
-        fan_out_or_raise(list(self.clients), lambda n: self._ready(self.clients[n]))
+        # the beat starts before the handshake: an agent armed early hears it while the rest of
+        # the fleet still answers (32 raylets on 2 cores took 136 s to hand-shake, and the switch
+        # of an agent armed in the first minute tripped 10 s later, its actor gone)
         self._beating.set()
         self._beater = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self._beater.start()
+        fan_out_or_raise(list(self.clients), lambda n: self._ready(self.clients[n]))
 
     def _ready(self, client: AgentClient, **about: Any) -> None:
         """One agent's handshake: version, allowed host, clock offset; then arm its switch."""
@@ -336,12 +340,17 @@ class Nodes:
         """Every agent once a period (a quarter of the dead-man's deadline, 1 to 5 s), in
         parallel: asked one after the other, a thousand agents over a wire took longer than the
         switch's deadline. A beat that takes longer than the period starts the next at once."""
-        period = self.heartbeat_s or heartbeat_period(self.deadman_s)
+        period = self.beat_period()
         while self._beating.is_set():
             began = time.monotonic()
             fan_out(list(self.clients), self._beat_one)
             self.on_beat()
-            time.sleep(max(0.0, period - (time.monotonic() - began)))
+            self._beat_woken.wait(max(0.0, period - (time.monotonic() - began)))  # close() wakes it
+
+    def beat_period(self) -> float:
+        """Seconds between two beats: ``heartbeat_s`` where a transport sets it, else a
+        quarter of the dead-man's deadline (:func:`heartbeat_period`)."""
+        return self.heartbeat_s or heartbeat_period(self.deadman_s)
 
     def _beat_one(self, node: str) -> None:
         client = self.clients.get(node)
@@ -357,6 +366,7 @@ class Nodes:
         fan_out(list(self.clients), lambda n: self._close_one(self.clients[n]))
         self.flush()
         self._beating.clear()
+        self._beat_woken.set()
         if self._beater is not None:
             self._beater.join(timeout=10)
         for client in self.clients.values():
@@ -425,8 +435,15 @@ class Nodes:
                 argv, {**self.node_env(node), **self._env(profile, values)},
                 expand(spec.cwd, values) if spec.cwd else None, outputs[node], spec.stop_timeout)
 
-        # one launcher a node, the nodes in parallel (a thousand launches in a row were a thousand round trips)
-        launched = fan_out_or_raise(list(outputs), launch_on)
+        # one launcher a node, the nodes in parallel (a thousand launches in a row were a thousand round
+        # trips); where one node's fails, the launchers the others started are stopped before it is raised
+        launched, failed = fan_out(list(outputs), launch_on)
+        if failed:
+            if launched:
+                with contextlib.suppress(Exception):
+                    NodeJobs({n: self.clients[n] for n in launched}, {n: launched[n].proc for n in launched},
+                             spec.stop_timeout).stop()
+            raise next(iter(failed.values()))
         refs = {node: launched[node].proc for node in outputs}
         contained = {node: launched[node].contained for node in outputs if launched[node].contained is not None}
         jobs = NodeJobs({n: self.clients[n] for n in outputs}, refs, spec.stop_timeout)

@@ -206,6 +206,10 @@ class RayNodes(Nodes):
     def head_host(self) -> str:
         return self.topology.address(self.topology.node_names()[0]) if self.topology is not None else "127.0.0.1"
 
+    def beat_period(self) -> float:
+        """A running cluster's lease is renewed with the beat: at least three renewals a TTL."""
+        return min(super().beat_period(), self.lease_ttl / 3)
+
     def on_beat(self) -> None:
         if self.lease is not None:
             self.lease.renew()

@@ -170,9 +170,12 @@ class EmbeddedCluster:
         self.topology = topology  # a namespace cluster's run id: one node per namespace
         self.proc: subprocess.Popen | None = None
 
-    def start(self, controller: ProcRef, timeout: float = 120.0) -> str:
+    def start(self, controller: ProcRef, timeout: float | None = None) -> str:
         """Start the cluster, with Ray's token authentication on (this process's token, which
-        the keeper and every process of the cluster inherit) unless RAY_AUTH_MODE=disabled."""
+        the keeper and every process of the cluster inherit) unless RAY_AUTH_MODE=disabled.
+        It waits 120 s, or 5 s a node where that is longer: a raylet took 3.4 s to come up on
+        2 cores, and 64 of them were not up in 120 s (docs/fleet-scale.md)."""
+        timeout = timeout if timeout is not None else max(120.0, 5.0 * self.nodes)
         if not rayauth.disabled():
             rayauth.use(rayauth.embedded_token())
         address_file = self.state_dir / "ray-address"
