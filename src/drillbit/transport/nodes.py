@@ -438,16 +438,14 @@ class Nodes:
         # one launcher a node, the nodes in parallel (a thousand launches in a row were a thousand round
         # trips); where one node's fails, the launchers the others started are stopped before it is raised
         launched, failed = fan_out(list(outputs), launch_on)
+        jobs = NodeJobs({n: self.clients[n] for n in launched}, {n: launched[n].proc for n in launched},
+                        spec.stop_timeout)
         if failed:
             if launched:
                 with contextlib.suppress(Exception):
-                    NodeJobs({n: self.clients[n] for n in launched}, {n: launched[n].proc for n in launched},
-                             spec.stop_timeout).stop()
+                    jobs.stop()
             raise next(iter(failed.values()))
-        refs = {node: launched[node].proc for node in outputs}
-        contained = {node: launched[node].contained for node in outputs if launched[node].contained is not None}
-        jobs = NodeJobs({n: self.clients[n] for n in outputs}, refs, spec.stop_timeout)
-        jobs.contained = contained
+        jobs.contained = {n: launched[n].contained for n in launched if launched[n].contained is not None}
         return jobs
 
     def launch_outputs(self, profile: JobProfile) -> dict[str, str]:

@@ -18,8 +18,6 @@ from drillbit.spec.signals import Signal
 from drillbit.judging.probes.tail import FileSet
 
 
-
-
 class LineReader:
     """What reading a job's log does to each line, on the controller (LogProbe) or on a node
     (agent/logtail.py): count it, keep the first lines no signal matched, take a step
