@@ -14,6 +14,7 @@ import pytest
 from drillbit.core.events import JOB_KINDS, PAYLOADS, Kind, Restore, Step
 from drillbit.core.history import History
 from drillbit.judging.checks.recovery import MEASURERS
+from drillbit.entry import layers
 from drillbit.spec.signals import KINDS, Signal
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "drillbit"
@@ -76,7 +77,7 @@ def _record_calls() -> list[tuple[str, int, str, set[str], bool]]:
     whether it spreads a mapping whose names cannot be read here."""
     calls = []
     for path in SRC.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(layers.parse(path)):
             if not isinstance(node, ast.Call):
                 continue
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)

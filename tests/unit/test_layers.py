@@ -6,6 +6,12 @@ function-level import that runs up a layer is still a dependency up a layer.
 """
 from __future__ import annotations
 
+import ast
+import gc
+
+import pytest
+
+from drillbit.entry import layers
 from drillbit.entry.layers import LAYERS, PACKAGE, graph, imports, lazy_ok, layer_of
 
 
@@ -87,3 +93,34 @@ def test_the_folders_are_the_layers_and_the_root_holds_only_the_package_face():
     assert folders == sorted(name for name, _ in LAYERS), folders
     for name, members in LAYERS:
         assert name in members, f"layer {name} is not its own folder"
+
+
+def test_a_parse_that_meets_cpythons_shared_depth_counter_is_parsed_again(monkeypatch, tmp_path):
+    """CPython 3.11 raised ``SystemError: AST constructor recursion depth mismatch`` on CI when
+    another parse ran during this one (python/cpython#106905); layers.parse parses again."""
+    source = tmp_path / "m.py"
+    source.write_text("import os\n")
+    real, calls = ast.parse, []
+
+    def flaky(*args, **kwargs):
+        calls.append(gc.isenabled())
+        if len(calls) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=150, after=170)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(layers.ast, "parse", flaky)
+    assert isinstance(layers.parse(source), ast.Module)
+    assert calls == [False, False] and gc.isenabled()
+
+
+def test_another_system_error_in_a_parse_is_not_swallowed(monkeypatch, tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("x = 1\n")
+
+    def broken(*args, **kwargs):
+        raise SystemError("something else")
+
+    monkeypatch.setattr(layers.ast, "parse", broken)
+    with pytest.raises(SystemError, match="something else"):
+        layers.parse(source)
+    assert gc.isenabled()

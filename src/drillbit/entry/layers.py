@@ -7,6 +7,7 @@ Every import counts — at the top of a file, inside a function, or under TYPE_C
 from __future__ import annotations
 
 import ast
+import gc
 from functools import lru_cache
 from pathlib import Path
 
@@ -54,6 +55,32 @@ def modules() -> dict[str, Path]:
     return found
 
 
+def parse(path: Path) -> ast.Module:
+    """``ast.parse`` of one source file, safe from CPython 3.11's shared AST depth counter.
+
+    CPython 3.11 keeps the AST constructor's recursion depth in one counter per interpreter
+    (python/cpython#106905 and its threads): another ``ast.parse`` that runs while this one
+    builds its tree, in another thread or in a finalizer the collector runs here (3.11's
+    traceback printing parses the failing line to place its carets), leaves the counter
+    off, and this parse raises ``SystemError: AST constructor recursion depth mismatch``.
+    CI saw that once, after an SSH test's unclosed paramiko file was collected. The parse
+    runs with the collector paused, and a mismatch from another thread is parsed again."""
+    source = path.read_text()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for attempt in range(3):
+            try:
+                return ast.parse(source, filename=str(path))
+            except SystemError as err:
+                if "recursion depth mismatch" not in str(err) or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, int, bool]]:
     """(imported module, line, inside a function) for every drillbit import of a module."""
     out = []
@@ -80,7 +107,7 @@ def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, int, bool
                         out.append((alias.name, child.lineno, in_function))
             visit(child, inner)
 
-    visit(ast.parse(path.read_text()), False)
+    visit(parse(path), False)
     return out
 
 

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import IO, Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from drillbit.core.errors import DrillError
 from drillbit.transport.client import AgentClient
+
+
+class Writer(Protocol):
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
 
 
 class JsonLinesClient(AgentClient):
@@ -25,7 +32,7 @@ class JsonLinesClient(AgentClient):
         self._waiting: dict[int, tuple[threading.Event, list]] = {}
         self.closed = threading.Event()
 
-    def _begin(self, out: IO[str], inp: IO[str], greeting_timeout: float = 60.0) -> None:
+    def _begin(self, out: Writer, inp: Iterable[str], greeting_timeout: float = 60.0) -> None:
         """Start reading ``inp``; wait for the server's greeting (id 0): it started."""
         self._out, self._in = out, inp
         first: tuple[threading.Event, list] = (threading.Event(), [])

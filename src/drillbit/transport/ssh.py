@@ -13,6 +13,7 @@ import contextlib
 import os
 import shlex
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from drillbit.core.errors import DrillError
@@ -139,7 +140,7 @@ class SshAgentClient(JsonLinesClient):
             command += ["--pretend-version", version]
         self.chan = self.conn.client.get_transport().open_session()
         self.chan.exec_command(" ".join(shlex.quote(c) for c in command))
-        self._begin(self.chan.makefile_stdin("w"), self.chan.makefile("r"))
+        self._begin(_ChannelWriter(self.chan), _channel_lines(self.chan))
 
     def _stderr(self) -> str:
         return self.chan.recv_stderr(4096).decode(errors="replace") if self.chan.recv_stderr_ready() else ""
@@ -153,6 +154,39 @@ class SshAgentClient(JsonLinesClient):
             pass
         finally:
             self.conn.close()
+
+
+class _ChannelWriter:
+    """The agent's standard input: text straight into the channel. Not paramiko's
+    ``makefile_stdin``: a paramiko file that ends up in a reference cycle has its buffer
+    finalized before itself, and its own finalizer then raises ("I/O operation on closed
+    file") in whatever code the collection interrupted; CI saw that inside an ``ast.parse``."""
+
+    def __init__(self, chan: Any) -> None:
+        self.chan = chan
+
+    def write(self, text: str) -> int:
+        self.chan.sendall(text.encode())
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _channel_lines(chan: Any) -> Iterator[str]:
+    """The agent's standard output, line by line, until the channel's end (for the same
+    reason as :class:`_ChannelWriter`, not paramiko's ``makefile``)."""
+    pending: list[bytes] = []  # a line not yet ended, in the pieces it came in
+    while data := chan.recv(65536):
+        if b"\n" not in data:
+            pending.append(data)
+            continue
+        first, *lines, rest = data.split(b"\n")
+        for line in (b"".join([*pending, first]), *lines):
+            yield line.decode(errors="replace") + "\n"
+        pending = [rest] if rest else []
+    if pending:
+        yield b"".join(pending).decode(errors="replace")
 
 
 class SshLease:
