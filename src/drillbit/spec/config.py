@@ -764,7 +764,8 @@ BUILTIN_CLUSTERS: dict[str, Cluster] = {
 }
 
 BUILTIN_JOBS: dict[str, JobProfile] = {
-    "reference": _reference("4-rank DDP under torchrun with watchdog, checksummed checkpoints, store fix"),
+    "reference": _reference("4-rank data-parallel job (a gradient all-reduce a step) under torchrun with watchdog, "
+                            "checksummed checkpoints, store fix"),
     "reference-nowatchdog": _reference("reference job with its progress watchdog switched off", "--no-watchdog"),
     "reference-nostorefix": _reference("reference job without the per-attempt store prefix: a restart reads the dead "
                                        "workers' addresses and, most of the time, never rendezvouses (a real race)",
@@ -810,9 +811,9 @@ BUILTIN_JOBS: dict[str, JobProfile] = {
     "reference-nonatomic": _nonatomic(),
     "reference-nvrx": _reference("reference job whose straggler detector uses NVRx's rule "
                                  "(speed / fastest < 0.75)", "--straggler", "nvrx"),
-    "reference-waittimer": _reference("reference job whose per-rank timer wraps the backward with its all-reduce "
-                                      "(DDP's gradient hooks): every rank's time holds the wait for the slowest, so "
-                                      "its straggler detector and drillbit's reading see ranks alike "
+    "reference-waittimer": _reference("reference job whose per-rank timer wraps the backward and the gradients' all-reduce "
+                                      "(as a timer around DDP's backward does): every rank's time holds the wait for "
+                                      "the slowest, so its straggler detector and drillbit's reading see ranks alike "
                                       "(traceml-ai/traceml#252)", "--compute-timer", "with-allreduce"),
 }
 
