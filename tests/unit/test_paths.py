@@ -101,3 +101,54 @@ def test_a_relative_path_in_a_job_line_is_taken_against_the_jobs_folder_not_ours
     # with no folder to place it, its leading components still name the checkpoint it is in
     assert relation("out/step-000020/lit_model.pth", str(job / "out" / "step-000020")) == "same"
     assert relation("out/step-000010/lit_model.pth", str(job / "out" / "step-000020")) == "other"
+
+
+def test_a_link_swapped_while_it_is_resolved_is_read_again_and_never_raises(tmp_path, monkeypatch):
+    """CI: a second user flipped a folder and a link while a root drill read a job line naming
+    it; realpath's readlink met a folder where its lstat had seen a link (EINVAL), and the log
+    probe's thread died with a traceback."""
+    import errno
+
+    real, calls = os.path.realpath, []
+
+    def racing(p, *args, **kwargs):
+        calls.append(p)
+        if len(calls) <= 2:
+            raise OSError(errno.EINVAL, "Invalid argument", p)
+        return real(p, *args, **kwargs)
+
+    monkeypatch.setattr(os.path, "realpath", racing)
+    assert entered(tmp_path / "ckpt") == real(tmp_path / "ckpt") and len(calls) == 3
+    monkeypatch.setattr(os.path, "realpath", lambda p, *a, **k: (_ for _ in ()).throw(OSError(errno.EINVAL, "x")))
+    assert entered(str(tmp_path) + "/a/../ckpt") == os.path.normpath(str(tmp_path) + "/ckpt")
+
+
+def test_a_log_probe_whose_read_fails_records_it_and_reads_on(tmp_path):
+    import time
+
+    from drillbit.core.history import History
+    from drillbit.judging.probes.logs import LogProbe
+    from drillbit.judging.probes.preset import matcher
+
+    log = tmp_path / "job.log"
+    log.write_text("step 1\n")
+    history = History()
+    probe = LogProbe(history, [log], matcher([Signal(kind="step", pattern=r"step (?P<n>\d+)")]), poll=0.05)
+    real, failed = probe._read, []
+
+    def once_broken() -> None:
+        if not failed:
+            failed.append(True)
+            raise OSError(22, "Invalid argument")
+        real()
+
+    probe._read = once_broken  # type: ignore[method-assign]
+    probe.start()
+    try:
+        deadline = time.time() + 10
+        while not history.of("step") and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        probe.stop()
+    assert [e.data["detail"] for e in history.of("probe.error")] == ["OSError: [Errno 22] Invalid argument"]
+    assert [e.data["n"] for e in history.of("step")] == [1]

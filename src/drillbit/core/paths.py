@@ -26,7 +26,12 @@ def entered(path: str | os.PathLike[str], base: str | os.PathLike[str] | None = 
     p = os.fspath(path)
     if not os.path.isabs(p):
         p = os.path.join(os.fspath(base) if base is not None else os.getcwd(), p)
-    return os.path.realpath(p)
+    for _ in range(3):
+        try:
+            return os.path.realpath(p)
+        except OSError:  # a link swapped for a folder between realpath's lstat and its readlink
+            continue  # (EINVAL): the user who owns it is moving it; read it again
+    return os.path.normpath(p)  # still moving: absolute, its links as they stand unresolved
 
 
 def entered_path(path: str | os.PathLike[str], base: str | os.PathLike[str] | None = None) -> Path:

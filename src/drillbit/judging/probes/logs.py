@@ -85,6 +85,14 @@ class LogProbe(Poller):
         with self._reading:  # one reader at a time: the probe's thread or the runner's
             self._read()
 
+    def _poll_step(self) -> None:
+        """The probe's own thread: a read that fails is recorded (the drill's checks see the
+        gap) and the next poll reads on; the thread never ends on it."""
+        try:
+            self.poll_once()
+        except Exception as exc:  # noqa: BLE001 — recorded, as the agents' log probe does
+            self._history.record(self.source, "probe.error", detail=f"{exc.__class__.__name__}: {exc}")
+
     def _read(self) -> None:
         for follower in self.files.followers():
             for line in follower.read_lines():
