@@ -5,9 +5,9 @@ confirmed, --runs times, by the in-process NodeAgent and by a NodeAgent actor on
 embedded Ray cluster (2 nodes); prints the medians and their ratio.
 Part 2: the embedded cluster with --nodes simulated nodes (default 8) and --per-node target
 processes each (default 8: 64 in all); one fault applied to every target, then healed, the
-way the nemesis fans out (transport.nodes.per_node: the nodes in parallel, each node's
-targets in order; a Ray agent actor takes one call at a time anyway), and, beside it, with a
-thread per target as before #60. Prints the median and p90 latency per target (inject call to confirmed effect, on
+way the nemesis fans out (the nodes in parallel, each node's targets in one inject_all and
+one confirm_all), and, beside it, each node's targets one call after another (before those
+calls) and a thread per target (before #60). Prints the median and p90 latency per target (inject call to confirmed effect, on
 the controller's clock), the wall time of the whole fan-out and of the heal, and the CPU
 time the controller spent. Repeated --rounds times; medians across rounds.
 
@@ -33,6 +33,7 @@ from drillbit.transport.inprocess import InProcessClient
 from drillbit.transport.nodes import per_node
 from drillbit.transport.ray import RayNodes
 from drillbit.core.proc import ProcRef
+from drillbit.faults.base import Handle
 from drillbit.spec.config import RankDiscovery
 
 FAULT, PARAMS = "hang-collective", {"method": "sigstop", "confirm_timeout_s": 5.0}
@@ -88,7 +89,11 @@ def single(executor: RayNodes, runs: int, tmp: Path) -> tuple[float, float, floa
     return statistics.median(here), statistics.median(through_api), statistics.median(ray)
 
 
-def fanout(executor: RayNodes, nodes: list[str], each: int, threads: bool = False) -> dict[str, float]:
+def fanout(executor: RayNodes, nodes: list[str], each: int, mode: str = "batched") -> dict[str, float]:
+    """``mode``: batched, as the nemesis fans out since #60's batched calls (each node's targets
+    in one inject_all and one confirm_all, the nodes in parallel); per-target, as it did before
+    them (the nodes in parallel, each node's targets one call after the other); threads, a
+    thread per target, as before #60."""
     per_node_n = each
     procs = sleepers(len(nodes) * per_node_n)
     try:
@@ -104,15 +109,26 @@ def fanout(executor: RayNodes, nodes: list[str], each: int, threads: bool = Fals
             assert evidence is not None
             return handle, time.perf_counter() - t0
 
-        if threads:  # every target on a thread of its own, as this bench did before #60
+        def group(chunk: list[ProcRef]) -> list[tuple[Handle, float]]:
+            handles, failed = executor.inject_group(FAULT, chunk, PARAMS)
+            assert failed is None, failed
+            evidence = executor.confirm_group(handles)
+            assert all(e is not None for e in evidence)
+            at = time.perf_counter() - t0
+            return [(h, at) for h in handles]
+
+        if mode == "threads":  # every target on a thread of its own, as this bench did before #60
             with ThreadPoolExecutor(max_workers=len(targets)) as pool:
                 done = list(pool.map(one, targets))
-        else:  # as the nemesis fans out: the nodes in parallel, each node's targets in order
+        elif mode == "per-target":  # the nodes in parallel, each node's targets one call after the other
             done = per_node(targets, lambda t: t.node, one)
+        else:  # the nodes in parallel, each node's targets in one call
+            chunks = [[t for t in targets if t.node == node] for node in nodes]
+            done = [d for got in per_node(chunks, lambda c: c[0].node, group) for d in got]
         wall = time.perf_counter() - t0
         assert all(psutil.Process(p.pid).status() == psutil.STATUS_STOPPED for p in procs)
         t1 = time.perf_counter()
-        if threads:
+        if mode == "threads":
             with ThreadPoolExecutor(max_workers=len(targets)) as pool:
                 reports = list(pool.map(lambda d: executor.heal(d[0]), done))
         else:
@@ -159,21 +175,25 @@ def main() -> None:
         big.start(me)
         up = time.perf_counter() - t
         try:
-            rounds = [fanout(big, list(big.clients), args.per_node) for _ in range(args.rounds)]
-            old = [fanout(big, list(big.clients), args.per_node, threads=True) for _ in range(args.rounds)]
+            modes = ["batched", "per-target", "threads"]
+            rounds: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+            for _ in range(args.rounds):  # the modes interleaved, so that a slow minute hurts each alike
+                for mode in modes:
+                    rounds[mode].append(fanout(big, list(big.clients), args.per_node, mode))
         finally:
             big.close()
-    m = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     n = args.nodes * args.per_node
     print(f"\nfan-out: {args.nodes} simulated nodes (up and agents ready in {up:.1f} s), {n} target processes, "
           f"one fault each; median of {args.rounds} rounds:")
-    print(f"  latency per target  median {m['median'] * 1000:.1f} ms, p90 {m['p90'] * 1000:.1f} ms")
-    print(f"  all {n} confirmed     {m['wall'] * 1000:.1f} ms;  all healed and verified {m['heal'] * 1000:.1f} ms")
-    print(f"  controller CPU      {m['cpu'] * 1000:.0f} ms for inject + confirm + heal of {n} targets")
-    o = {k: statistics.median(r[k] for r in old) for k in old[0]}
-    print(f"  the same, a thread per target (before #60): median {o['median'] * 1000:.1f} ms, p90 "
-          f"{o['p90'] * 1000:.1f} ms, all confirmed {o['wall'] * 1000:.1f} ms, healed {o['heal'] * 1000:.1f} ms, "
-          f"CPU {o['cpu'] * 1000:.0f} ms")
+    label = {"batched": "each node's targets in one call (the nemesis now)",
+             "per-target": "each node's targets one call after another (before the batched calls)",
+             "threads": "a thread per target (before #60)"}
+    for mode, got in rounds.items():
+        m = {k: statistics.median(r[k] for r in got) for k in got[0]}
+        print(f"  {label[mode]}:")
+        print(f"    latency per target  median {m['median'] * 1000:.1f} ms, p90 {m['p90'] * 1000:.1f} ms")
+        print(f"    all {n} confirmed     {m['wall'] * 1000:.1f} ms;  all healed and verified {m['heal'] * 1000:.1f} ms")
+        print(f"    controller CPU      {m['cpu'] * 1000:.0f} ms for inject + confirm + heal of {n} targets")
 
 
 if __name__ == "__main__":

@@ -163,6 +163,41 @@ class FakeAgent:
 
     def _confirm(self, req): return api.Confirmed(evidence=Evidence(what="fake rank gone"))
 
+    # the batched calls, as the real service answers them: each target through the one-target
+    # method (its fail_on included), to the first failure
+    def _one(self, method: str, payload: dict) -> tuple[dict | None, api.RemoteError | None]:
+        envelope = api.Envelope.model_validate(self.dispatch(method, payload))
+        return envelope.ok, envelope.error
+
+    def _plan_all(self, req):
+        steps = []
+        for target in req.targets:
+            ok, error = self._one("plan", {"fault": req.fault, "target": target.model_dump(mode="json"),
+                                           "params": req.params})
+            if error is not None:
+                raise RuntimeError(error.message)
+            steps.append(api.Planned.model_validate(ok).step)
+        return api.PlannedAll(steps=steps)
+
+    def _inject_all(self, req):
+        handles = []
+        for target in req.targets:
+            ok, error = self._one("inject", {"fault": req.fault, "target": target.model_dump(mode="json"),
+                                             "params": req.params})
+            if error is not None:
+                return api.InjectedAll(handles=handles, error=error)
+            handles.append(api.Injected.model_validate(ok).handle)
+        return api.InjectedAll(handles=handles)
+
+    def _confirm_all(self, req):
+        evidence = []
+        for handle in req.handles:
+            ok, error = self._one("confirm", {"handle": handle.model_dump(mode="json")})
+            if error is not None:
+                raise RuntimeError(error.message)
+            evidence.append(api.Confirmed.model_validate(ok).evidence)
+        return api.ConfirmedAll(evidence=evidence)
+
     def _heal(self, req):
         if self.heal_hangs and self.heal_hangs_left > 0:
             self.heal_hangs_left -= 1

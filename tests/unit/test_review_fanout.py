@@ -75,6 +75,9 @@ class _Nodes:
     def plan(self, fault: str, target: ProcRef, params: dict) -> PlanStep:
         return PlanStep(node=target.node, pid=target.pid, rank=target.rank, action="act")
 
+    def plan_group(self, fault: str, targets: list[ProcRef], params: dict) -> list[PlanStep]:
+        return [self.plan(fault, t, params) for t in targets]
+
     def inject(self, fault: str, target: ProcRef, params: dict) -> Handle:
         if (target.node, target.pid) == ("a", 1):
             self.ctrl_c()
@@ -82,6 +85,10 @@ class _Nodes:
         with self._lock:
             self.injected.append((target.node, target.pid))
         return Handle(fault=fault, target=target, params=params)
+
+    def inject_group(self, fault: str, targets: list[ProcRef], params: dict) -> tuple[list[Handle], Exception | None]:
+        """As an agent answers inject_all: each target in order, in one call."""
+        return [self.inject(fault, t, params) for t in targets], None
 
 
 def test_a_ctrl_c_during_inject_keeps_every_handle_of_what_was_injected(ctrl_c) -> None:
@@ -96,7 +103,37 @@ def test_a_ctrl_c_during_inject_keeps_every_handle_of_what_was_injected(ctrl_c) 
     recorded = [(e.node, e.data["pid"]) for e in history.of("fault.inject")]
     time.sleep(0.5)  # nothing more is injected after the operator's stop
     assert sorted(nodes.injected) == sorted(held) == sorted(recorded), (nodes.injected, held, recorded)
-    assert ("a", 2) not in nodes.injected
+    # one call carries node a's targets: the stop lands between agents' calls, not inside one
+    # (the agent does not hear it), and what that call injected is held like the rest
+    assert ("a", 2) in held
+
+
+class _Partial:
+    """Two agents: node a's call injects its first target and fails on its second."""
+
+    def route(self, fault: str, target: ProcRef) -> str:
+        return str(target.node)
+
+    def plan_group(self, fault: str, targets: list[ProcRef], params: dict) -> list[PlanStep]:
+        return [PlanStep(node=t.node, pid=t.pid, rank=t.rank, action="act") for t in targets]
+
+    def inject_group(self, fault: str, targets: list[ProcRef], params: dict) -> tuple[list[Handle], Exception | None]:
+        if targets[0].node == "a":
+            return [Handle(fault=fault, target=targets[0], params=params)], RuntimeError("refused: a's second target")
+        return [Handle(fault=fault, target=t, params=params) for t in targets], None
+
+
+def test_a_failure_inside_one_agents_call_keeps_what_landed_before_it_and_on_the_other_agents() -> None:
+    history = History()
+    nemesis = Nemesis(_Partial(), "fake", _Fault(), _Params(), history)  # type: ignore[arg-type]
+    targets = [ProcRef(pid=1, start_time=1.0, rank=0, node="a"), ProcRef(pid=3, start_time=1.0, rank=2, node="b"),
+               ProcRef(pid=2, start_time=1.0, rank=1, node="a")]
+    with pytest.raises(RuntimeError, match="a's second target"):
+        nemesis.inject(targets)
+    assert [h.target.pid for h in nemesis.handles] == [1, 3]  # in the targets' order
+    assert sorted(e.data["pid"] for e in history.of("fault.inject")) == [1, 3]
+    [plan] = history.of("fault.plan")
+    assert [s["pid"] for s in plan.data["steps"]] == [1, 3, 2]
 
 
 def test_a_step_of_the_wrong_shape_is_recorded_and_marked_invalid_with_the_progress_view_listening() -> None:

@@ -22,8 +22,9 @@ from drillbit.spec.signals import Signal
 
 # Bumped when a method, a request or a reply changes shape. The drillbit version is
 # compared too: controller and agent must run the same code (Ray pickles by reference).
-PROTOCOL = 6  # 4: stacks; 5: globs in tail_start, the logs missing, list_folders; busy, an error kind;
-#              6: launch says what contains the job (its cgroup, or the subreaper alone)
+PROTOCOL = 7  # 4: stacks; 5: globs in tail_start, the logs missing, list_folders; busy, an error kind;
+#              6: launch says what contains the job (its cgroup, or the subreaper alone);
+#              7: plan_all, inject_all, confirm_all (one node's targets in one round trip)
 
 
 class Message(BaseModel):
@@ -32,6 +33,12 @@ class Message(BaseModel):
 
 class Empty(Message):
     pass
+
+
+class RemoteError(BaseModel):
+    # config: the description is wrong; busy: another drill holds the cluster's lease
+    kind: Literal["unknown-method", "bad-request", "refused", "failed", "config", "busy"]
+    message: str
 
 
 # --- requests ---------------------------------------------------------------------------
@@ -62,8 +69,19 @@ class PlanRequest(Inject):
     pass
 
 
+class InjectAll(Message):
+    """One fault on several targets of one agent, in their order."""
+    fault: str
+    targets: list[ProcRef] = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
 class OfHandle(Message):
     handle: Handle
+
+
+class OfHandles(Message):
+    handles: list[Handle] = Field(min_length=1)
 
 
 class StopJob(Message):
@@ -114,12 +132,27 @@ class Injected(Message):
     handle: Handle
 
 
+class InjectedAll(Message):
+    """The handles of the targets injected, in their order, up to the first that failed; that
+    failure (the targets after it were not tried), or None."""
+    handles: list[Handle]
+    error: RemoteError | None = None
+
+
 class Planned(Message):
     step: PlanStep
 
 
+class PlannedAll(Message):
+    steps: list[PlanStep]
+
+
 class Confirmed(Message):
     evidence: Evidence | None
+
+
+class ConfirmedAll(Message):
+    evidence: list[Evidence | None]
 
 
 class Healed(Message):
@@ -213,6 +246,10 @@ METHODS: dict[str, Method] = {
     "plan": Method(request=PlanRequest, reply=Planned, doc="what inject would do to this target; touches nothing"),
     "inject": Method(request=Inject, reply=Injected, doc="apply a fault"),
     "confirm": Method(request=OfHandle, reply=Confirmed, doc="proof that it took effect"),
+    "plan_all": Method(request=InjectAll, reply=PlannedAll, doc="plan on each of this node's targets, in one call"),
+    "inject_all": Method(request=InjectAll, reply=InjectedAll,
+                         doc="inject on each of this node's targets in order, to the first that fails, in one call"),
+    "confirm_all": Method(request=OfHandles, reply=ConfirmedAll, doc="confirm each of these faults, in one call"),
     "heal": Method(request=OfHandle, reply=Healed, doc="undo it; idempotent"),
     "active": Method(request=Empty, reply=Active, doc="the faults this agent holds"),
     "records": Method(request=Empty, reply=Records, doc="what the dead-man's switch did"),
@@ -226,12 +263,6 @@ METHODS: dict[str, Method] = {
                            doc="what folders on this node hold (a log the job was said to write and did not)"),
     "stacks": Method(request=StacksRequest, reply=Stacks, doc="the Python stacks of ranks it found (py-spy)"),
 }
-
-
-class RemoteError(BaseModel):
-    # config: the description is wrong; busy: another drill holds the cluster's lease
-    kind: Literal["unknown-method", "bad-request", "refused", "failed", "config", "busy"]
-    message: str
 
 
 class Envelope(BaseModel):

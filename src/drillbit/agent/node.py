@@ -19,7 +19,9 @@ import subprocess
 import sys
 import threading
 import time
+import contextlib
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -156,12 +158,10 @@ class NodeAgent:
         fault = get_fault(fault_name, self.scratch)
         return fault.describe(target, fault.Params.model_validate(params))
 
-    def inject(self, fault_name: str, target: ProcRef, params: dict) -> Handle:
-        """Record, then act: the fault's intent and everything its heal needs go to the
-        registry (fsynced) before the fault touches anything, so an interrupt in between
-        leaves a fault the dead-man's switch or ``drill heal`` can still undo. A fault that
-        raises half-way through acting stays registered (its heal copes with a partial act),
-        except on FaultError, a fault's word that it refused and changed nothing."""
+    def _prepared(self, fault_name: str, target: ProcRef, params: dict) -> _Prepared:
+        """A fault made ready for one target: its params completed and checked, its intent
+        prepared and its file claimed; nothing recorded or acted yet. A refusal (ConfigError,
+        FaultError) undoes what it prepared."""
         fault = get_fault(fault_name, self.scratch)
         if "root" in fault.Params.model_fields and params.get("root") is None and self.job_root is not None:
             params = {**params, "root": self.job_root.model_dump()}
@@ -173,7 +173,6 @@ class NodeAgent:
         handle = Handle(fault=fault_name, target=target, params=validated.model_dump(),
                         state=intent.model_dump() if intent is not None else {},
                         after_job=fault.heals_after_job(validated))
-        key = self._key(handle)
         try:
             with self._lock:
                 self._check_files(handle)  # this agent's own faults first: the clearer refusal
@@ -182,28 +181,82 @@ class NodeAgent:
             if intent is not None:
                 fault.unprepare(target, validated, intent)
             raise
-        busy = self._busy_lock(key)
-        with busy, heal_lock(self.registry_path):  # a heal that comes now waits for the act to land
+        return _Prepared(self._key(handle), handle, fault, validated, intent)
+
+    def _unprepared(self, ready: _Prepared) -> None:
+        """A prepared fault that will not act: its intent undone, its file let go."""
+        if ready.intent is not None:
+            ready.fault.unprepare(ready.handle.target, ready.params, ready.intent)
+        self._release(ready.handle)
+
+    def inject(self, fault_name: str, target: ProcRef, params: dict) -> Handle:
+        """Record, then act: the fault's intent and everything its heal needs go to the
+        registry (fsynced) before the fault touches anything, so an interrupt in between
+        leaves a fault the dead-man's switch or ``drill heal`` can still undo. A fault that
+        raises half-way through acting stays registered (its heal copes with a partial act),
+        except on FaultError, a fault's word that it refused and changed nothing."""
+        handles, failed = self.inject_all(fault_name, [target], params)
+        if failed is not None:
+            raise failed
+        return handles[0]
+
+    def inject_all(self, fault_name: str, targets: list[ProcRef],
+                   params: dict) -> tuple[list[Handle], Exception | None]:
+        """:meth:`inject` on each target in order, to the first that fails: the handles of those
+        that acted, and that failure (None if none did). The same record-then-act, with one
+        registry write for all the intents before the first act and one for all the states
+        after the last (two fsyncs a call, not two a target): an interrupt between leaves every
+        acted fault registered with its intent, which its heal copes with, as it must after an
+        interrupt between one fault's act and its second write."""
+        ready: list[_Prepared] = []
+        failed: Exception | None = None
+        for target in targets:
             try:
-                with self._lock:
-                    self._check_files(handle)
-                    self._active[key] = (handle, fault)
-                    self._healed.pop(key, None)
-                    self._save()
-                state = fault.act(target, validated, intent)
-            except FaultError:  # a clean refusal: the fault changed nothing, so nothing is held
-                with self._lock:
-                    self._active.pop(key, None)
-                    self._save()
-                if intent is not None:
-                    fault.unprepare(target, validated, intent)
-                self._release(handle)
-                raise
-            handle = handle.model_copy(update={"state": state.model_dump()})
+                ready.append(self._prepared(fault_name, target, params))
+            except Exception as exc:  # noqa: BLE001 — the targets before it go on; it is answered
+                failed = exc
+                break
+        if not ready:
+            return [], failed
+        acted: list[Handle] = []
+        with contextlib.ExitStack() as held:
+            for r in sorted(ready, key=lambda r: r.key):  # one order for every caller: no lock cycle
+                held.enter_context(self._busy_lock(r.key))
+            held.enter_context(heal_lock(self.registry_path))  # a heal that comes now waits for the acts
             with self._lock:
-                self._active[key] = (handle, fault)
+                recorded: list[_Prepared] = []
+                for r in ready:
+                    try:
+                        self._check_files(r.handle)
+                    except FaultError as exc:  # before any later target's failure, in their order
+                        failed = exc
+                        break
+                    self._active[r.key] = (r.handle, r.fault)
+                    self._healed.pop(r.key, None)
+                    recorded.append(r)
                 self._save()
-        return handle
+            for r in ready[len(recorded):]:  # refused at the record: never registered
+                self._unprepared(r)
+            for i, r in enumerate(recorded):
+                try:
+                    state = r.fault.act(r.handle.target, r.params, r.intent)
+                except Exception as exc:  # noqa: BLE001 — answered, with the faults that acted before it
+                    failed = exc
+                    # FaultError: a clean refusal, nothing changed; anything else stays registered,
+                    # its heal copes with a partial act. The targets after it never acted.
+                    dropped = recorded[i:] if isinstance(exc, FaultError) else recorded[i + 1:]
+                    with self._lock:
+                        for d in dropped:
+                            self._active.pop(d.key, None)
+                    for d in dropped:
+                        self._unprepared(d)
+                    break
+                acted.append(r.handle.model_copy(update={"state": state.model_dump()}))
+                with self._lock:
+                    self._active[r.key] = (acted[-1], r.fault)
+            with self._lock:
+                self._save()
+        return acted, failed
 
     def _busy_lock(self, key: str) -> threading.Lock:
         with self._lock:
@@ -424,6 +477,15 @@ class NodeAgent:
                    "faults": [h.model_dump() for h, _ in self._active.values()],
                    "job": self._job, "armed": self._armed, "abandoned": self._abandoned}
         write_private(self.registry_path, json.dumps(payload))
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    key: str
+    handle: Handle
+    fault: Fault
+    params: Any  # the fault's own Params, validated
+    intent: Any  # what its prepare() gave (None: nothing to undo)
 
 
 def digest(handle: Handle) -> str:

@@ -72,15 +72,8 @@ class AgentService:
         spec, request = parsed
         try:
             reply = self._handlers[method](request)
-        except Refused as exc:
-            return api.Envelope(error=api.RemoteError(kind="refused", message=str(exc))).model_dump(mode="json")
-        except LeaseError as exc:  # another drill holds the cluster: its holder, for the controller to name
-            return api.Envelope(error=api.RemoteError(kind="busy", message=exc.held)).model_dump(mode="json")
-        except ConfigError as exc:  # the job's description does not fit what the node holds (exit 2)
-            return api.Envelope(error=api.RemoteError(kind="config", message=str(exc))).model_dump(mode="json")
         except Exception as exc:  # the error goes back to the controller; the agent lives on
-            return api.Envelope(error=api.RemoteError(
-                kind="failed", message=f"{exc.__class__.__name__}: {exc}")).model_dump(mode="json")
+            return api.Envelope(error=remote_error(exc)).model_dump(mode="json")
         assert isinstance(reply, spec.reply), f"{method} answered {type(reply).__name__}"
         return api.Envelope(ok=reply.model_dump(mode="json")).model_dump(mode="json")
 
@@ -255,18 +248,47 @@ class AgentService:
         return api.Planned(step=self.agent.describe(req.fault, req.target, req.params))
 
     def _inject(self, req: api.Inject) -> api.Injected:
-
-        through_scheduler = get_fault(req.fault).acts_through == "scheduler"
-        if through_scheduler != self.scheduler:
-            raise Refused(f"{req.fault} acts through {'the scheduler' if through_scheduler else 'a node agent'}; "
-                          f"this agent is {'the scheduler agent' if self.scheduler else 'a node agent'}")
-        if self.scheduler and not (req.params or {}).get("job_id"):
-            raise Refused(f"{req.fault}: the scheduler agent acts only on the node of a job the drill runs (no job_id)")
-        if not self.scheduler and req.target.key not in self._found:
-            raise Refused(f"pid {req.target.pid} is not a rank this agent found for this drill; faults go only to "
-                          "processes its own rank discovery returned")
+        self._may_inject(req.fault, req.target, req.params)
         handle = self.agent.inject(req.fault, req.target, req.params)
         return api.Injected(handle=handle.model_copy(update={"injected_at": handle.injected_at + self.skew_s}))
+
+    def _may_inject(self, fault: str, target: ProcRef, params: dict) -> None:
+        """Refused unless this agent may put this fault on this target."""
+        through_scheduler = get_fault(fault).acts_through == "scheduler"
+        if through_scheduler != self.scheduler:
+            raise Refused(f"{fault} acts through {'the scheduler' if through_scheduler else 'a node agent'}; "
+                          f"this agent is {'the scheduler agent' if self.scheduler else 'a node agent'}")
+        if self.scheduler and not (params or {}).get("job_id"):
+            raise Refused(f"{fault}: the scheduler agent acts only on the node of a job the drill runs (no job_id)")
+        if not self.scheduler and target.key not in self._found:
+            raise Refused(f"pid {target.pid} is not a rank this agent found for this drill; faults go only to "
+                          "processes its own rank discovery returned")
+
+    def _plan_all(self, req: api.InjectAll) -> api.PlannedAll:
+        return api.PlannedAll(steps=[self.agent.describe(req.fault, t, req.params) for t in req.targets])
+
+    def _inject_all(self, req: api.InjectAll) -> api.InjectedAll:
+        """``inject`` on each target in order, as that many calls would, to the first that
+        fails (refused here, or by the fault): what was injected before it is answered with the
+        failure, so the controller holds (and heals) every fault that landed. The agent writes
+        its registry twice for the whole call (:meth:`NodeAgent.inject_all`)."""
+        allowed: list[ProcRef] = []
+        refused: Exception | None = None
+        for target in req.targets:
+            try:
+                self._may_inject(req.fault, target, req.params)
+            except Refused as exc:  # the targets before it go on
+                refused = exc
+                break
+            allowed.append(target)
+        handles, failed = self.agent.inject_all(req.fault, allowed, req.params) if allowed else ([], None)
+        failed = failed if failed is not None else refused  # one among the allowed comes first
+        return api.InjectedAll(handles=[h.model_copy(update={"injected_at": h.injected_at + self.skew_s})
+                                        for h in handles],
+                               error=None if failed is None else remote_error(failed))
+
+    def _confirm_all(self, req: api.OfHandles) -> api.ConfirmedAll:
+        return api.ConfirmedAll(evidence=[self._confirm(api.OfHandle(handle=h)).evidence for h in req.handles])
 
     def _confirm(self, req: api.OfHandle) -> api.Confirmed:
         evidence = self.agent.confirm(req.handle)
@@ -283,3 +305,14 @@ class AgentService:
 
 class Refused(Exception):
     """The agent will not do this (a version mismatch, a second launch)."""
+
+
+def remote_error(exc: Exception) -> api.RemoteError:
+    """What a handler raised, as the controller is told it."""
+    if isinstance(exc, Refused):
+        return api.RemoteError(kind="refused", message=str(exc))
+    if isinstance(exc, LeaseError):  # another drill holds the cluster: its holder, for the controller to name
+        return api.RemoteError(kind="busy", message=exc.held)
+    if isinstance(exc, ConfigError):  # the job's description does not fit what the node holds (exit 2)
+        return api.RemoteError(kind="config", message=str(exc))
+    return api.RemoteError(kind="failed", message=f"{exc.__class__.__name__}: {exc}")

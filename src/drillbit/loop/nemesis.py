@@ -48,19 +48,39 @@ class Nemesis:
         """The fault's plan with the concrete step on each target, resolved by its agent."""
         plan = self.fault.plan(targets, self.params)
         params = self.params.model_dump()
+        steps: list[PlanStep | None] = [None] * len(targets)
 
-        def step(target: ProcRef) -> PlanStep:
+        def unresolved(target: ProcRef, exc: Exception) -> PlanStep:
+            return PlanStep(node=target.node, pid=target.pid, rank=target.rank, action=plan.action,
+                            heal=plan.heal, cmdline=f"(not resolved: {exc})")
+
+        def group(idx: list[int]) -> None:
             try:
-                return self.nodes.plan(self.fault_name, target, params)
-            except Exception as exc:  # the plan is a description; inject will raise for real
-                return PlanStep(node=target.node, pid=target.pid, rank=target.rank, action=plan.action,
-                                heal=plan.heal, cmdline=f"(not resolved: {exc})")
+                got = self.nodes.plan_group(self.fault_name, [targets[i] for i in idx], params)
+            except Exception:  # noqa: BLE001 — which target it was: each asked on its own
+                got = []
+                for i in idx:
+                    try:
+                        got.append(self.nodes.plan(self.fault_name, targets[i], params))
+                    except Exception as exc:  # the plan is a description; inject will raise for real
+                        got.append(unresolved(targets[i], exc))
+            for i, step in zip(idx, got, strict=True):
+                steps[i] = step
 
-        steps = per_node(targets, self._route, step)
+        self._each_agent(targets, group)
         return plan.model_copy(update={"steps": steps})
 
     def _route(self, target: ProcRef) -> str:
         return self.nodes.route(self.fault_name, target)
+
+    def _each_agent(self, targets: list[ProcRef], fn: Any) -> None:
+        """``fn(indexes)`` once for each agent's targets (their indexes, in order), the agents
+        in parallel: one call to an agent carries all its targets. The first failure, in the
+        targets' order, is raised once every agent is done."""
+        groups: dict[str, list[int]] = {}
+        for i, target in enumerate(targets):
+            groups.setdefault(self._route(target), []).append(i)
+        per_node(list(groups.values()), lambda idx: self._route(targets[idx[0]]), fn)
 
     # --- inject and confirm --------------------------------------------------------------
     def inject(self, targets: list[ProcRef]) -> None:
@@ -70,15 +90,19 @@ class Nemesis:
         params = self.params.model_dump()
         done: dict[int, Handle] = {}
 
-        def one(i: int) -> None:  # targets on different nodes at once, one node's in order
-            target = targets[i]
+        def group(idx: list[int]) -> None:  # each agent's targets in one call, in order
             t_call = time.time()
-            done[i] = self.nodes.inject(self.fault_name, target, params)
-            self.history.record(HARNESS, "fault.inject", t=t_call, node=target.node, rank=target.rank,
-                                pid=target.pid, fault=self.fault_name, params=params)
+            handles, failed = self.nodes.inject_group(self.fault_name, [targets[i] for i in idx], params)
+            for i, handle in zip(idx, handles, strict=False):  # what landed is held, whatever failed after it
+                done[i] = handle
+                target = targets[i]
+                self.history.record(HARNESS, "fault.inject", t=t_call, node=target.node, rank=target.rank,
+                                    pid=target.pid, fault=self.fault_name, params=params)
+            if failed is not None:
+                raise failed
 
         try:
-            per_node(list(range(len(targets))), lambda i: self._route(targets[i]), one)
+            self._each_agent(targets, group)
         finally:  # what was injected is held, in the targets' order, whatever failed
             self.handles += [done[i] for i in sorted(done)]
 
@@ -112,8 +136,15 @@ class Nemesis:
         return True
 
     def _confirm_each(self, handles: list[Handle]) -> list[Evidence | None]:
-        """Each handle's evidence, the targets' agents asked in parallel."""
-        return per_node(handles, lambda h: self._route(h.target), self.nodes.confirm)
+        """Each handle's evidence, each agent asked once for all of its own, in parallel."""
+        evidence: list[Evidence | None] = [None] * len(handles)
+
+        def group(idx: list[int]) -> None:
+            for i, e in zip(idx, self.nodes.confirm_group([handles[i] for i in idx]), strict=True):
+                evidence[i] = e
+
+        self._each_agent([h.target for h in handles], group)
+        return evidence
 
     # --- heal ----------------------------------------------------------------------------
     def heal(self, job_running: bool = False) -> None:

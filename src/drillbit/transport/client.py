@@ -43,6 +43,7 @@ class AgentClient:
         self.node = node
         self.offset = 0.0  # agent clock minus controller clock, seconds
         self.rtt = 0.0
+        self._clock_sample: tuple[float, float] | None = None  # (round trip, offset) from the handshake
 
     # --- the transport -------------------------------------------------------------------
     def _send(self, method: str, payload: dict[str, Any], timeout: float) -> Any:
@@ -64,17 +65,24 @@ class AgentClient:
         except ValueError as exc:
             raise AgentError(f"agent on {self.node}: {method}: an answer that is not an envelope ({exc})") from None
         if envelope.error is not None:
-            if envelope.error.kind == "busy":
-                raise AgentBusy(envelope.error.message)
-            cls = (VersionMismatch if "version mismatch" in envelope.error.message else
-                   AgentConfigError if envelope.error.kind == "config" else AgentError)
-            raise cls(f"agent on {self.node}: {method} {envelope.error.kind}: {envelope.error.message}")
+            raise self._error(method, envelope.error)
         return spec.reply.model_validate(envelope.ok or {})
+
+    def _error(self, method: str, error: api.RemoteError) -> Exception:
+        """The exception for what the agent answered went wrong."""
+        if error.kind == "busy":
+            return AgentBusy(error.message)
+        cls = (VersionMismatch if "version mismatch" in error.message else
+               AgentConfigError if error.kind == "config" else AgentError)
+        return cls(f"agent on {self.node}: {method} {error.kind}: {error.message}")
 
     # --- handshake and clock -------------------------------------------------------------
     def handshake(self, timeout: float = 120.0) -> api.Info:
         """The ready handshake: the agent answers, and runs what the controller runs."""
+        t0 = time.time()
         info: api.Info = self.request("info", api.InfoRequest(controller_version=drillbit.__version__), timeout)
+        t1 = time.time()
+        self._clock_sample = (t1 - t0, info.t - (t0 + t1) / 2)  # the answer carries the agent's clock
         mine = sorted(fault_registry())
         if info.version != drillbit.__version__ or info.protocol != api.PROTOCOL:
             raise VersionMismatch(f"agent on {self.node} runs drillbit {info.version} (protocol {info.protocol}), "
@@ -88,9 +96,11 @@ class AgentClient:
     def measure_offset(self, samples: int = 8, good_rtt: float = 0.002) -> tuple[float, float]:
         """NTP-style: the sample with the smallest round trip gives the offset (within half of
         it). Up to ``samples``, and no more once a second sample came back within ``good_rtt``
-        (an offset known to 1 ms: a fleet's handshake makes 2 round trips of it, not 8)."""
-        best: tuple[float, float] | None = None
-        for i in range(samples):
+        (an offset known to 1 ms: a fleet's handshake makes 2 round trips of it, not 8). The
+        handshake's answer, which carries the agent's clock, is the first sample: a handshake
+        then takes 3 round trips (info, clock, arm) where it took 4."""
+        best, self._clock_sample = self._clock_sample, None  # a second measurement samples afresh
+        for i in range(1 if best is not None else 0, samples):
             t0 = time.time()
             remote = self.request("clock", timeout=10.0).t
             t1 = time.time()
@@ -143,6 +153,22 @@ class AgentClient:
     def confirm(self, handle: Handle) -> Evidence | None:
         evidence = self.request("confirm", api.OfHandle(handle=handle)).evidence
         return None if evidence is None else evidence.model_copy(update={"t": self.local_time(evidence.t)})
+
+    def plan_all(self, fault: str, targets: list[ProcRef], params: dict) -> list[PlanStep]:
+        return self.request("plan_all", api.InjectAll(fault=fault, targets=targets, params=params),
+                            60.0 * len(targets)).steps
+
+    def inject_all(self, fault: str, targets: list[ProcRef], params: dict) -> tuple[list[Handle], Exception | None]:
+        """:meth:`inject` on each target in order, in one round trip: the handles of those it
+        reached, and what the first that failed raised (the rest were not tried), or None."""
+        reply = self.request("inject_all", api.InjectAll(fault=fault, targets=targets, params=params),
+                             60.0 * len(targets))  # each target the time one inject has
+        handles = [h.model_copy(update={"injected_at": self.local_time(h.injected_at)}) for h in reply.handles]
+        return handles, None if reply.error is None else self._error("inject", reply.error)
+
+    def confirm_all(self, handles: list[Handle]) -> list[Evidence | None]:
+        evidence = self.request("confirm_all", api.OfHandles(handles=handles), 60.0 * len(handles)).evidence
+        return [None if e is None else e.model_copy(update={"t": self.local_time(e.t)}) for e in evidence]
 
     def heal(self, handle: Handle, timeout: float = 60.0) -> HealReport:
         report = self.request("heal", api.OfHandle(handle=handle), timeout).report

@@ -339,6 +339,19 @@ class SlurmNodes(Nodes):
     def confirm(self, handle: Handle) -> Evidence | None:
         return self._for(handle.fault, handle.target).confirm(handle)
 
+    def plan_group(self, fault: str, targets: list[ProcRef], params: dict) -> list[PlanStep]:
+        if is_scheduler_fault(fault):
+            params = self._scheduler_params(params)
+        return self._for(fault, targets[0]).plan_all(fault, targets, params)
+
+    def inject_group(self, fault: str, targets: list[ProcRef], params: dict) -> tuple[list[Handle], Exception | None]:
+        if is_scheduler_fault(fault):
+            params = self._scheduler_params(params)
+        return self._for(fault, targets[0]).inject_all(fault, targets, params)
+
+    def confirm_group(self, handles: list[Handle]) -> list[Evidence | None]:
+        return self._for(handles[0].fault, handles[0].target).confirm_all(handles)
+
     def heal(self, handle: Handle) -> HealReport:
         client = self._for(handle.fault, handle.target)
         if isinstance(client, SrunAgentClient) and client.closed.is_set():
