@@ -111,3 +111,11 @@ def test_a_single_inject_is_a_call_of_one_and_raises_what_failed(agent):
     with pytest.raises(FaultError, match="refused 22"):
         agent.inject("scripted", targets(22)[0], {})
     assert [h.target.pid for h in agent.active()] == [21]
+
+
+def test_the_same_target_twice_in_one_call_takes_its_lock_once(agent):
+    """A target named twice (a schedule may pick one rank twice) acts twice, as two calls would,
+    and never waits on its own lock."""
+    handles, failed = agent.inject_all("scripted", targets(31, 31), {})
+    assert failed is None and [h.target.pid for h in handles] == [31, 31]
+    assert [h.target.pid for h in agent.active()] == [31]

@@ -220,8 +220,8 @@ class NodeAgent:
             return [], failed
         acted: list[Handle] = []
         with contextlib.ExitStack() as held:
-            for r in sorted(ready, key=lambda r: r.key):  # one order for every caller: no lock cycle
-                held.enter_context(self._busy_lock(r.key))
+            for key in sorted({r.key for r in ready}):  # each once, in one order for every caller: no lock cycle
+                held.enter_context(self._busy_lock(key))
             held.enter_context(heal_lock(self.registry_path))  # a heal that comes now waits for the acts
             with self._lock:
                 recorded: list[_Prepared] = []
