@@ -113,9 +113,26 @@ def test_a_single_inject_is_a_call_of_one_and_raises_what_failed(agent):
     assert [h.target.pid for h in agent.active()] == [21]
 
 
-def test_the_same_target_twice_in_one_call_takes_its_lock_once(agent):
-    """A target named twice (a schedule may pick one rank twice) acts twice, as two calls would,
-    and never waits on its own lock."""
+def test_the_same_target_twice_in_one_call_is_refused_before_it_prepares_and_the_first_is_kept(agent):
+    """helper-19: a target named twice took the first fault's slot; the first was never healed
+    (a duty-cycle thread left running, a partition left up). With [11, 12, 11] and 12 refused,
+    the second 11's removal dropped the first 11, which had acted, from the registry."""
     handles, failed = agent.inject_all("scripted", targets(31, 31), {})
-    assert failed is None and [h.target.pid for h in handles] == [31, 31]
-    assert [h.target.pid for h in agent.active()] == [31]
+    assert isinstance(failed, FaultError) and "already asked for on pid 31" in str(failed)
+    assert [h.target.pid for h in handles] == [31] and Scripted.log.count("prepare 31") == 1
+    assert [h.target.pid for h in agent.active()] == [31] and registry_pids(Scripted.registry) == [31]
+    Scripted.refuse = {12}
+    handles, failed = agent.inject_all("scripted", targets(41, 12, 41), {})
+    assert [h.target.pid for h in handles] == [41] and "refused 12" in str(failed)
+    assert sorted(h.target.pid for h in agent.active()) == [31, 41]
+    assert registry_pids(Scripted.registry) == [31, 41]
+
+
+def test_a_fault_still_active_on_a_target_is_not_injected_over(agent):
+    assert agent.inject("scripted", targets(51)[0], {}).state["acted"]
+    with pytest.raises(FaultError, match="already active on pid 51"):
+        agent.inject("scripted", targets(51)[0], {})
+    assert Scripted.log.count("act 51") == 1 and [h.target.pid for h in agent.active()] == [51]
+    [held] = agent.active()
+    assert agent.heal(held).healed and agent.active() == []
+    assert agent.inject("scripted", targets(51)[0], {}).state["acted"]  # healed: it may come again

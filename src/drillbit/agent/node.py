@@ -23,7 +23,7 @@ import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import psutil
 
@@ -158,10 +158,21 @@ class NodeAgent:
         fault = get_fault(fault_name, self.scratch)
         return fault.describe(target, fault.Params.model_validate(params))
 
-    def _prepared(self, fault_name: str, target: ProcRef, params: dict) -> _Prepared:
+    def _prepared(self, fault_name: str, target: ProcRef, params: dict, before: list[_Prepared]) -> _Prepared:
         """A fault made ready for one target: its params completed and checked, its intent
         prepared and its file claimed; nothing recorded or acted yet. A refusal (ConfigError,
-        FaultError) undoes what it prepared."""
+        FaultError) undoes what it prepared. ``before``: those prepared earlier in the same call.
+
+        One fault of a kind on one process at a time (the registry keys a fault by its name and
+        the process): a second, in this call or still active from an earlier one, is refused
+        before it prepares anything. Let through, it took the first one's slot, and the first
+        was never healed (a duty-cycle thread left running, a partition left up)."""
+        key = self._key_of(fault_name, target)
+        with self._lock:
+            taken = key in self._active
+        if taken or any(r.key == key for r in before):
+            raise FaultError(f"{fault_name} is already {'active' if taken else 'asked for'} on pid {target.pid} "
+                             f"(rank {target.rank}); one {fault_name} a process at a time")
         fault = get_fault(fault_name, self.scratch)
         if "root" in fault.Params.model_fields and params.get("root") is None and self.job_root is not None:
             params = {**params, "root": self.job_root.model_dump()}
@@ -175,7 +186,7 @@ class NodeAgent:
                         after_job=fault.heals_after_job(validated))
         try:
             with self._lock:
-                self._check_files(handle)  # this agent's own faults first: the clearer refusal
+                self._check_files(handle, [r.handle for r in before])  # this agent's own first: the clearer refusal
             self._claim(handle)  # one file, one fault, across every drill on this host
         except (ConfigError, FaultError):
             if intent is not None:
@@ -212,7 +223,7 @@ class NodeAgent:
         failed: Exception | None = None
         for target in targets:
             try:
-                ready.append(self._prepared(fault_name, target, params))
+                ready.append(self._prepared(fault_name, target, params, ready))
             except Exception as exc:  # noqa: BLE001 — the targets before it go on; it is answered
                 failed = exc
                 break
@@ -220,13 +231,15 @@ class NodeAgent:
             return [], failed
         acted: list[Handle] = []
         with contextlib.ExitStack() as held:
-            for key in sorted({r.key for r in ready}):  # each once, in one order for every caller: no lock cycle
+            for key in sorted(r.key for r in ready):  # distinct (see _prepared); one order for every caller
                 held.enter_context(self._busy_lock(key))
             held.enter_context(heal_lock(self.registry_path))  # a heal that comes now waits for the acts
             with self._lock:
                 recorded: list[_Prepared] = []
                 for r in ready:
                     try:
+                        if r.key in self._active:  # another call's, landed since this one prepared
+                            raise FaultError(f"{fault_name} is already active on pid {r.handle.target.pid}")
                         self._check_files(r.handle)
                     except FaultError as exc:  # before any later target's failure, in their order
                         failed = exc
@@ -262,11 +275,12 @@ class NodeAgent:
         with self._lock:
             return self._busy.setdefault(key, threading.Lock())
 
-    def _check_files(self, handle: Handle) -> None:
+    def _check_files(self, handle: Handle, also: Sequence[Handle] = ()) -> None:
         """Two active faults never hold the same file: the second's backup would be the
-        first one's damage (corrupt-checkpoint with two targets once did exactly that)."""
+        first one's damage (corrupt-checkpoint with two targets once did exactly that).
+        ``also``: the faults prepared before this one in the same call."""
         mine = handle.state.get("file")
-        for held, _ in self._active.values():
+        for held in [*(h for h, _ in self._active.values()), *also]:
             if mine is not None and held.state.get("file") == mine:
                 raise FaultError(f"{handle.fault}: {mine} is already held by an active {held.fault} fault "
                                  f"(rank {held.target.rank}); give each target its own file")
@@ -468,8 +482,12 @@ class NodeAgent:
             pass
 
     @staticmethod
-    def _key(handle: Handle) -> str:
-        return f"{handle.fault}:{handle.target.pid}:{handle.target.start_time}"
+    def _key_of(fault: str, target: ProcRef) -> str:
+        return f"{fault}:{target.pid}:{target.start_time}"
+
+    @classmethod
+    def _key(cls, handle: Handle) -> str:
+        return cls._key_of(handle.fault, handle.target)
 
     def _save(self) -> None:
         self._tell_guardian()  # first: an agent that dies between the two leaves a told state on disk
