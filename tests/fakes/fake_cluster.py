@@ -169,15 +169,20 @@ class FakeAgent:
         envelope = api.Envelope.model_validate(self.dispatch(method, payload))
         return envelope.ok, envelope.error
 
-    def _plan_all(self, req):
-        steps = []
-        for target in req.targets:
-            ok, error = self._one("plan", {"fault": req.fault, "target": target.model_dump(mode="json"),
-                                           "params": req.params})
+    def _each(self, method: str, payloads: list[dict], reply: type, field: str) -> list:
+        """``method`` once a payload, as the one-target calls answer it; the first error raised."""
+        out = []
+        for payload in payloads:
+            ok, error = self._one(method, payload)
             if error is not None:
                 raise RuntimeError(error.message)
-            steps.append(api.Planned.model_validate(ok).step)
-        return api.PlannedAll(steps=steps)
+            out.append(getattr(reply.model_validate(ok), field))
+        return out
+
+    def _plan_all(self, req):
+        return api.PlannedAll(steps=self._each("plan", [
+            {"fault": req.fault, "target": t.model_dump(mode="json"), "params": req.params} for t in req.targets],
+            api.Planned, "step"))
 
     def _inject_all(self, req):
         handles = []
@@ -190,13 +195,8 @@ class FakeAgent:
         return api.InjectedAll(handles=handles)
 
     def _confirm_all(self, req):
-        evidence = []
-        for handle in req.handles:
-            ok, error = self._one("confirm", {"handle": handle.model_dump(mode="json")})
-            if error is not None:
-                raise RuntimeError(error.message)
-            evidence.append(api.Confirmed.model_validate(ok).evidence)
-        return api.ConfirmedAll(evidence=evidence)
+        return api.ConfirmedAll(evidence=self._each(
+            "confirm", [{"handle": h.model_dump(mode="json")} for h in req.handles], api.Confirmed, "evidence"))
 
     def _heal(self, req):
         if self.heal_hangs and self.heal_hangs_left > 0:

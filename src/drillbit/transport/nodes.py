@@ -554,31 +554,40 @@ class Nodes:
         (:func:`per_node`), different agents' in parallel."""
         return str(target.node)
 
+    def _agent_for(self, fault: str, target: ProcRef) -> AgentClient:
+        """The agent that acts for a fault on a target: the target's node's (an engine may send
+        some faults elsewhere, as Slurm sends node faults to its scheduler agent)."""
+        return self._client(target)
+
+    def _fault_params(self, fault: str, params: dict) -> dict:
+        """A fault's params as its agent needs them (an engine may add what only it knows)."""
+        return params
+
     def plan(self, fault: str, target: ProcRef, params: dict) -> PlanStep:
-        return self._client(target).plan(fault, target, params)
+        return self._agent_for(fault, target).plan(fault, target, self._fault_params(fault, params))
 
     def inject(self, fault: str, target: ProcRef, params: dict) -> Handle:
-        return self._client(target).inject(fault, target, params)
+        return self._agent_for(fault, target).inject(fault, target, self._fault_params(fault, params))
 
     def confirm(self, handle: Handle) -> Evidence | None:
-        return self._client(handle.target).confirm(handle)
+        return self._agent_for(handle.fault, handle.target).confirm(handle)
 
     def heal(self, handle: Handle) -> HealReport:
-        return self._client(handle.target).heal(handle)
+        return self._agent_for(handle.fault, handle.target).heal(handle)
 
     # One agent's targets in one call (the nemesis groups them by :meth:`route`): a node with
     # eight ranks is one round trip, not eight (#60: through Ray, a node's calls wait for each
     # other, about 14 ms each with 8 raylets on 2 cores).
     def plan_group(self, fault: str, targets: list[ProcRef], params: dict) -> list[PlanStep]:
-        return self._client(targets[0]).plan_all(fault, targets, params)
+        return self._agent_for(fault, targets[0]).plan_all(fault, targets, self._fault_params(fault, params))
 
     def inject_group(self, fault: str, targets: list[ProcRef], params: dict) -> tuple[list[Handle], Exception | None]:
         """:meth:`inject` on each target in order, to the first that fails: the handles of
         those injected, and that failure (None if none failed)."""
-        return self._client(targets[0]).inject_all(fault, targets, params)
+        return self._agent_for(fault, targets[0]).inject_all(fault, targets, self._fault_params(fault, params))
 
     def confirm_group(self, handles: list[Handle]) -> list[Evidence | None]:
-        return self._client(handles[0].target).confirm_all(handles)
+        return self._agent_for(handles[0].fault, handles[0].target).confirm_all(handles)
 
     def active_by_node(self) -> dict[str, list[Handle] | Exception]:
         """Each node's active faults, or why its agent could not say: one dead agent does not

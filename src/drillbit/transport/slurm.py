@@ -28,12 +28,13 @@ from drillbit.agent.service import AgentService
 from drillbit.core.atomic import write_private
 from drillbit.core.errors import ConfigError, DrillError
 from drillbit.faults import get as get_fault
-from drillbit.faults.base import Evidence, Handle, HealReport, PlanStep
+from drillbit.faults.base import Handle, HealReport
 from drillbit.core.history import History
 from drillbit.core.proc import ProcRef
 from drillbit.core.slurm.scheduler import JobInfo, Slurm
 from drillbit.spec.config import ENV_NAME, JobProfile, RankDiscovery, SlurmCluster, SlurmJob
 from drillbit.spec.placeholders import expand
+from drillbit.transport.client import AgentClient
 from drillbit.transport.inprocess import InProcessClient
 from drillbit.transport.jsonlines import JsonLinesClient
 from drillbit.transport.nodes import Nodes, with_python
@@ -314,46 +315,22 @@ class SlurmNodes(Nodes):
         return sorted(found, key=lambda r: r.rank if r.rank is not None else -1)
 
     # --- faults: node faults through the scheduler agent ---------------------------------
-    def _scheduler_params(self, params: dict) -> dict:
+    def _fault_params(self, fault: str, params: dict) -> dict:
+        if not is_scheduler_fault(fault):
+            return params
         return {**params, "slurm_conf": params.get("slurm_conf") or self.slurm.conf, "job_id": self.job_id,
                 "slurm_via": params.get("slurm_via") or self.slurm.via}
 
-    def _for(self, fault: str, target: ProcRef):
+    def _agent_for(self, fault: str, target: ProcRef) -> AgentClient:
         if is_scheduler_fault(fault):
             return self.clients[SCHEDULER]
-        return self._client(target)
+        return super()._agent_for(fault, target)
 
     def route(self, fault: str, target: ProcRef) -> str:
         return SCHEDULER if is_scheduler_fault(fault) else super().route(fault, target)
 
-    def plan(self, fault: str, target: ProcRef, params: dict) -> PlanStep:
-        if is_scheduler_fault(fault):
-            params = self._scheduler_params(params)
-        return self._for(fault, target).plan(fault, target, params)
-
-    def inject(self, fault: str, target: ProcRef, params: dict) -> Handle:
-        if is_scheduler_fault(fault):
-            params = self._scheduler_params(params)
-        return self._for(fault, target).inject(fault, target, params)
-
-    def confirm(self, handle: Handle) -> Evidence | None:
-        return self._for(handle.fault, handle.target).confirm(handle)
-
-    def plan_group(self, fault: str, targets: list[ProcRef], params: dict) -> list[PlanStep]:
-        if is_scheduler_fault(fault):
-            params = self._scheduler_params(params)
-        return self._for(fault, targets[0]).plan_all(fault, targets, params)
-
-    def inject_group(self, fault: str, targets: list[ProcRef], params: dict) -> tuple[list[Handle], Exception | None]:
-        if is_scheduler_fault(fault):
-            params = self._scheduler_params(params)
-        return self._for(fault, targets[0]).inject_all(fault, targets, params)
-
-    def confirm_group(self, handles: list[Handle]) -> list[Evidence | None]:
-        return self._for(handles[0].fault, handles[0].target).confirm_all(handles)
-
     def heal(self, handle: Handle) -> HealReport:
-        client = self._for(handle.fault, handle.target)
+        client = self._agent_for(handle.fault, handle.target)
         if isinstance(client, SrunAgentClient) and client.closed.is_set():
             return self._ended_with_allocation(handle)
         try:
