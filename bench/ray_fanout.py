@@ -6,7 +6,7 @@ embedded Ray cluster (2 nodes); prints the medians and their ratio.
 Part 2: the embedded cluster with --nodes simulated nodes (default 8) and --per-node target
 processes each (default 8: 64 in all); one fault applied to every target, then healed, the
 way the nemesis fans out (the nodes in parallel, each node's targets in one inject_all and
-one confirm_all), and, beside it, each node's targets one call after another (before those
+one confirm_all, healed in one heal_all), and, beside it, each node's targets one call after another (before those
 calls) and a thread per target (before #60). Prints the median and p90 latency per target (inject call to confirmed effect, on
 the controller's clock), the wall time of the whole fan-out and of the heal, and the CPU
 time the controller spent. Repeated --rounds times; medians across rounds.
@@ -91,7 +91,7 @@ def single(executor: RayNodes, runs: int, tmp: Path) -> tuple[float, float, floa
 
 def fanout(executor: RayNodes, nodes: list[str], each: int, mode: str = "batched") -> dict[str, float]:
     """``mode``: batched, as the nemesis fans out since #60's batched calls (each node's targets
-    in one inject_all and one confirm_all, the nodes in parallel); per-target, as it did before
+    in one inject_all, one confirm_all and one heal_all, the nodes in parallel); per-target, as it did before
     them (the nodes in parallel, each node's targets one call after the other); threads, a
     thread per target, as before #60."""
     per_node_n = each
@@ -131,8 +131,11 @@ def fanout(executor: RayNodes, nodes: list[str], each: int, mode: str = "batched
         if mode == "threads":
             with ThreadPoolExecutor(max_workers=len(targets)) as pool:
                 reports = list(pool.map(lambda d: executor.heal(d[0]), done))
-        else:
+        elif mode == "per-target":
             reports = per_node([d[0] for d in done], lambda h: h.target.node, executor.heal)
+        else:  # each node's faults in one heal_all, the nodes in parallel, as the nemesis heals
+            chunks = [[d[0] for d in done if d[0].target.node == node] for node in nodes]
+            reports = [r for got in per_node(chunks, lambda c: c[0].target.node, executor.heal_group) for r in got]
         heal_wall = time.perf_counter() - t1
         cpu = sum(me.cpu_times()[:2]) - cpu0
         assert all(r.verified for r in reports)

@@ -198,6 +198,10 @@ class FakeAgent:
         return api.ConfirmedAll(evidence=self._each(
             "confirm", [{"handle": h.model_dump(mode="json")} for h in req.handles], api.Confirmed, "evidence"))
 
+    def _heal_all(self, req):
+        return api.HealedAll(reports=self._each(
+            "heal", [{"handle": h.model_dump(mode="json")} for h in req.handles], api.Healed, "report"))
+
     def _heal(self, req):
         if self.heal_hangs and self.heal_hangs_left > 0:
             self.heal_hangs_left -= 1

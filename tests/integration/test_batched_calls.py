@@ -1,8 +1,10 @@
-"""One call carries all of an agent's targets (plan_all, inject_all, confirm_all): the real
-agent service in-process, on real processes. A target the agent refuses stops the call there,
-and what landed before it is answered, held and healed."""
+"""One call carries all of an agent's targets (plan_all, inject_all, confirm_all, heal_all): the
+real agent service in-process, on real processes. A target the agent refuses stops the call
+there, and what landed before it is answered, held and healed. A heal that fails in a batch is
+that fault's failed report; the others are healed."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -58,8 +60,38 @@ def test_one_call_injects_confirms_and_plans_every_target_of_a_node(ranks):
     assert len(evidence) == 3 and all(e is not None for e in evidence)
     assert all(stopped(r) for r in found)
     assert sorted(h.target.pid for h in client.active()) == sorted(r.pid for r in found)
-    assert all(client.heal(h).verified for h in handles)
+    reports = client.heal_all(handles)
+    assert [r.verified for r in reports] == [True, True, True], reports
     assert not any(stopped(r) for r in found) and client.active() == []
+    assert json.loads(client.service.agent.registry_path.read_text())["faults"] == []
+    assert [r.healed for r in client.heal_all(handles)] == [True, True, True]  # idempotent: already healed
+
+
+def test_one_heal_that_raises_in_a_batch_is_its_own_failure_and_the_rest_are_healed_in_one_write(ranks):
+    client, found = ranks
+    handles, failed = client.inject_all(FAULT, found, PARAMS)
+    assert failed is None and all(e is not None for e in client.confirm_all(handles))
+    agent = client.service.agent
+    key = agent._key(handles[1])
+    broken = agent._active[key][1]  # the middle target's fault instance: its heal raises
+
+    def refuse(*_a, **_k):
+        raise OSError("the disk went away")
+
+    broken.heal = refuse  # type: ignore[method-assign]
+    writes = []
+    save = agent._save
+    agent._save = lambda: (writes.append(1), save())[1]  # type: ignore[method-assign]
+    reports = client.heal_all(handles)
+    assert [r.healed for r in reports] == [True, False, True], reports
+    assert "heal raised OSError: the disk went away" in reports[1].detail
+    assert len(writes) == 1  # the two that healed left the registry in one write
+    assert [h.target.pid for h in client.active()] == [found[1].pid]
+    on_disk = json.loads(agent.registry_path.read_text())["faults"]
+    assert [h["target"]["pid"] for h in on_disk] == [found[1].pid]
+    assert not stopped(found[0]) and stopped(found[1]) and not stopped(found[2])
+    del broken.heal  # its own heal again: the retry heals it
+    assert client.heal(handles[1]).verified and not stopped(found[1]) and client.active() == []
 
 
 def test_a_refused_target_stops_the_call_and_what_landed_before_it_is_answered_and_healed(ranks):

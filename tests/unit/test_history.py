@@ -16,3 +16,34 @@ def test_history_is_flushed_per_event_and_reloads(tmp_path):
     again = History.load(path)
     assert [(e.seq, e.kind) for e in again] == [(0, "drill.start"), (1, "step")]
     assert again.first("step").data == {"n": 3}
+
+
+def test_a_batch_is_recorded_in_order_in_one_write_and_a_bad_payload_is_kept_and_named(tmp_path):
+    """record_many: what AgentLogProbe records a fetched batch with. The same events, in the
+    same order, as one record each would give, the invalid one followed by event.invalid, and
+    the listeners told of each in order; NaN and inf in a payload are kept in memory and
+    written as null (JSON has neither), as one record writes them."""
+    path = tmp_path / "history.jsonl"
+    history = History(path)
+    heard = []
+    history.subscribe(lambda e: heard.append((e.seq, e.kind)))
+    history.record("harness", "drill.start", drill="d", cluster="c", job="j", fault="kill-rank")
+    rows = [("step", 10.0, "n0", 0, {"n": 1, "t_source": "read"}),
+            ("step", 9.0, "n0", 1, {"n": "two"}),  # out of order, and not a step number
+            ("metrics", 11.0, "n1", None, {"loss": float("nan"), "lr": float("inf"), "t_source": "line"}),
+            ("step", 12.0, "n1", 0, {"n": 3})]
+    out = history.record_many("probe:n0", rows)
+    history.record_many("probe:n0", [])  # nothing to write
+    history.close()
+    assert [e.seq for e in out] == [1, 2, 4, 5]
+    kinds = [(e.seq, e.kind) for e in history]
+    assert kinds == [(0, "drill.start"), (1, "step"), (2, "step"), (3, "event.invalid"), (4, "metrics"), (5, "step")]
+    assert heard == kinds
+    invalid = history.of("event.invalid")[0].data
+    assert invalid["recorded_as"] == "step" and invalid["seq"] == 2
+    reloaded = History.load(path)
+    assert [(e.seq, e.kind, e.t) for e in reloaded] == [(e.seq, e.kind, e.t) for e in history]
+    assert [e.t for e in reloaded.of("step")] == [10.0, 9.0, 12.0]  # as recorded: ordering is the checks' job
+    metrics = history.of("metrics")[0].data
+    assert metrics["loss"] != metrics["loss"] and metrics["lr"] == float("inf")
+    assert reloaded.of("metrics")[0].data == {"loss": None, "lr": None, "t_source": "line"}

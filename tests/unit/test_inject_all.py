@@ -1,7 +1,7 @@
 """NodeAgent.inject_all: a node's targets in one call, record then act, two registry writes a
-call. A scripted fault here (its prepare, act and heal say what they were asked); the real
-faults on real processes go through it in tests/integration/test_batched_calls.py and every
-drill."""
+call; NodeAgent.heal_all: their heals in one call, one registry write. A scripted fault here
+(its prepare, act and heal say what they were asked); the real faults on real processes go
+through it in tests/integration/test_batched_calls.py and every drill."""
 from __future__ import annotations
 
 import json
@@ -29,6 +29,7 @@ class Scripted(Fault):
     refuse: set[int] = set()  # act raises FaultError (a clean refusal) on these pids
     breaks: set[int] = set()  # act raises half-way on these
     seen_on_disk: list[list[int]] = []  # the registry's faults each act saw
+    heal_breaks: set[int] = set()  # heal raises on these
 
     def plan(self, targets, params): ...
 
@@ -50,6 +51,8 @@ class Scripted(Fault):
 
     def heal(self, target, params, state):
         self.log.append(f"heal {target.pid} acted={state.acted}")
+        if target.pid in self.heal_breaks:
+            raise OSError(f"could not undo {target.pid}")
         return HealReport(healed=True, verified=True, detail="scripted")
 
 
@@ -60,6 +63,7 @@ def registry_pids(path: Path) -> list[int]:
 @pytest.fixture
 def agent(tmp_path, monkeypatch):
     Scripted.log, Scripted.refuse, Scripted.breaks, Scripted.seen_on_disk = [], set(), set(), []
+    Scripted.heal_breaks = set()
     Scripted.registry = tmp_path / "registry.json"
     monkeypatch.setattr(node_mod, "get_fault", lambda name, scratch=None: Scripted(scratch))
     saves = []
@@ -136,3 +140,24 @@ def test_a_fault_still_active_on_a_target_is_not_injected_over(agent):
     [held] = agent.active()
     assert agent.heal(held).healed and agent.active() == []
     assert agent.inject("scripted", targets(51)[0], {}).state["acted"]  # healed: it may come again
+
+
+def test_heal_all_heals_in_order_in_one_registry_write_and_a_heal_that_raises_is_its_own_failure(agent):
+    handles, failed = agent.inject_all("scripted", targets(61, 62, 63), {})
+    assert failed is None
+    Scripted.heal_breaks = {62}
+    del agent.saves[:]
+    reports = agent.heal_all(handles)
+    assert [r.healed for r in reports] == [True, False, True]
+    assert reports[1].detail == "heal raised OSError: could not undo 62"
+    assert [line for line in Scripted.log if line.startswith("heal")] == [
+        "heal 61 acted=True", "heal 62 acted=True", "heal 63 acted=True"]
+    assert len(agent.saves) == 1  # 61 and 63 left the registry in one write
+    assert [h.target.pid for h in agent.active()] == [62] and registry_pids(Scripted.registry) == [62]
+    with pytest.raises(OSError, match="could not undo 62"):  # one heal alone still raises, as it always did
+        agent.heal(handles[1])
+    Scripted.heal_breaks = set()
+    again = agent.heal_all([handles[1], handles[1], handles[0]])  # twice, and one healed before
+    assert [r.healed for r in again] == [True, True, True]
+    assert Scripted.log.count("heal 62 acted=True") == 3 and Scripted.log.count("heal 61 acted=True") == 1
+    assert agent.active() == [] and registry_pids(Scripted.registry) == []

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from drillbit.core.history import History
 from drillbit.core.proc import ProcRef
-from drillbit.faults.base import Handle, Plan, PlanStep
+from drillbit.faults.base import Handle, HealReport, Plan, PlanStep
 from drillbit.loop.nemesis import Nemesis
 from drillbit.loop.runner import Interrupted
 from drillbit.transport.nodes import per_node
@@ -301,3 +301,87 @@ def test_a_launch_that_fails_on_one_node_stops_the_launchers_the_others_started(
     with pytest.raises(ConfigError, match="no such command"):
         fleet.launch(profile)
     assert sorted(stopped) == ["n0", "n1", "n3", "n4"]
+
+
+class _Healing:
+    """Three agents holding faults. Node a's call heals its first and not its second (healed on
+    its retry), node b's call hangs (each of its faults is retried on its own), node c's fault
+    heals neither in its call nor on its own."""
+
+    def __init__(self, handles: list[Handle], b_hangs: float = 0.0) -> None:
+        self.handles = handles
+        self.b_hangs = b_hangs
+        self.calls: list[tuple[str, list[int]]] = []
+        self._lock = threading.Lock()
+
+    def route(self, fault: str, target: ProcRef) -> str:
+        return str(target.node)
+
+    def active_by_node(self) -> dict[str, list[Handle]]:
+        out: dict[str, list[Handle]] = {}
+        for h in self.handles:
+            out.setdefault(str(h.target.node), []).append(h)
+        return out
+
+    def heal_group(self, handles: list[Handle]) -> list[HealReport]:
+        with self._lock:
+            self.calls.append(("heal_all", [h.target.pid for h in handles]))
+        if handles[0].target.node == "b":
+            time.sleep(self.b_hangs)
+        return [HealReport(healed=h.target.pid not in (2, 5), verified=True, detail="undone") for h in handles]
+
+    def heal(self, handle: Handle) -> HealReport:
+        with self._lock:
+            self.calls.append(("heal", [handle.target.pid]))
+        healed = handle.target.pid != 5
+        return HealReport(healed=healed, verified=healed, detail="undone on its own" if healed else "still there")
+
+
+def _held(*placed: tuple[str, int]) -> list[Handle]:
+    return [Handle(fault="fake", target=ProcRef(pid=pid, start_time=1.0, rank=pid, node=node), params={})
+            for node, pid in placed]
+
+
+def test_the_heal_asks_each_agent_once_for_all_its_faults_and_retries_only_what_did_not_heal() -> None:
+    handles = _held(("a", 1), ("a", 2), ("b", 3), ("b", 4), ("c", 5))
+    nodes = _Healing(handles, b_hangs=1.0)
+    history = History()
+    nemesis = Nemesis(nodes, "fake", _Fault(), _Params(), history, heal_timeout=0.2)  # type: ignore[arg-type]
+    nemesis.heal()
+    batched = sorted(pids for name, pids in nodes.calls if name == "heal_all")
+    assert batched == [[1, 2], [3, 4], [5]], nodes.calls  # one call an agent
+    retried = sorted(pids[0] for name, pids in nodes.calls if name == "heal")
+    # b's call outlived its deadline (0.2 s for each of its 2 faults): each of its faults on its own
+    assert retried == [2, 3, 4, 5], nodes.calls
+    healed = {e.data["pid"]: e.data["attempt"] for e in history.of("fault.heal")}
+    assert healed == {1: 1, 2: 2, 3: 2, 4: 2}, healed
+    assert sorted(e.data["pid"] for e in history.of("heal.retry")) == [2, 3, 4, 5]
+    assert "did not finish in 0.4 s" in next(e for e in history.of("heal.retry") if e.data["pid"] == 3).data["detail"]
+    [failed] = history.of("heal.failed")  # c's fault: not in its call, not on its own
+    assert failed.data["pid"] == 5 and failed.data["detail"] == "still there"
+
+
+def test_a_second_ctrl_c_while_an_agent_heals_leaves_at_once_and_names_only_what_was_not_healed(ctrl_c) -> None:
+    from drillbit.loop.nemesis import HealAbandoned
+
+    handles = _held(("a", 1), ("b", 3), ("b", 4))
+    nodes = _Healing(handles, b_hangs=3.0)
+    history = History()
+    nemesis = Nemesis(nodes, "fake", _Fault(), _Params(), history, heal_timeout=60)  # type: ignore[arg-type]
+
+    def handler(signum: int, _frame: object) -> None:
+        raise HealAbandoned("SIGUSR1 twice while healing")
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        threading.Timer(0.5, ctrl_c).start()
+        t0 = time.monotonic()
+        nemesis.heal()
+        took = time.monotonic() - t0
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert took < 2.5, took  # not the 3 s of b's call in flight (a bound of the test, not a timing goal)
+    assert [e.data["pid"] for e in history.of("fault.heal")] == [1]
+    left = history.of("heal.failed")
+    assert sorted(e.data["pid"] for e in left) == [3, 4] and all("left in place" in e.data["detail"] for e in left)
+    assert nemesis.abandoned

@@ -22,9 +22,10 @@ from drillbit.spec.signals import Signal
 
 # Bumped when a method, a request or a reply changes shape. The drillbit version is
 # compared too: controller and agent must run the same code (Ray pickles by reference).
-PROTOCOL = 7  # 4: stacks; 5: globs in tail_start, the logs missing, list_folders; busy, an error kind;
+PROTOCOL = 8  # 4: stacks; 5: globs in tail_start, the logs missing, list_folders; busy, an error kind;
 #              6: launch says what contains the job (its cgroup, or the subreaper alone);
-#              7: plan_all, inject_all, confirm_all (one node's targets in one round trip)
+#              7: plan_all, inject_all, confirm_all (one node's targets in one round trip);
+#              8: heal_all
 
 
 class Message(BaseModel):
@@ -159,6 +160,11 @@ class Healed(Message):
     report: HealReport
 
 
+class HealedAll(Message):
+    """Each fault's heal report, in the handles' order (a heal that raised is a failed report)."""
+    reports: list[HealReport]
+
+
 class Active(Message):
     handles: list[Handle]
 
@@ -251,6 +257,8 @@ METHODS: dict[str, Method] = {
                          doc="inject on each of this node's targets in order, to the first that fails, in one call"),
     "confirm_all": Method(request=OfHandles, reply=ConfirmedAll, doc="confirm each of these faults, in one call"),
     "heal": Method(request=OfHandle, reply=Healed, doc="undo it; idempotent"),
+    "heal_all": Method(request=OfHandles, reply=HealedAll,
+                       doc="heal each of these faults in order, in one call; one that fails does not stop the rest"),
     "active": Method(request=Empty, reply=Active, doc="the faults this agent holds"),
     "records": Method(request=Empty, reply=Records, doc="what the dead-man's switch did"),
     "free_port": Method(request=Empty, reply=Port, doc="a free TCP port on this node"),

@@ -75,19 +75,31 @@ def read_records(path: Path) -> list[Record]:
 def heal_with_deadline(heal: Callable[[Handle], HealReport], handle: Handle,
                        timeout: float = HEAL_DEADLINE_S) -> HealReport:
     """One heal, bounded: a heal that blocks or raises becomes a failed report."""
+    return heal_all_with_deadline(lambda handles: [heal(handles[0])], [handle], timeout)[0]
+
+
+def heal_all_with_deadline(heal_all: Callable[[list[Handle]], list[HealReport]], handles: list[Handle],
+                           timeout: float = HEAL_DEADLINE_S) -> list[HealReport]:
+    """Several heals in one call, bounded by ``timeout`` in all: a call that blocks, raises or
+    answers for other than its handles makes each of them a failed report (each has its retry)."""
     box: list = []
 
     def work() -> None:
         try:
-            box.append(heal(handle))
-        except Exception as exc:  # reported as a failed heal, the next fault still gets healed
-            box.append(HealReport(healed=False, verified=False, detail=f"heal raised {exc.__class__.__name__}: {exc}"))
+            got = heal_all(handles)
+            if len(got) != len(handles):
+                raise ValueError(f"{len(got)} heal reports for {len(handles)} faults")
+            box.append(got)
+        except Exception as exc:  # reported as failed heals, the next fault still gets healed
+            detail = f"heal raised {exc.__class__.__name__}: {exc}"
+            box.append([HealReport(healed=False, verified=False, detail=detail) for _ in handles])
 
-    worker = threading.Thread(target=work, daemon=True, name=f"heal-{handle.fault}")
+    worker = threading.Thread(target=work, daemon=True, name=f"heal-{handles[0].fault if handles else ''}")
     worker.start()
     worker.join(timeout)
     if not box:
-        return HealReport(healed=False, verified=False, detail=f"the heal did not finish in {timeout:g} s")
+        return [HealReport(healed=False, verified=False, detail=f"the heal did not finish in {timeout:g} s")
+                for _ in handles]
     return box[0]
 
 

@@ -302,33 +302,70 @@ class NodeAgent:
         """Heal one fault — after its act has landed (the same handle's lock, and across
         processes the registry's heal lock: the guardian, ``drill heal`` and a retry never
         heal one fault at once), from the state the act recorded."""
+        return self._heal_each([handle], answer_errors=False)[0]
+
+    def heal_all(self, handles: list[Handle]) -> list[HealReport]:
+        """:meth:`heal` on each handle in order, with one registry write for all that healed
+        (one fsync a call, not one a fault). A heal that raises is answered as that fault's
+        failed report and the rest go on. An interrupt before the write leaves faults that
+        healed still registered: their heal is idempotent, and the next one says so."""
+        return self._heal_each(handles, answer_errors=True)
+
+    def _heal_each(self, handles: list[Handle], answer_errors: bool) -> list[HealReport]:
+        reports: list[HealReport] = []
+        healed: list[Handle] = []
+        with contextlib.ExitStack() as held:
+            for key in sorted({self._key(h) for h in handles}):  # inject_all's order: busy locks, then the file's
+                held.enter_context(self._busy_lock(key))
+            held.enter_context(heal_lock(self.registry_path))
+            try:
+                for handle in handles:
+                    try:
+                        report, acted = self._heal_held(handle)
+                    except Exception as exc:
+                        if not answer_errors:
+                            raise
+                        report, acted = HealReport(healed=False, verified=False,
+                                                   detail=f"heal raised {exc.__class__.__name__}: {exc}"), None
+                    reports.append(report)
+                    if acted is not None:
+                        healed.append(acted)
+            finally:  # what healed leaves the registry, whatever came after it
+                if healed:
+                    with self._lock:
+                        self._save()
+                    for handle in healed:
+                        self._release(handle)
+        return reports
+
+    def _heal_held(self, handle: Handle) -> tuple[HealReport, Handle | None]:
+        """One fault's heal, its locks held by the caller: the report, and the handle healed
+        (gone from this agent's memory; the caller writes the registry), or None."""
         key = self._key(handle)
-        with self._busy_lock(key), heal_lock(self.registry_path):
-            with self._lock:
-                held = self._active.get(key)
-            if held is not None:
-                handle = held[0]  # the act's final state, not the intent a timed-out inject handed back
-            elif key in self._healed:  # a retry of a heal that finished meanwhile (its caller gave up waiting)
-                return self._healed[key]
-            elif self._gone_from_disk(key):
-                return HealReport(healed=True, verified=False, detail="no longer in the registry: healed or "
-                                  "abandoned by another process (see the dead-man log)")
-            fault = self._instance(handle)
-            if key in self._distrusted:
-                return HealReport(healed=False, verified=False, detail=f"not trusted: {self._distrusted[key]}; "
-                                  "nothing it names was touched")
-            if not handle.state:  # a plugin fault without prepare() that died before it could say what it did
-                return HealReport(healed=False, verified=False, detail=f"{handle.fault} acted before it recorded its "
-                                  "state; check the target by hand")
-            report = fault.heal(handle.target, fault.Params.model_validate(handle.params),
-                                fault.State.model_validate(handle.state))
-            if report.healed:
-                with self._lock:
-                    self._active.pop(key, None)
-                    self._healed[key] = report
-                    self._save()
-                self._release(handle)
-            return report
+        with self._lock:
+            held = self._active.get(key)
+        if held is not None:
+            handle = held[0]  # the act's final state, not the intent a timed-out inject handed back
+        elif key in self._healed:  # a retry of a heal that finished meanwhile (its caller gave up waiting)
+            return self._healed[key], None
+        elif self._gone_from_disk(key):
+            return HealReport(healed=True, verified=False, detail="no longer in the registry: healed or "
+                              "abandoned by another process (see the dead-man log)"), None
+        fault = self._instance(handle)
+        if key in self._distrusted:
+            return HealReport(healed=False, verified=False, detail=f"not trusted: {self._distrusted[key]}; "
+                              "nothing it names was touched"), None
+        if not handle.state:  # a plugin fault without prepare() that died before it could say what it did
+            return HealReport(healed=False, verified=False, detail=f"{handle.fault} acted before it recorded its "
+                              "state; check the target by hand"), None
+        report = fault.heal(handle.target, fault.Params.model_validate(handle.params),
+                            fault.State.model_validate(handle.state))
+        if not report.healed:
+            return report, None
+        with self._lock:
+            self._active.pop(key, None)
+            self._healed[key] = report
+        return report, handle
 
     def _claim(self, handle: Handle) -> None:
         state = handle.state

@@ -32,6 +32,7 @@ from drillbit.agent.node import NodeAgent
 from drillbit.core.errors import ConfigError, LeaseError
 from drillbit.faults import get as get_fault
 from drillbit.faults import registry as fault_registry
+from drillbit.faults.base import HealReport
 from drillbit.core.lease import Lease
 from drillbit.core.proc import ProcRef
 from drillbit.core import pystacks
@@ -141,7 +142,9 @@ class AgentService:
                 self.on_orphaned()
 
     def _heal_reported(self, handle):  # agent-clock times, as the records expect
-        report = self.agent.heal(handle)
+        return self._skewed(self.agent.heal(handle))
+
+    def _skewed(self, report: HealReport) -> HealReport:
         seen = [o.model_copy(update={"t": o.t + self.skew_s}) for o in report.observations]
         return report.model_copy(update={"t": report.t + self.skew_s, "observations": seen})
 
@@ -298,6 +301,10 @@ class AgentService:
 
     def _heal(self, req: api.OfHandle) -> api.Healed:
         return api.Healed(report=self._heal_reported(req.handle))
+
+    def _heal_all(self, req: api.OfHandles) -> api.HealedAll:
+        """Each fault healed in order, one registry write for all (:meth:`NodeAgent.heal_all`)."""
+        return api.HealedAll(reports=[self._skewed(r) for r in self.agent.heal_all(req.handles)])
 
     def _active(self, req: api.Empty) -> api.Active:
         return api.Active(handles=self.agent.active())

@@ -70,10 +70,12 @@ class AgentLogProbe(Poller):
         while True:
             batch = client.tail_fetch(stop=final)
             got += len(batch.events)
+            rows = []
             for e in batch.events:
                 fields = dict(e.data)
                 where = fields.pop("node", node)  # a straggler line names its own node
-                self._history.record(f"probe:{node}", e.kind, t=e.t, rank=e.rank, node=where, **fields)
+                rows.append((e.kind, e.t, where, e.rank, fields))
+            self._history.record_many(f"probe:{node}", rows)  # the batch in one turn at the history's lock
             self.lines[node] = batch.lines
             self.paused[node] = batch.paused
             self.missing_on[node] = batch.missing

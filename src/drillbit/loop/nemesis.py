@@ -1,20 +1,23 @@
 """Nemesis: one fault's inject, confirm and heal on its targets, through the nodes' agents.
 
 Used as a context manager, it heals on the way out whatever happened inside: a pass, a
-failed SLO, an abort, an interrupt, a harness bug. Heal goes node by node (one dead agent
-does not keep the others' faults in place), each fault with a deadline and one retry; a
-fault that still cannot be healed is recorded as ``heal.failed``, which fails the drill.
+failed SLO, an abort, an interrupt, a harness bug. Heal asks each node's agent once for all
+of its faults, the nodes in parallel (one dead agent does not keep the others' faults in
+place), each fault with a deadline and one retry; a fault that still cannot be healed is
+recorded as ``heal.failed``, which fails the drill.
 """
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from typing import Any
 
-from drillbit.agent.deadman import heal_with_deadline
-from drillbit.faults.base import Evidence, Fault, Handle, Params, Plan, PlanStep
+from drillbit.agent.deadman import heal_all_with_deadline, heal_with_deadline
+from drillbit.faults.base import Evidence, Fault, Handle, HealReport, Params, Plan, PlanStep
 from drillbit.core.history import History
 from drillbit.loop.watch import Progress
-from drillbit.transport.nodes import Nodes, per_node
+from drillbit.transport.nodes import FAN_OUT, Nodes, per_node
 from drillbit.core.proc import ProcRef
 
 HARNESS = "harness"
@@ -156,6 +159,7 @@ class Nemesis:
             return  # the operator's word: what is left stays, for the switches
         self.healing = True
         left: list[Handle] = []
+        recorded: set[int] = set()
         try:
             for node, held in self.nodes.active_by_node().items():
                 if isinstance(held, Exception):
@@ -163,22 +167,71 @@ class Nemesis:
                                         detail=f"cannot reach the agent to heal: {held}")
                     continue
                 left += [h for h in held if not (job_running and h.after_job)]
-            while left:
-                self._heal_one(left[0])
-                left.pop(0)
+            self._heal_all(left, recorded)
         except HealAbandoned as exc:
             self.abandoned = True
-            for handle in left:
+            for i, handle in enumerate(left):
+                if i in recorded:
+                    continue
                 t = handle.target
                 self.history.record(HARNESS, "heal.failed", node=t.node, rank=t.rank, pid=t.pid, fault=handle.fault,
                                     detail=f"left in place: {exc}")
         finally:
             self.healing = False
 
-    def _heal_one(self, handle: Handle) -> None:
+    def _heal_all(self, handles: list[Handle], recorded: set[int]) -> None:
+        """Each agent's faults in one call (``heal_all``), the agents in parallel, at most
+        FAN_OUT at once: one dead or slow agent does not keep the others' faults in place. A
+        call gets the heal deadline once for each of its faults; a fault it did not heal is
+        tried once more on its own. Every record is written here, on the caller's thread, as
+        each agent answers: the operator's second Ctrl-C leaves at once, and the faults not yet
+        recorded healed are the ones said to be left in place."""
+        if not handles:
+            return
+        groups: dict[str, list[int]] = {}
+        for i, handle in enumerate(handles):
+            groups.setdefault(self.nodes.route(handle.fault, handle.target), []).append(i)
+        work: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
+        for idx in groups.values():
+            work.put(idx)
+        done: queue.SimpleQueue[tuple[int, HealReport, HealReport | None]] = queue.SimpleQueue()
+
+        def heal_groups() -> None:  # a worker: one agent's faults after another, until none are left
+            while True:
+                try:
+                    idx = work.get_nowait()
+                except queue.Empty:
+                    return
+                batch = [handles[i] for i in idx]
+                try:
+                    first = heal_all_with_deadline(self.nodes.heal_group, batch, self.heal_timeout * len(batch))
+                    for i, report in zip(idx, first, strict=True):
+                        again = None if report.healed else heal_with_deadline(self.nodes.heal, handles[i],
+                                                                              self.heal_timeout)
+                        done.put((i, report, again))
+                except Exception as exc:  # noqa: BLE001 — a bug here must not leave the caller waiting
+                    failed = HealReport(healed=False, verified=False, detail=f"heal raised {exc!r}")
+                    for i in idx:
+                        done.put((i, failed, failed))
+
+        for n in range(min(FAN_OUT, len(groups))):
+            threading.Thread(target=heal_groups, daemon=True, name=f"heal-{n}").start()
+        while len(recorded) < len(handles):
+            try:
+                i, first, again = done.get(timeout=0.5)  # woken for the operator's Ctrl-C in between
+            except queue.Empty:
+                continue
+            if i not in recorded:
+                self._record_heal(handles[i], first, again)
+                recorded.add(i)
+
+    def _record_heal(self, handle: Handle, first: HealReport, again: HealReport | None) -> None:
+        """One fault's heal in the history: what it watched, then healed (with the attempt),
+        or a retry and, when the retry failed too, heal.failed."""
         target = handle.target
-        for attempt in (1, 2):
-            report = heal_with_deadline(self.nodes.heal, handle, self.heal_timeout)
+        for attempt, report in ((1, first), (2, again)):
+            if report is None:
+                break
             for seen in report.observations:  # what the fault watched on its node (ckpt.read)
                 self.history.record(f"agent:{target.node}", seen.kind, t=seen.t, node=target.node, rank=seen.rank,
                                     **seen.data)
@@ -191,4 +244,4 @@ class Nemesis:
                 self.history.record(HARNESS, "heal.retry", node=target.node, rank=target.rank, pid=target.pid,
                                     fault=handle.fault, detail=report.detail)
         self.history.record(HARNESS, "heal.failed", node=target.node, rank=target.rank, pid=target.pid,
-                            fault=handle.fault, detail=report.detail)
+                            fault=handle.fault, detail=(again or first).detail)

@@ -589,6 +589,10 @@ class Nodes:
     def confirm_group(self, handles: list[Handle]) -> list[Evidence | None]:
         return self._agent_for(handles[0].fault, handles[0].target).confirm_all(handles)
 
+    def heal_group(self, handles: list[Handle]) -> list[HealReport]:
+        """:meth:`heal` on each handle in order: every report (one that failed is its own)."""
+        return self._agent_for(handles[0].fault, handles[0].target).heal_all(handles)
+
     def active_by_node(self) -> dict[str, list[Handle] | Exception]:
         """Each node's active faults, or why its agent could not say: one dead agent does not
         hide the others'."""

@@ -330,14 +330,18 @@ class SlurmNodes(Nodes):
         return SCHEDULER if is_scheduler_fault(fault) else super().route(fault, target)
 
     def heal(self, handle: Handle) -> HealReport:
-        client = self._agent_for(handle.fault, handle.target)
+        return self.heal_group([handle])[0]
+
+    def heal_group(self, handles: list[Handle]) -> list[HealReport]:
+        """A node agent that ended with the allocation (srun's step gone) took its faults with it."""
+        client = self._agent_for(handles[0].fault, handles[0].target)
         if isinstance(client, SrunAgentClient) and client.closed.is_set():
-            return self._ended_with_allocation(handle)
+            return [self._ended_with_allocation(h) for h in handles]
         try:
-            return client.heal(handle)
+            return client.heal_all(handles) if len(handles) > 1 else [client.heal(handles[0])]
         except DrillError:
             if isinstance(client, SrunAgentClient) and client.closed.is_set():
-                return self._ended_with_allocation(handle)
+                return [self._ended_with_allocation(h) for h in handles]
             raise
 
     def _client(self, ref: ProcRef):
