@@ -1,5 +1,5 @@
 """NodeAgent.inject_all: a node's targets in one call, record then act, two registry writes a
-call; NodeAgent.heal_all: their heals in one call, one registry write. A scripted fault here
+call; NodeAgent.heal_all: their heals in one call, each written as it heals. A scripted fault here
 (its prepare, act and heal say what they were asked); the real faults on real processes go
 through it in tests/integration/test_batched_calls.py and every drill."""
 from __future__ import annotations
@@ -142,7 +142,7 @@ def test_a_fault_still_active_on_a_target_is_not_injected_over(agent):
     assert agent.inject("scripted", targets(51)[0], {}).state["acted"]  # healed: it may come again
 
 
-def test_heal_all_heals_in_order_in_one_registry_write_and_a_heal_that_raises_is_its_own_failure(agent):
+def test_heal_all_heals_in_order_and_a_heal_that_raises_is_its_own_failure(agent):
     handles, failed = agent.inject_all("scripted", targets(61, 62, 63), {})
     assert failed is None
     Scripted.heal_breaks = {62}
@@ -152,7 +152,7 @@ def test_heal_all_heals_in_order_in_one_registry_write_and_a_heal_that_raises_is
     assert reports[1].detail == "heal raised OSError: could not undo 62"
     assert [line for line in Scripted.log if line.startswith("heal")] == [
         "heal 61 acted=True", "heal 62 acted=True", "heal 63 acted=True"]
-    assert len(agent.saves) == 1  # 61 and 63 left the registry in one write
+    assert len(agent.saves) == 2  # 61 and 63 each left the registry as it healed (62's failure wrote nothing)
     assert [h.target.pid for h in agent.active()] == [62] and registry_pids(Scripted.registry) == [62]
     with pytest.raises(OSError, match="could not undo 62"):  # one heal alone still raises, as it always did
         agent.heal(handles[1])

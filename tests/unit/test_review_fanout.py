@@ -344,19 +344,19 @@ def _held(*placed: tuple[str, int]) -> list[Handle]:
 
 def test_the_heal_asks_each_agent_once_for_all_its_faults_and_retries_only_what_did_not_heal() -> None:
     handles = _held(("a", 1), ("a", 2), ("b", 3), ("b", 4), ("c", 5))
-    nodes = _Healing(handles, b_hangs=1.0)
+    nodes = _Healing(handles, b_hangs=2.0)
     history = History()
     nemesis = Nemesis(nodes, "fake", _Fault(), _Params(), history, heal_timeout=0.2)  # type: ignore[arg-type]
     nemesis.heal()
     batched = sorted(pids for name, pids in nodes.calls if name == "heal_all")
     assert batched == [[1, 2], [3, 4], [5]], nodes.calls  # one call an agent
     retried = sorted(pids[0] for name, pids in nodes.calls if name == "heal")
-    # b's call outlived its deadline (0.2 s for each of its 2 faults): each of its faults on its own
+    # b's call outlived its deadline (twice 0.2 s for each of its 2 faults): each of its faults on its own
     assert retried == [2, 3, 4, 5], nodes.calls
     healed = {e.data["pid"]: e.data["attempt"] for e in history.of("fault.heal")}
     assert healed == {1: 1, 2: 2, 3: 2, 4: 2}, healed
     assert sorted(e.data["pid"] for e in history.of("heal.retry")) == [2, 3, 4, 5]
-    assert "did not finish in 0.4 s" in next(e for e in history.of("heal.retry") if e.data["pid"] == 3).data["detail"]
+    assert "did not finish in 0.8 s" in next(e for e in history.of("heal.retry") if e.data["pid"] == 3).data["detail"]
     [failed] = history.of("heal.failed")  # c's fault: not in its call, not on its own
     assert failed.data["pid"] == 5 and failed.data["detail"] == "still there"
 

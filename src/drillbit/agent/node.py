@@ -305,42 +305,40 @@ class NodeAgent:
         return self._heal_each([handle], answer_errors=False)[0]
 
     def heal_all(self, handles: list[Handle]) -> list[HealReport]:
-        """:meth:`heal` on each handle in order, with one registry write for all that healed
-        (one fsync a call, not one a fault). A heal that raises is answered as that fault's
-        failed report and the rest go on. An interrupt before the write leaves faults that
-        healed still registered: their heal is idempotent, and the next one says so."""
+        """:meth:`heal` on each handle in order, in one call. A heal that raises is answered as
+        that fault's failed report and the rest go on. Each fault is healed as one heal alone
+        is (its own locks, the registry written as it leaves it): a heal that hangs keeps no
+        fault healed before it on disk or its file claimed, and a retry of a healed fault finds
+        it healed at once (helper-20: with the call's locks held to its end, such retries timed
+        out and healed faults were reported left in place)."""
         return self._heal_each(handles, answer_errors=True)
 
     def _heal_each(self, handles: list[Handle], answer_errors: bool) -> list[HealReport]:
         reports: list[HealReport] = []
-        healed: list[Handle] = []
-        with contextlib.ExitStack() as held:
-            for key in sorted({self._key(h) for h in handles}):  # inject_all's order: busy locks, then the file's
-                held.enter_context(self._busy_lock(key))
-            held.enter_context(heal_lock(self.registry_path))
+        for handle in handles:
+            key = self._key(handle)
+            with self._lock:  # healed already (a retry after its caller gave up waiting): said at once,
+                done = None if key in self._active else self._healed.get(key)  # not behind another's heal
+            if done is not None:
+                reports.append(done)
+                continue
             try:
-                for handle in handles:
-                    try:
-                        report, acted = self._heal_held(handle)
-                    except Exception as exc:
-                        if not answer_errors:
-                            raise
-                        report, acted = HealReport(healed=False, verified=False,
-                                                   detail=f"heal raised {exc.__class__.__name__}: {exc}"), None
-                    reports.append(report)
+                with self._busy_lock(key), heal_lock(self.registry_path):
+                    report, acted = self._heal_held(handle)
                     if acted is not None:
-                        healed.append(acted)
-            finally:  # what healed leaves the registry, whatever came after it
-                if healed:
-                    with self._lock:
-                        self._save()
-                    for handle in healed:
-                        self._release(handle)
+                        with self._lock:
+                            self._save()
+                        self._release(acted)
+            except Exception as exc:
+                if not answer_errors:
+                    raise
+                report = HealReport(healed=False, verified=False, detail=f"heal raised {exc.__class__.__name__}: {exc}")
+            reports.append(report)
         return reports
 
     def _heal_held(self, handle: Handle) -> tuple[HealReport, Handle | None]:
         """One fault's heal, its locks held by the caller: the report, and the handle healed
-        (gone from this agent's memory; the caller writes the registry), or None."""
+        (gone from this agent's memory; the caller writes the registry at once), or None."""
         key = self._key(handle)
         with self._lock:
             held = self._active.get(key)

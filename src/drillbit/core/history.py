@@ -81,25 +81,30 @@ class History:
         checked = [(kind, t, node, rank, *events.check(kind, data)) for kind, t, node, rank, data in rows]
         out: list[Event] = []
         with self._lock:
-            lines = []
-            for kind, t, node, rank, kept, problem in checked:
-                added = [self._new(source, kind, t, node, rank, kept)]
-                if problem is not None:
-                    added.append(self._new(source, Kind.EVENT_INVALID.value, None, node, rank,
-                                           {"recorded_as": kind, "seq": added[0].seq, "problem": problem}))
-                out.append(added[0])
-                lines += [e.model_dump_json() for e in added]
-            self._write(lines)
-            for event in self._events[len(self._events) - len(lines):]:
-                for listener in list(self._listeners):
-                    listener(event)
+            added: list[Event] = []
+            lines: list[str] = []
+            try:
+                for kind, t, node, rank, kept, problem in checked:
+                    out.append(self._new(source, kind, t, node, rank, kept, lines))
+                    added.append(out[-1])
+                    if problem is not None:
+                        added.append(self._new(source, Kind.EVENT_INVALID.value, None, node, rank,
+                                               {"recorded_as": kind, "seq": out[-1].seq, "problem": problem}, lines))
+            finally:  # a row that cannot be written raises as record() would, after the rows before it
+                self._write(lines)
+                for event in added:
+                    for listener in list(self._listeners):
+                        listener(event)
         return out
 
     def _new(self, source: str, kind: str, t: float | None, node: str | None, rank: int | None,
-             data: dict[str, Any]) -> Event:
-        """The next event, appended (the caller holds the lock)."""
+             data: dict[str, Any], lines: list[str]) -> Event:
+        """The next event, its line added to ``lines`` to be written, then the event appended
+        (the caller holds the lock): one that cannot be written raises here and is in neither,
+        so the file and the memory keep the same events, numbered without a gap."""
         event = Event(seq=len(self._events), t=time.time() if t is None else t,
                       source=source, kind=kind, node=node, rank=rank, data=data)
+        lines.append(event.model_dump_json())
         self._events.append(event)
         return event
 
@@ -111,8 +116,9 @@ class History:
     def _add(self, source: str, kind: str, t: float | None, node: str | None, rank: int | None,
              data: dict[str, Any]) -> Event:
         with self._lock:
-            event = self._new(source, kind, t, node, rank, data)
-            self._write([event.model_dump_json()])
+            lines: list[str] = []
+            event = self._new(source, kind, t, node, rank, data, lines)
+            self._write(lines)
             # under the lock: probes on several threads record at once, and a listener (the
             # progress view) must see the events in their order
             for listener in list(self._listeners):

@@ -160,6 +160,7 @@ class Nemesis:
         self.healing = True
         left: list[Handle] = []
         recorded: set[int] = set()
+        stop = threading.Event()
         try:
             for node, held in self.nodes.active_by_node().items():
                 if isinstance(held, Exception):
@@ -167,8 +168,9 @@ class Nemesis:
                                         detail=f"cannot reach the agent to heal: {held}")
                     continue
                 left += [h for h in held if not (job_running and h.after_job)]
-            self._heal_all(left, recorded)
+            self._heal_all(left, recorded, stop)
         except HealAbandoned as exc:
+            stop.set()  # no heal call begins after the operator's word (one in flight ends on its node)
             self.abandoned = True
             for i, handle in enumerate(left):
                 if i in recorded:
@@ -179,13 +181,16 @@ class Nemesis:
         finally:
             self.healing = False
 
-    def _heal_all(self, handles: list[Handle], recorded: set[int]) -> None:
+    def _heal_all(self, handles: list[Handle], recorded: set[int], stop: threading.Event) -> None:
         """Each agent's faults in one call (``heal_all``), the agents in parallel, at most
         FAN_OUT at once: one dead or slow agent does not keep the others' faults in place. A
-        call gets the heal deadline once for each of its faults; a fault it did not heal is
-        tried once more on its own. Every record is written here, on the caller's thread, as
-        each agent answers: the operator's second Ctrl-C leaves at once, and the faults not yet
-        recorded healed are the ones said to be left in place."""
+        call gets twice the heal deadline for each of its faults (what each had for its
+        attempt and its retry when they went one by one); a fault it did not heal, or every
+        fault of a call that did not answer in time, is tried once more on its own (one the
+        call healed meanwhile says so at once). Every record is written here, on the caller's
+        thread, as each agent answers: the operator's second Ctrl-C (``stop`` set) leaves at
+        once, no further call begins, and the faults not yet recorded healed are the ones said
+        to be left in place."""
         if not handles:
             return
         groups: dict[str, list[int]] = {}
@@ -197,15 +202,17 @@ class Nemesis:
         done: queue.SimpleQueue[tuple[int, HealReport, HealReport | None]] = queue.SimpleQueue()
 
         def heal_groups() -> None:  # a worker: one agent's faults after another, until none are left
-            while True:
+            while not stop.is_set():
                 try:
                     idx = work.get_nowait()
                 except queue.Empty:
                     return
                 batch = [handles[i] for i in idx]
                 try:
-                    first = heal_all_with_deadline(self.nodes.heal_group, batch, self.heal_timeout * len(batch))
+                    first = heal_all_with_deadline(self.nodes.heal_group, batch, 2 * self.heal_timeout * len(batch))
                     for i, report in zip(idx, first, strict=True):
+                        if stop.is_set():
+                            return
                         again = None if report.healed else heal_with_deadline(self.nodes.heal, handles[i],
                                                                               self.heal_timeout)
                         done.put((i, report, again))

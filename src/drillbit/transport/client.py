@@ -177,6 +177,8 @@ class AgentClient:
     def heal_all(self, handles: list[Handle], timeout: float = 60.0) -> list[HealReport]:
         """:meth:`heal` on each handle in order, in one round trip (``timeout`` each); a heal that
         failed, or raised on the agent, is its failed report, and the rest were still healed."""
+        if not handles:
+            return []
         reports = self.request("heal_all", api.OfHandles(handles=handles), timeout * len(handles)).reports
         return [r.model_copy(update={"t": self.local_time(r.t)}) for r in reports]
 

@@ -591,6 +591,8 @@ class Nodes:
 
     def heal_group(self, handles: list[Handle]) -> list[HealReport]:
         """:meth:`heal` on each handle in order: every report (one that failed is its own)."""
+        if not handles:
+            return []
         return self._agent_for(handles[0].fault, handles[0].target).heal_all(handles)
 
     def active_by_node(self) -> dict[str, list[Handle] | Exception]:

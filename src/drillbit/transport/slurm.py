@@ -334,6 +334,8 @@ class SlurmNodes(Nodes):
 
     def heal_group(self, handles: list[Handle]) -> list[HealReport]:
         """A node agent that ended with the allocation (srun's step gone) took its faults with it."""
+        if not handles:
+            return []
         client = self._agent_for(handles[0].fault, handles[0].target)
         if isinstance(client, SrunAgentClient) and client.closed.is_set():
             return [self._ended_with_allocation(h) for h in handles]
