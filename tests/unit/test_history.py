@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from drillbit.core.history import History
 
@@ -47,3 +48,22 @@ def test_a_batch_is_recorded_in_order_in_one_write_and_a_bad_payload_is_kept_and
     metrics = history.of("metrics")[0].data
     assert metrics["loss"] != metrics["loss"] and metrics["lr"] == float("inf")
     assert reloaded.of("metrics")[0].data == {"loss": None, "lr": None, "t_source": "line"}
+
+
+def test_a_time_that_is_not_a_number_is_recorded_at_the_time_of_recording_named_and_the_file_still_loads(tmp_path):
+    """helper-20: an agent's NaN or inf time was written as null, and History.load then refused
+    the file ("not an event"), so `drill report` could not read the run."""
+    path = tmp_path / "history.jsonl"
+    history = History(path)
+    history.record("harness", "fault.heal", t=float("nan"), node="n0", rank=1, pid=7, fault="kill-rank", healed=True,
+                   verified=True, detail="x", attempt=1)
+    history.record_many("probe:n0", [("step", float("inf"), "n0", 0, {"n": 1}), ("step", 5.0, "n0", 0, {"n": 2}),
+                                     ("step", float("-inf"), "n0", 0, {"n": "x"})])
+    history.close()
+    reloaded = History.load(path)
+    assert [e.kind for e in reloaded] == ["fault.heal", "event.invalid", "step", "event.invalid", "step", "step",
+                                          "event.invalid"]
+    assert all(math.isfinite(e.t) for e in reloaded) and reloaded.of("step")[1].t == 5.0
+    problems = [e.data["problem"] for e in reloaded.of("event.invalid")]
+    assert "t: nan is not a time" in problems[0] and "t: inf is not a time" in problems[1]
+    assert "n:" in problems[2] and "t: -inf is not a time" in problems[2]  # both said

@@ -9,6 +9,7 @@ planted there is refused: OSError).
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -50,6 +51,14 @@ class Event(BaseModel):
         return copied
 
 
+def _a_time(t: float | None, problem: str | None) -> tuple[float | None, str | None]:
+    """``t``, or None (now) where it is not a finite number, with that said beside ``problem``."""
+    if t is None or math.isfinite(t):
+        return t, problem
+    said = f"t: {t!r} is not a time; recorded with the time it was recorded at"
+    return None, said if problem is None else f"{problem}; {said}"
+
+
 class History:
     """Events in order; optionally mirrored to a JSONL file, flushed per event."""
 
@@ -64,8 +73,12 @@ class History:
                rank: int | None = None, **data: Any) -> Event:
         """Record one event, its payload validated against its kind (core/events.py). A payload
         its kind does not have is kept as given and followed by an ``event.invalid`` event:
-        a drillbit bug, which makes the verdict inconclusive; recording never raises on it."""
+        a drillbit bug, which makes the verdict inconclusive; recording never raises on it.
+        So is a time that is not a number (NaN, inf: an agent's clock gone wrong): the event
+        gets the time it was recorded (JSON has no NaN, and a null there made the file
+        unreadable to ``drill report``)."""
         kept, problem = events.check(kind, data)
+        t, problem = _a_time(t, problem)
         event = self._add(source, kind, t, node, rank, kept)
         if problem is not None:
             self._add(source, Kind.EVENT_INVALID.value, None, node, rank,
@@ -78,13 +91,14 @@ class History:
         lock is taken, then added in one hold of it and written to the file in one write. A
         probe that fetched a thousand lines' events records them as one, not as a thousand
         turns at a lock every other probe's thread is waiting for."""
-        checked = [(kind, t, node, rank, *events.check(kind, data)) for kind, t, node, rank, data in rows]
+        checked = [(kind, *_a_time(t, problem), node, rank, kept) for kind, t, node, rank, data in rows
+                   for kept, problem in [events.check(kind, data)]]
         out: list[Event] = []
         with self._lock:
             added: list[Event] = []
             lines: list[str] = []
             try:
-                for kind, t, node, rank, kept, problem in checked:
+                for kind, t, problem, node, rank, kept in checked:
                     out.append(self._new(source, kind, t, node, rank, kept, lines))
                     added.append(out[-1])
                     if problem is not None:
