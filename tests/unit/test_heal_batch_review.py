@@ -7,7 +7,6 @@ import json
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,13 +14,9 @@ from drillbit.agent import node as node_mod
 from drillbit.agent.node import NodeAgent
 from drillbit.core.history import History
 from drillbit.core.proc import ProcRef
-from drillbit.faults.base import Fault, Handle, HealReport, Params, State
+from drillbit.faults.base import Fault, Handle, HealReport, Params
 from drillbit.loop.nemesis import HealAbandoned, Nemesis
-
-
-class Intent(State):
-    pid: int
-    acted: bool = False
+from tests.unit.test_inject_all import Intent, registry_pids
 
 
 class Scripted(Fault):
@@ -71,10 +66,6 @@ class _AgentNodes:
 
     def heal(self, handle):
         return self.agent.heal(handle)
-
-
-def registry_pids(path: Path) -> list[int]:
-    return [f["target"]["pid"] for f in json.loads(path.read_text())["faults"]] if path.exists() else []
 
 
 @pytest.fixture

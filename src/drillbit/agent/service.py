@@ -303,7 +303,7 @@ class AgentService:
         return api.Healed(report=self._heal_reported(req.handle))
 
     def _heal_all(self, req: api.OfHandles) -> api.HealedAll:
-        """Each fault healed in order, one registry write for all (:meth:`NodeAgent.heal_all`)."""
+        """Each fault healed in order, as one heal alone is (:meth:`NodeAgent.heal_all`)."""
         return api.HealedAll(reports=[self._skewed(r) for r in self.agent.heal_all(req.handles)])
 
     def _active(self, req: api.Empty) -> api.Active:

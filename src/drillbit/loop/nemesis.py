@@ -217,7 +217,7 @@ class Nemesis:
                                                                               self.heal_timeout)
                         done.put((i, report, again))
                 except Exception as exc:  # noqa: BLE001 — a bug here must not leave the caller waiting
-                    failed = HealReport(healed=False, verified=False, detail=f"heal raised {exc!r}")
+                    failed = HealReport(healed=False, verified=False, detail=f"heal raised {exc.__class__.__name__}: {exc}")
                     for i in idx:
                         done.put((i, failed, failed))
 

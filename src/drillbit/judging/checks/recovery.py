@@ -308,7 +308,7 @@ class Window:
     @classmethod
     def of(cls, events: list[Event], confirmed: Event) -> "Window":
         t0 = confirmed.t
-        steps = [e for e in of(events, "step")]
+        steps = list(of(events, "step"))
         # A stall is confirmed only after a quiet spell; a step that was already in flight
         # when the rank froze may land inside it and still belongs before the fault.
         settle = FaultConfirmed.of(confirmed).progress_quiet_s or 0.0
@@ -458,7 +458,7 @@ def _fidelity(m: Measurements, w: Window) -> None:
     if w.restart or w.restore:
         m.fidelity = restore_fidelity(with_metrics(w.before, w.events), with_metrics(w.recovered, w.events),
                                       m.restored_step, m.newest_save_step)
-    if bool(of(w.events, "uninterrupted")):
+    if of(w.events, "uninterrupted"):
         m.uninterrupted = compare_twin(with_metrics(w.before, w.events), with_metrics(w.recovered, w.events),
                                        m.restored_step, w.events)
 
@@ -478,7 +478,7 @@ def _slow(m: Measurements, w: Window) -> None:
 
 def _effect(m: Measurements, w: Window) -> None:
     end = m.t_observe_end if m.t_observe_end is not None else max((e.t for e in w.events), default=w.t0)
-    if not bool(of(w.events, "rank.time")):
+    if not of(w.events, "rank.time"):
         m.effect_unread = "the job prints no per-rank step times (rank.time)"
         return
     named = name_slowed(w.events, w.t0, end)
@@ -605,9 +605,9 @@ MEASURERS: tuple[Measurer, ...] = (
 
 def _before_the_fault(m: Measurements, events: list[Event]) -> None:
     """What the run says before any fault: its baseline, the prediction, what it can read."""
-    steady = next((e for e in of(events, Kind.STEADY)), None)
+    steady = next(iter(of(events, Kind.STEADY)), None)
     m.baseline_step_s = SteadyReached.of(steady).baseline_step_s if steady else None
-    predicted = next((e for e in of(events, Kind.PREDICTED)), None)
+    predicted = next(iter(of(events, Kind.PREDICTED)), None)
     if predicted is not None:
         m.predicted_detect_s, m.predicted_by = Predicted.of(predicted).detect_s, Predicted.of(predicted).by
     launch = next((e.payload for e in of(events, Kind.JOB_LAUNCH, Kind.JOB_ATTACH)), None)
@@ -622,7 +622,7 @@ def measure(history: History, *, poll: bool = False) -> Measurements:
     ``poll``: only what the observe phase's stop test reads (``recovered``, ``awaiting``)."""
     events, t_end = _window(history)
     m = Measurements(t_observe_end=t_end)
-    confirmed = next((e for e in of(events, "fault.confirmed")), None)
+    confirmed = next(iter(of(events, "fault.confirmed")), None)
     try:
         _before_the_fault(m, events)
         if confirmed is None:
@@ -834,7 +834,7 @@ def _measure_slow(m: Measurements, events: list[Event], confirmed: Event, t0: fl
         m.link = f"the link of {', '.join(nodes) or 'the target node'} ({what})"
     m.slowdown_achieved = next((e.slowdown_achieved for e in slowed if e.slowdown_achieved is not None), None)
     m.target_slowdown = next((e.target_slowdown for e in slowed), None)
-    steps = [e for e in of(events, "step")]
+    steps = list(of(events, "step"))
     before = [e for e in steps if e.t < t0]
     m.step_at_fault = Step.of(before[-1]).n if before else None
     named = next((e for e in of(events, "straggler") if e.t >= t0), None)
@@ -848,7 +848,7 @@ def _measure_slow(m: Measurements, events: list[Event], confirmed: Event, t0: fl
     dts = [dt for dt in (Step.of(e).dt for e in after) if dt is not None]
     # compare with the steps just before the fault when there are enough of them: the
     # warm-up baseline is taken right after start, when steps are still settling
-    steady = next((e for e in of(events, "steady")), None)
+    steady = next(iter(of(events, "steady")), None)
     pre = [dt for dt in (Step.of(e).dt for e in before if steady is None or e.t > steady.t) if dt is not None]
     reference = statistics.median(pre) if len(pre) >= 5 else m.baseline_step_s
     if dts and reference:
