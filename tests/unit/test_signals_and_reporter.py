@@ -69,6 +69,17 @@ def test_time_formats(fmt, zone, stamp, expected):
     assert sig.parse_time(stamp) == pytest.approx(expected.timestamp())
 
 
+@pytest.mark.parametrize("stamp", ["nan", "inf", "-inf", "1e400"])
+def test_a_stamp_that_names_no_moment_is_unread_and_the_line_gets_the_time_it_was_read(stamp):
+    """A job's line stamped NaN or inf went to the history with that time: written as null,
+    History.load refused the file. Now it is a stamp that cannot be read, as any other."""
+    sig = Signal(kind="detect", pattern=r"^t=(?P<t>\S+) worker failed$")
+    with pytest.raises(ValueError):
+        sig.parse_time(stamp)
+    [(kind, t, data)] = Matcher([sig]).match(f"t={stamp} worker failed")
+    assert kind == "detect" and t is None and data["t_source"] == "read" and data["t_unread"] == stamp
+
+
 BROKEN_JOB = """\
 jobs:
   broken:

@@ -11,6 +11,7 @@ profile's own ``signals:``.
 """
 from __future__ import annotations
 
+import math
 import re
 from difflib import get_close_matches
 from datetime import datetime, timedelta, timezone as dt_timezone, tzinfo
@@ -116,9 +117,13 @@ class Signal(Strict):
         return 1.0 if "%S" in self.time_format or "%s" in self.time_format else 60.0
 
     def parse_time(self, text: str) -> float:
-        """Group t as epoch seconds; ValueError when it cannot be read."""
+        """Group t as epoch seconds; ValueError when it cannot be read (a stamp of NaN or inf
+        too: it names no moment, and the line then gets the time it was read)."""
         if self.time_format is None:
-            return float(text)
+            t = float(text)
+            if not math.isfinite(t):
+                raise ValueError(f"{text!r} is not a time")
+            return t
         if self.time_format == "iso8601":
             stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
         else:
