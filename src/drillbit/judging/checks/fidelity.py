@@ -42,7 +42,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from drillbit.core.events import Metrics, Step
-from drillbit.core.history import Event
+from drillbit.core.history import Event, of
 
 PartStatus = Literal["pass", "fail", "unknown", "not measured"]
 WINDOW = 5          # steps a level is the median of (at the start, around the restore, after it)
@@ -113,11 +113,12 @@ def one_rank(steps: list[Event], key: str | None = None) -> list[Event]:
     def has(e: Event) -> bool:
         return e.data.get(key) is not None if key else any(e.data.get(k) is not None for k in FIGURE_KEYS)
 
-    ranks = {r for e in steps if has(e) and (r := rank_of(e)) is not None}
-    if not ranks or all(rank_of(e) in ranks for e in steps if rank_of(e) is not None) and len(ranks) < 2:
+    ranked = [(e, rank_of(e)) for e in steps]  # each line's rank read once: these lists are the fleet's step lines
+    ranks = {r for e, r in ranked if r is not None and has(e)}
+    if not ranks or len(ranks) < 2 and all(r in ranks for _, r in ranked if r is not None):
         return steps  # no rank prints one, or one rank prints every ranked line
     lowest = min(ranks)  # the lines of ranks that print none are left out too: a step's first line must carry it
-    return [e for e in steps if rank_of(e) in (lowest, None)]
+    return [e for e, r in ranked if r is None or r == lowest]
 
 
 def _series(steps: list[Event], key: str, first: bool = False) -> dict[int, float]:
@@ -410,7 +411,7 @@ def with_metrics(steps: list[Event], events: list[Event]) -> list[Event]:
     the figures are read by separate probes), so what such figures show can be unknown, never a
     fail. A figure still waiting for its step when the attempt ends (the dead attempt's last
     dict) is dropped."""
-    if not any(e.kind == "metrics" for e in events):
+    if not of(events, "metrics"):
         return steps
     wanted = {e.seq for e in steps}
     segment = 0

@@ -24,7 +24,7 @@ from drillbit.core.evidence import FileDamage, LinkCut, NodeGone, NodeState, Sav
 from drillbit.core.events import (CkptTiers, Error, FaultConfirmed, JobAttach, JobExit, JobLaunch, JobNodes, Kind,
                                   Predicted, Reject, ReplaceDone, Restart, Restore, RestoreCopy, RestoreFailed, Save,
                                   SaveBegin, SteadyReached, Step, Straggler)
-from drillbit.core.history import Event, History
+from drillbit.core.history import Event, Events, History, of
 
 
 class JobError(BaseModel):
@@ -212,29 +212,6 @@ class Measurements(PredictionFigures, TierFigures, RequeueFigures, AttributionFi
 
 
 AFTER_THE_WATCH = ("observe.end", "uninterrupted", "uninterrupted.step")
-
-
-class Events(list):
-    """A run's events in their order, with each kind's found in one pass over them: the
-    measurers ask for a kind thirty-odd times, and at 1,024 nodes a pass over 14,000 events
-    built during a drill (spread over the heap the drill grew) cost 0.6 us an event."""
-
-    _by_kind: dict[str, list[Event]] | None = None
-
-    def of(self, kind: str) -> list[Event]:
-        if self._by_kind is None:
-            by_kind: dict[str, list[Event]] = {}
-            for e in self:
-                by_kind.setdefault(e.kind, []).append(e)
-            self._by_kind = by_kind
-        return self._by_kind.get(kind, [])
-
-
-def of(events: list[Event], *kinds: str) -> list[Event]:
-    """The events of these kinds, in their order (from the index where ``events`` keeps one)."""
-    if isinstance(events, Events) and len(kinds) == 1:
-        return events.of(kinds[0])
-    return [e for e in events if e.kind in kinds]
 
 
 def _window(history: History) -> tuple[list[Event], float | None]:
