@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -188,3 +190,111 @@ def test_batches_and_single_records_from_threads_keep_one_order_in_memory_the_fi
     history.close()
     seqs = [json.loads(line)["seq"] for line in (tmp_path / "h.jsonl").read_text().splitlines()]
     assert seqs == list(range(2500)) == heard == [e.seq for e in history]
+
+
+def test_a_heal_whose_registry_write_failed_keeps_its_claim_until_a_write_drops_it(agent, monkeypatch):
+    """A full disk under the registry: the fault is healed but still listed, so its file claim
+    is kept (a claim is let go only once no registry names its fault), and released at the
+    next write that lands."""
+    released: list[int] = []
+    monkeypatch.setattr(NodeAgent, "_release", lambda self, handle: released.append(handle.target.pid))
+    real_write = node_mod.write_private
+
+    def full(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(node_mod, "write_private", full)
+    report = agent.heal_all([next(h for h in agent.active() if h.target.pid == 11)])[0]
+    assert not report.healed and "No space left" in report.detail and released == []
+    monkeypatch.setattr(node_mod, "write_private", real_write)
+    assert agent.heal(next(h for h in agent.active() if h.target.pid == 12)).healed
+    assert sorted(released) == [11, 12]
+
+
+class FileIntent(Intent):
+    dev: int
+    ino: int
+    file: str
+
+
+class OnFile(Scripted):
+    """A scripted fault on a real file, claimed as the file faults' are (core/filelocks.py)."""
+
+    State = FileIntent
+    path = None
+    barrier: threading.Barrier | None = None  # two prepares meet here; the second claims after the first
+
+    def prepare(self, target, params):
+        info = OnFile.path.stat()
+        intent = FileIntent(pid=target.pid, dev=info.st_dev, ino=info.st_ino, file=str(OnFile.path))
+        if OnFile.barrier is not None and OnFile.barrier.wait(10) == 0:
+            time.sleep(0.3)
+        return intent
+
+    def act(self, target, params, intent):
+        return intent
+
+
+def claimed_by_another(path) -> bool:
+    """Whether another process (another drill) is refused the file: the claim is held."""
+    info = path.stat()
+    probe = subprocess.run([sys.executable, "-c", (
+        "from drillbit.core import filelocks\nfrom drillbit.core.errors import ConfigError\n"
+        f"try:\n filelocks.claim({info.st_dev}, {info.st_ino}, {str(path)!r}, '/nonexistent/other.json', 'k', 'x')\n"
+        " print('CLAIMED')\nexcept ConfigError:\n print('REFUSED')")], capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() in ("CLAIMED", "REFUSED"), probe.stderr
+    return probe.stdout.strip() == "REFUSED"
+
+
+@pytest.fixture
+def on_file(tmp_path, monkeypatch):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "model.pt").write_bytes(b"x")
+    OnFile.path, OnFile.barrier = tmp_path / "a" / "model.pt", None
+    monkeypatch.setattr(node_mod, "get_fault", lambda name, scratch=None: OnFile(scratch))
+    a = NodeAgent("n0", tmp_path / "registry.json")
+    yield a
+    for handle in a.active():
+        a.heal(handle)
+
+
+def test_a_refused_second_inject_of_one_target_keeps_the_first_ones_file_claim(on_file, tmp_path):
+    """helper-21: two injects of one target at once (a retry beside the call it retries), both
+    prepared while the registry's heal lock was held. The second is refused at the record; its
+    undo let go of the claim the first one's active fault holds, and another drill could then
+    claim the damaged file."""
+    OnFile.barrier = threading.Barrier(2)
+    results = []
+    calls = [threading.Thread(target=lambda: results.append(on_file.inject_all("scripted", [
+        ProcRef(pid=11, start_time=1.0, rank=0, node="n0")], {}))) for _ in range(2)]
+    with node_mod.heal_lock(tmp_path / "registry.json"):
+        for call in calls:
+            call.start()
+        time.sleep(1.0)
+    for call in calls:
+        call.join(30)
+    assert sorted(type(r[1]).__name__ for r in results) == ["FaultError", "NoneType"]
+    assert registry_pids(tmp_path / "registry.json") == [11]
+    assert claimed_by_another(OnFile.path)
+    on_file.heal(on_file.active()[0])
+    assert not claimed_by_another(OnFile.path)
+
+
+def test_a_target_injected_again_on_another_file_claims_that_file(on_file, tmp_path, monkeypatch):
+    """helper-21: a heal whose registry write failed keeps its file's claim; the same target
+    injected again on another file found its key "ours already" and left the new file
+    unclaimed."""
+    target = ProcRef(pid=11, start_time=1.0, rank=0, node="n0")
+    first = on_file.inject("scripted", target, {})
+    real_write = node_mod.write_private
+    monkeypatch.setattr(node_mod, "write_private", lambda path, text: (_ for _ in ()).throw(OSError(28, "full")))
+    on_file.heal_all([first])
+    monkeypatch.setattr(node_mod, "write_private", real_write)
+    OnFile.path = tmp_path / "b" / "model.pt"
+    second = on_file.inject("scripted", target, {})
+    assert second.state["file"] == str(tmp_path / "b" / "model.pt")
+    assert claimed_by_another(tmp_path / "b" / "model.pt")
+    on_file.heal(second)
+    assert not claimed_by_another(tmp_path / "a" / "model.pt")
+    assert not claimed_by_another(tmp_path / "b" / "model.pt")

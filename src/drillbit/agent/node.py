@@ -61,6 +61,8 @@ class NodeAgent:
         self._job: dict | None = None
         self._armed: dict[str, Any] | None = None
         self._abandoned: list[dict[str, Any]] = []
+        self._written: set[str] = set()  # the faults this agent's last registry write listed
+        self._unreleased: dict[str, Handle] = {}  # healed (by digest); claim held until a write drops them
         self._lock = threading.Lock()
         self._busy: dict[str, threading.Lock] = {}  # one per handle: act and heal never overlap
         self._healed: dict[str, HealReport] = {}  # what each finished heal reported
@@ -195,10 +197,16 @@ class NodeAgent:
         return _Prepared(self._key(handle), handle, fault, validated, intent)
 
     def _unprepared(self, ready: _Prepared) -> None:
-        """A prepared fault that will not act: its intent undone, its file let go."""
+        """A prepared fault that will not act: its intent undone, its file let go, unless a fault
+        of the same key that another call recorded holds it (two injects of one target at once,
+        a retry beside the call it retries: the claim is one per fault and file, and the second
+        prepare found it taken by the first; helper-21)."""
         if ready.intent is not None:
             ready.fault.unprepare(ready.handle.target, ready.params, ready.intent)
-        self._release(ready.handle)
+        with self._lock:
+            held = self._active.get(ready.key)
+        if held is None or not _same_file(held[0], ready.handle):
+            self._release(ready.handle)
 
     def inject(self, fault_name: str, target: ProcRef, params: dict) -> Handle:
         """Record, then act: the fault's intent and everything its heal needs go to the
@@ -269,6 +277,7 @@ class NodeAgent:
                     self._active[r.key] = (acted[-1], r.fault)
             with self._lock:
                 self._save()
+        self._release_written()  # a heal whose own write raised: its claim goes once a write has landed
         return acted, failed
 
     def _busy_lock(self, key: str) -> threading.Lock:
@@ -327,8 +336,9 @@ class NodeAgent:
                     report, acted = self._heal_held(handle)
                     if acted is not None:
                         with self._lock:
+                            self._unreleased[digest(acted)] = acted
                             self._save()
-                        self._release(acted)
+                        self._release_written()
             except Exception as exc:
                 if not answer_errors:
                     raise
@@ -370,6 +380,16 @@ class NodeAgent:
         if state.get("dev") is not None and state.get("ino") is not None and state.get("file"):
             filelocks.claim(int(state["dev"]), int(state["ino"]), str(state["file"]), str(self.registry_path),
                             self._key(handle), handle.fault)
+
+    def _release_written(self) -> None:
+        """Release the file claims of healed faults that the registry on disk no longer lists:
+        at once after a heal's write, or at a later write where that one raised (a full disk):
+        a claim is let go only once no registry names its fault."""
+        with self._lock:
+            done = [self._unreleased.pop(d) for d, h in list(self._unreleased.items())
+                    if self._key(h) not in self._written]
+        for handle in done:
+            self._release(handle)
 
     def _release(self, handle: Handle) -> None:
         state = handle.state
@@ -442,6 +462,7 @@ class NodeAgent:
                 self._distrusted[key] = why
         with self._lock:
             self._active = active
+            self._written = set(active)  # as read from the registry
             self._job, self._armed = job, armed
             try:
                 self._abandoned = list(json.loads(self.registry_path.read_text()).get("abandoned") or [])
@@ -492,6 +513,7 @@ class NodeAgent:
                 return False
             self._armed = None
             self._save()
+        self._release_written()  # a heal whose own write raised: its claim goes with this one
         if self._guardian is not None and self._guardian.poll() is None:
             self._guardian.terminate()
             try:
@@ -525,11 +547,17 @@ class NodeAgent:
         return cls._key_of(handle.fault, handle.target)
 
     def _save(self) -> None:
+        """Write the registry whole, from this agent's memory (the caller holds ``_lock``). A fault
+        `drill heal` healed in another process comes back with the next write and is healed again
+        by this agent: heals are idempotent, and some faults hold machinery only the agent that
+        injected them can stop (slow-rank's duty cycle, a flapping partition), so the file is not
+        proof enough to forget one (helper-21: a merge with the file lost live faults)."""
         self._tell_guardian()  # first: an agent that dies between the two leaves a told state on disk
         payload = {"node": self.node, "host": socket.gethostname(),
                    "faults": [h.model_dump() for h, _ in self._active.values()],
                    "job": self._job, "armed": self._armed, "abandoned": self._abandoned}
         write_private(self.registry_path, json.dumps(payload))
+        self._written = set(self._active)
 
 
 @dataclass(frozen=True)
@@ -539,6 +567,11 @@ class _Prepared:
     fault: Fault
     params: Any  # the fault's own Params, validated
     intent: Any  # what its prepare() gave (None: nothing to undo)
+
+
+def _same_file(a: Handle, b: Handle) -> bool:
+    """Whether two handles name the same file (device and inode), as a file claim does."""
+    return (a.state.get("dev"), a.state.get("ino")) == (b.state.get("dev"), b.state.get("ino"))
 
 
 def digest(handle: Handle) -> str:

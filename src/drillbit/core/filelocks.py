@@ -52,7 +52,10 @@ import psutil
 from drillbit.core.errors import ConfigError, FaultError
 from drillbit.core.statedir import claims_home, private_dir
 
-_HELD: dict[tuple[str, str], int] = {}  # (registry, fault key) -> the locked folder's descriptor, in this process
+# (registry, fault key, the file's device and inode) -> the locked folder's descriptor, in this process: one
+# target's fault re-injected on another file (a heal whose registry write failed still holding the first) claims
+# the new file for itself instead of finding the key "ours already" (helper-21)
+_HELD: dict[tuple[str, str, int, int], int] = {}
 _HELD_LOCK = threading.Lock()
 
 
@@ -120,7 +123,7 @@ def claim(dev: int, ino: int, file: str, registry: str, key: str, fault: str) ->
     ``registry``: lock its folder, then record the claim. ConfigError if another drill holds
     it; FaultError if the file is no longer the one named (nothing is claimed then)."""
     with _HELD_LOCK:
-        if (registry, key) in _HELD:
+        if (registry, key, dev, ino) in _HELD:
             return  # ours already (a retried inject)
     folder = os.path.dirname(file)
     try:
@@ -160,7 +163,7 @@ def claim(dev: int, ino: int, file: str, registry: str, key: str, fault: str) ->
         os.close(fd)  # and with it the lock
         raise
     with _HELD_LOCK:
-        _HELD[(registry, key)] = fd
+        _HELD[(registry, key, dev, ino)] = fd
 
 
 def _record(path: Path, record: dict, fault: str, file: str) -> None:
@@ -190,7 +193,7 @@ def release(dev: int, ino: int, registry: str, key: str) -> None:
     """Drop the claim if it is this fault's: its record, then its lock (held here if the claim
     was taken in this process; an agent that died dropped it with its life)."""
     with _HELD_LOCK:
-        fd = _HELD.pop((registry, key), None)
+        fd = _HELD.pop((registry, key, dev, ino), None)
     try:
         for path in records_dir().glob("*.json"):
             holder = _read(path)
