@@ -133,3 +133,101 @@ def test_a_stopped_tail_is_never_read_again_and_a_tail_that_raises_leaves_the_ot
         live.stop()
         with pytest.raises(ZeroDivisionError):  # its last read raises as its reads did; it is stopped all the same
             broken.stop()
+
+
+def _read_soon(tail: LogTail, timeout: float = 10.0) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = [e["data"]["n"] for e in tail.fetch(100)[0] if e["kind"] == "step"]
+        if got:
+            return got
+        time.sleep(0.02)
+    return []
+
+
+def test_a_tail_whose_read_raises_systemexit_leaves_the_others_read(tmp_path, capsys):
+    """helper-22: the shared reader caught Exception only; a SystemExit from one tail (its
+    clock, here) ended it, and no tail in the process was read again."""
+    (tmp_path / "bad.log").write_text("step 1\n")
+
+    def clock():
+        raise SystemExit("a clock that exits")
+
+    broken = LogTail([str(tmp_path / "bad.log")], [STEP], clock=clock, poll=0.02)
+    time.sleep(0.2)
+    (tmp_path / "good.log").write_text("step 5\n")
+    live = LogTail([str(tmp_path / "good.log")], [STEP], clock=time.time, poll=0.02)
+    try:
+        assert _read_soon(live) == [5]
+        assert "SystemExit" in capsys.readouterr().err
+    finally:
+        live.stop()
+        with pytest.raises(SystemExit):
+            broken.stop()
+
+
+def test_a_reader_that_could_not_start_is_started_by_the_next_tail(tmp_path, monkeypatch):
+    """helper-22: a thread that failed to start (a pids limit) left the reader marked started,
+    and no later tail in the process was read."""
+    import threading
+
+    from drillbit.agent import logtail
+
+    (tmp_path / "a.log").write_text("step 3\n")
+    real_start = threading.Thread.start
+    idle = not logtail._POLLER._due  # no other test's tail running: the next one starts a reader
+    if idle:
+        monkeypatch.setattr(threading.Thread, "start", lambda self: (_ for _ in ()).throw(RuntimeError("can't start")))
+        with pytest.raises(RuntimeError):
+            LogTail([str(tmp_path / "a.log")], [STEP], clock=time.time, poll=0.02)
+        monkeypatch.setattr(threading.Thread, "start", real_start)
+    tail = LogTail([str(tmp_path / "a.log")], [STEP], clock=time.time, poll=0.02)
+    try:
+        assert _read_soon(tail) == [3]
+    finally:
+        tail.stop()
+
+
+def test_a_tail_started_in_a_forked_child_is_read(tmp_path):
+    """helper-22: a forked child inherited the reader as started, though its thread is not in
+    the child, and the child's tails were never read."""
+    import os
+
+    parent = LogTail([str(tmp_path / "parent.log")], [STEP], clock=time.time, poll=0.02)
+    (tmp_path / "child.log").write_text("step 9\n")
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: read its own tail, say what came, leave at once
+            code = 1
+            try:
+                child = LogTail([str(tmp_path / "child.log")], [STEP], clock=time.time, poll=0.02)
+                code = 0 if _read_soon(child, 10.0) == [9] else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        parent.stop()
+
+
+def test_a_file_renamed_away_between_its_stat_and_its_read_is_read_again(tmp_path, monkeypatch):
+    """logrotate's rename-then-create between the follower's stat and its open: the read raised
+    FileNotFoundError and the tail ended; the next read finds the new file."""
+    import builtins
+
+    from drillbit.judging.probes import tail as tail_mod
+
+    log = tmp_path / "job.log"
+    log.write_text("step 1\n")
+    follower = tail_mod.FileFollower(str(log), from_start=True)
+    real_open, calls = builtins.open, []
+
+    def vanishing(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            raise FileNotFoundError(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", vanishing)
+    assert follower.read_lines() == []
+    assert follower.read_lines() == ["step 1"]

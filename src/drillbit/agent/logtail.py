@@ -10,6 +10,8 @@ were read — is counted and reported as a gap, never dropped silently.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
 import time
@@ -96,13 +98,22 @@ class LogTail:
 
 class _Poller:
     """One thread a process polls every log tail in it, each every ``poll`` seconds. An agent
-    has one tail; a process that holds many agents (the embedded cluster's controller, 64
-    simulated nodes a host in bench/fleetsim.py) had a thread per tail, and 1,024 of them
+    has one tail; a process that holds many agents (the controller of a process-engine cluster,
+    64 simulated nodes a host in bench/fleetsim.py) had a thread per tail, and 1,024 of them
     waking ten times a second cost 0.6-0.8 CPU-s a second on 2 cores, about 70 us a wake-up
-    for a stat that found nothing new (docs/fleet-scale.md). A tail whose read raises is
-    dropped with its traceback printed, as its own thread died before."""
+    for a stat that found nothing new (docs/fleet-scale.md).
+
+    A tail whose read raises (anything, SystemExit included) is dropped with its traceback
+    printed where stderr still takes it, as its own thread died before; the others go on. The
+    reads are one after another: in a process of many tails, one whose file hangs (a dead NFS
+    server) holds up the others' reads, where a thread each held up only its own; an agent on
+    its node has one tail (helper-22). A forked child starts with no tails of its parent's and
+    its own reader for those it starts."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
         self._due: dict[LogTail, float] = {}  # each tail's next read, monotonic
         self._wake = threading.Event()
@@ -111,16 +122,34 @@ class _Poller:
     def add(self, tail: LogTail) -> None:
         with self._lock:
             self._due[tail] = 0.0  # read at once, as its own thread did
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="logtail", daemon=True)
-                self._thread.start()
+            self._ensure_thread()
         self._wake.set()
+
+    def _ensure_thread(self) -> None:
+        """A running reader (the caller holds the lock); one that cannot start raises, and the
+        tails waiting for it are left for the next add to start one."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        thread = threading.Thread(target=self._run, name="logtail", daemon=True)
+        thread.start()
+        self._thread = thread
 
     def remove(self, tail: LogTail) -> None:
         with self._lock:
             self._due.pop(tail, None)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+                    if self._due:  # ended some other way than out of tails: another takes over
+                        with contextlib.suppress(Exception):
+                            self._ensure_thread()
+
+    def _loop(self) -> None:
         while True:
             with self._lock:
                 if not self._due:
@@ -131,8 +160,9 @@ class _Poller:
             for tail in due:
                 try:
                     tail.poll_once()
-                except Exception:  # noqa: BLE001 — the other tails go on
-                    traceback.print_exc(file=sys.stderr)
+                except BaseException:  # noqa: BLE001 — one tail's end, never the others'
+                    with contextlib.suppress(BaseException):  # a stderr whose reader is gone
+                        traceback.print_exc(file=sys.stderr)
                     self.remove(tail)
                     continue
                 with self._lock:
@@ -145,4 +175,5 @@ class _Poller:
 
 
 _POLLER = _Poller()
-
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_POLLER._reset)  # the parent's lock may be held, its thread is not here

@@ -60,9 +60,12 @@ class FileFollower:
         self._size = st.st_size
         if st.st_size == self._pos:
             return []
-        with open(self.path, "rb") as fh:
-            fh.seek(self._pos)
-            data = fh.read(max_bytes if max_bytes is not None else -1)
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._pos)
+                data = fh.read(max_bytes if max_bytes is not None else -1)
+        except FileNotFoundError:  # renamed away since the stat (logrotate): the next read finds its successor
+            return []
         self._pos += len(data)
         data = self._partial + data
         *lines, self._partial = _BREAK.split(data)
