@@ -106,13 +106,7 @@ class History:
         So is a time that is not a number (NaN, inf: an agent's clock gone wrong): the event
         gets the time it was recorded (JSON has no NaN, and a null there made the file
         unreadable to ``drill report``)."""
-        kept, problem = events.check(kind, data)
-        t, problem = _a_time(t, problem)
-        event = self._add(source, kind, t, node, rank, kept)
-        if problem is not None:
-            self._add(source, Kind.EVENT_INVALID.value, None, node, rank,
-                      {"recorded_as": kind, "seq": event.seq, "problem": problem})
-        return event
+        return self.record_many(source, [(kind, t, node, rank, data)])[0]
 
     def record_many(self, source: str, rows: Iterable[tuple[str, float | None, str | None, int | None,
                                                          dict[str, Any]]]) -> list[Event]:
@@ -133,8 +127,10 @@ class History:
                     if problem is not None:
                         added.append(self._new(source, Kind.EVENT_INVALID.value, None, node, rank,
                                                {"recorded_as": kind, "seq": out[-1].seq, "problem": problem}, lines))
-            finally:  # a row that cannot be written raises as record() would, after the rows before it
+            finally:  # a row that cannot be written raises, after the rows before it
                 self._write(lines)
+                # under the lock: probes on several threads record at once, and a listener (the
+                # progress view) must see the events in their order
                 for event in added:
                     for listener in list(self._listeners):
                         listener(event)
@@ -159,18 +155,6 @@ class History:
         if self._fh is not None and lines:
             self._fh.write("\n".join(lines) + "\n")
             self._fh.flush()
-
-    def _add(self, source: str, kind: str, t: float | None, node: str | None, rank: int | None,
-             data: dict[str, Any]) -> Event:
-        with self._lock:
-            lines: list[str] = []
-            event = self._new(source, kind, t, node, rank, data, lines)
-            self._write(lines)
-            # under the lock: probes on several threads record at once, and a listener (the
-            # progress view) must see the events in their order
-            for listener in list(self._listeners):
-                listener(event)
-        return event
 
     def subscribe(self, listener: Any) -> None:
         self._listeners.append(listener)
