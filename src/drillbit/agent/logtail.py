@@ -145,7 +145,7 @@ class _Poller:
             with self._lock:
                 if self._thread is threading.current_thread():
                     self._thread = None
-                    if self._due:  # ended some other way than out of tails: another takes over
+                    if self._due:  # a tail added as it ended, or it ended some other way: another takes over
                         with contextlib.suppress(Exception):
                             self._ensure_thread()
 
@@ -153,8 +153,7 @@ class _Poller:
         while True:
             with self._lock:
                 if not self._due:
-                    self._thread = None  # the next add starts another
-                    return
+                    return  # _run lets go of the thread; the next add starts another
                 now = time.monotonic()
                 due = [tail for tail, at in self._due.items() if at <= now]
             for tail in due:
