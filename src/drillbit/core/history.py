@@ -8,19 +8,22 @@ planted there is refused: OSError).
 """
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
 import threading
 import time
+from array import array
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from drillbit.core import events
 from drillbit.core.events import Kind
+from drillbit.core.heap import frozen
 from drillbit.core.trust import open_file
 
 
@@ -51,27 +54,97 @@ class Event(BaseModel):
         return copied
 
 
+class StepLine(NamedTuple):
+    """A step event's fields that the measurers walk, read once from its payload: the checks walk
+    a run's step lines a dozen times, and at 1,024 nodes (12,000 step events) a walk over the
+    events themselves, allocated one by one over a 30 s drill among everything else it
+    allocated, cost three times a walk over the same events read back from the file."""
+
+    t: float
+    seq: int
+    rank: int | None            # the event's own (the node's probe put it there)
+    n: int
+    since: float | None
+    new_attempt: bool | None
+    line_rank: int | None       # the rank the line is from: the event's, else an int group named rank
+    named: frozenset[str]       # the payload's fields, as the line gave them
+    printed: frozenset[str]     # those with a value
+    event: Event
+
+    @classmethod
+    def of(cls, event: Event) -> "StepLine":
+        """The line of one step event; raises as Step.of does where its payload does not read."""
+        step = events.Step.of(event)
+        data = event.data
+        rank = event.rank if event.rank is not None else data.get("rank")
+        rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+        return cls(event.t, event.seq, event.rank, step.n, step.since, step.new_attempt, rank,
+                   _shared(tuple(data)), _shared(tuple(k for k, v in data.items() if v is not None)), event)
+
+
+_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def _shared(keys: tuple[str, ...]) -> frozenset[str]:
+    """One frozenset for each set of field names: a fleet's step lines all name the same few."""
+    found = _SETS.get(keys)
+    if found is None:
+        if len(_SETS) > 4096:  # payloads with names of their own (a job's groups): not worth keeping
+            return frozenset(keys)
+        found = _SETS.setdefault(keys, frozenset(keys))
+    return found
+
+
 class Events(list):
     """Some of a run's events in their order (a check's window of the history), with each kind's
-    found in one pass over them: the measurers ask for a kind thirty-odd times, and at 1,024
-    nodes each pass over 14,000 events cost 4-8 ms."""
+    places found in one pass over them: the measurers ask for a kind thirty-odd times, and at
+    1,024 nodes each pass over 14,000 events cost 4-8 ms. ``steps``: the window's step lines,
+    where whoever made the window had them already (the history keeps them as they come)."""
 
-    _by_kind: dict[str, list[Event]] | None = None
+    _places: dict[str, list[int]] | None = None
+    steps: list[StepLine] | None = None
 
-    def of(self, kind: str) -> list[Event]:
-        if self._by_kind is None:
-            by_kind: dict[str, list[Event]] = {}
-            for e in self:
-                by_kind.setdefault(e.kind, []).append(e)
-            self._by_kind = by_kind
-        return self._by_kind.get(kind, [])
+    @classmethod
+    def placed(cls, events: Iterable[Event], places: dict[str, list[int]]) -> "Events":
+        """The events, with each kind's places in them already known."""
+        out = cls(events)
+        out._places = {kind: at for kind, at in places.items() if at}
+        return out
+
+    def of(self, *kinds: str) -> list[Event]:
+        if self._places is None:
+            places: dict[str, list[int]] = {}
+            for i, e in enumerate(self):
+                places.setdefault(e.kind, []).append(i)
+            self._places = places
+        if len(kinds) == 1:
+            return [self[i] for i in self._places.get(kinds[0], ())]
+        return [self[i] for i in sorted(i for kind in set(kinds) for i in self._places.get(kind, ()))]
 
 
 def of(events: list[Event], *kinds: str) -> list[Event]:
     """The events of these kinds, in their order (from the index where ``events`` keeps one)."""
-    if isinstance(events, Events) and len(kinds) == 1:
-        return events.of(kinds[0])
+    if isinstance(events, Events):
+        return events.of(*kinds)
     return [e for e in events if e.kind in kinds]
+
+
+def steps_of(events: list[Event]) -> list[StepLine]:
+    """The step lines of ``events``, in their order (those the window kept, where it has them)."""
+    if isinstance(events, Events) and events.steps is not None:
+        return events.steps
+    return [StepLine.of(e) for e in of(events, Kind.STEP)]
+
+
+def _without(events: list[Event], out: list[int]) -> list[Event]:
+    """``events`` less those at the places ``out`` (ascending), copied in slices between them."""
+    kept: list[Event] = []
+    start = 0
+    for i in out:
+        kept.extend(events[start:i])
+        start = i + 1
+    kept.extend(events[start:])
+    return kept
 
 
 def _a_time(t: float | None, problem: str | None) -> tuple[float | None, str | None]:
@@ -91,6 +164,8 @@ class History:
         # watch's polls ask for one kind at a time, and a pass over every event for each question
         # grew with the fleet's step lines (14,000 events at 1,024 nodes, asked 9 times a check)
         self._by_kind: dict[str, list[int]] = {}
+        self._steps: list[StepLine] = []  # the step events' lines, read as steps() is asked for them
+        self._times = array("d")  # each event's time, beside it: a window is cut without reading an event
         for event in events:
             self._put(event)
         self._lock = threading.RLock()  # a listener may record
@@ -149,6 +224,7 @@ class History:
 
     def _put(self, event: Event) -> None:
         self._by_kind.setdefault(event.kind, []).append(len(self._events))
+        self._times.append(event.t)
         self._events.append(event)
 
     def _write(self, lines: list[str]) -> None:
@@ -187,6 +263,41 @@ class History:
         events = self._events
         return [events[i] for i in self._places(kinds)]
 
+    def window(self, end: float | None, also: tuple[str, ...] = ()) -> Events:
+        """The events to ``end`` (every one, without it), and those of the kinds ``also`` whatever
+        their time, in the history's order, with their kinds' places: cut from the times and
+        kinds the history keeps beside its events, without reading an event (the checks' window
+        at 1,024 nodes, 14,000 events allocated over a drill, cost 10-20 ms to filter)."""
+        with self._lock:
+            events, times = list(self._events), self._times[:]
+            by_kind = {kind: list(places) for kind, places in self._by_kind.items()}
+        if end is None:
+            return Events.placed(events, by_kind)
+        also_at = {i for kind in also for i in by_kind.get(kind, ())}
+        # the events left out: after the end (NaN is no time before it) and not of those kinds.
+        # Few, and nearly all at the history's end (what the drill recorded after the watch)
+        out = [i for i, t in enumerate(times) if not t <= end and i not in also_at]
+        if not out:
+            return Events.placed(events, by_kind)
+        gone = set(out)
+
+        def moved(places: list[int]) -> list[int]:  # places in the window: less the events left out before them
+            unmoved = bisect.bisect_left(places, out[0])
+            return places[:unmoved] + [i - bisect.bisect_left(out, i) for i in places[unmoved:] if i not in gone]
+
+        return Events.placed(_without(events, out), {kind: moved(places) for kind, places in by_kind.items()})
+
+    def steps(self) -> list[StepLine]:
+        """The step events' lines (:class:`StepLine`), in the history's order. Each is read from
+        its event once, on the first call after it was recorded: the watch asks on every poll,
+        and the checks after the drill find them read. Raises as Step.of does on a step whose
+        payload does not read (a history an older drillbit wrote), on every call."""
+        with self._lock:
+            places = self._by_kind.get(Kind.STEP.value, [])
+            for i in places[len(self._steps):]:
+                self._steps.append(StepLine.of(self._events[i]))
+            return list(self._steps)
+
     def first(self, kind: str, *, after: float | None = None, before: float | None = None) -> Event | None:
         for e in self.of(kind):
             if (after is None or e.t >= after) and (before is None or e.t <= before):
@@ -214,18 +325,21 @@ class History:
     @classmethod
     def load(cls, path: Path) -> "History":
         """Read a history.jsonl. A torn last line (the controller died mid-write) is left out;
-        a bad line anywhere else is an error."""
+        a bad line anywhere else is an error. Read with the heap frozen out of the collector's
+        walks (core/heap.py): in a drill's process at 1,024 nodes a load cost twice as much
+        without."""
         with os.fdopen(open_file(Path(path)), encoding="utf-8") as fh:
             lines = [line for line in fh.read().splitlines() if line.strip()]
         events = []
-        for i, line in enumerate(lines):
-            try:
-                events.append(Event.model_validate(json.loads(line)))
-            except ValueError as exc:
-                if i == len(lines) - 1:
-                    break
-                raise ValueError(f"{path}:{i + 1}: not an event: {exc}") from None
-        return cls(events=events)
+        with frozen():  # every event is kept: the collector's walks over the heap would find nothing
+            for i, line in enumerate(lines):
+                try:
+                    events.append(Event.model_validate(json.loads(line)))
+                except ValueError as exc:
+                    if i == len(lines) - 1:
+                        break
+                    raise ValueError(f"{path}:{i + 1}: not an event: {exc}") from None
+            return cls(events=events)
 
     @classmethod
     def build(cls, rows: Iterable[tuple[float, str, dict[str, Any]] | tuple[float, str]]) -> "History":

@@ -5,11 +5,6 @@ A checker that throws yields ``inconclusive`` with the error as its reason, neve
 """
 from __future__ import annotations
 
-import contextlib
-import gc
-import threading
-from typing import Iterator
-
 from pydantic import BaseModel
 
 from drillbit.judging.checks.goodput import Ledger, ledger
@@ -19,6 +14,7 @@ from drillbit.judging.checks.defect import recognise
 from drillbit.judging.checks.recovery import Measurements, measure
 from drillbit.judging.checks.slo import SLOResult, evaluate
 from drillbit.judging.checks.verdict import Verdict, combine
+from drillbit.core.heap import frozen
 from drillbit.core.history import History
 from drillbit.judging.fleet.cadence import Cadence
 from drillbit.judging.fleet.simulate import Scenario
@@ -44,31 +40,8 @@ def check(spec: DrillSpec, history: History, *, baseline: Baseline | None = None
     garbage collector's reach while it runs: a history of 67,040 events from 256 simulated nodes
     was judged in 0.86-1.01 CPU-s frozen against 1.27-1.37 with every collection walking it
     (docs/fleet-scale.md). What the check itself leaves is still collected."""
-    with _frozen():
+    with frozen():
         return _check(spec, history, baseline, scenarios)
-
-
-_FREEZE = threading.Lock()
-_freezers = [0, False]  # checks inside the freeze now; whether the first of them froze (nobody else had)
-
-
-@contextlib.contextmanager
-def _frozen() -> Iterator[None]:
-    """The heap frozen out of the collector's walks while any check runs, and thawed when the
-    last one ends; a process that froze its own objects before is left as it was."""
-    with _FREEZE:
-        if _freezers[0] == 0:
-            _freezers[1] = gc.get_freeze_count() == 0
-            if _freezers[1]:
-                gc.freeze()
-        _freezers[0] += 1
-    try:
-        yield
-    finally:
-        with _FREEZE:
-            _freezers[0] -= 1
-            if _freezers[0] == 0 and _freezers[1]:
-                gc.unfreeze()
 
 
 def _check(spec: DrillSpec, history: History, baseline: Baseline | None,

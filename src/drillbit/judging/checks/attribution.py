@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from drillbit.core.events import FaultInject, JobPayload, JobRanks, Kind, Members, Straggler
-from drillbit.core.history import Event
+from drillbit.core.history import Event, of
 
 
 class Attribution(BaseModel):
@@ -110,7 +110,7 @@ class _Blames:
             self.blame(rank, c.get("blamed_node") if rank is None else None, who)
 
     def read(self, events: list[Event], t0: float) -> None:
-        for e in events:
+        for e in of(events, Kind.MEMBERS.value, Kind.BLAME.value, Kind.STRAGGLER.value):
             if e.kind == Kind.MEMBERS:
                 self.saw_stack = True
                 self.members(e, t0, _who(e))
@@ -131,8 +131,8 @@ def _who(e: Event) -> str:
 def attribute(events: list[Event], t0: float, hurts: str = "rank", verb: str = "hurt") -> Attribution | None:
     """The attribution of one fault; None when the stack said nothing that blames anyone
     and printed no membership (it cannot be judged, and is not a stack that attributes)."""
-    injects = [e for e in events if e.kind == "fault.inject"]
-    ranked = [e for e in events if e.kind == "job.ranks" and e.t <= t0 + 1]
+    injects = of(events, "fault.inject")
+    ranked = [e for e in of(events, "job.ranks") if e.t <= t0 + 1]
     table: list[dict[str, Any]] = JobRanks.of(ranked[-1]).ranks if ranked else []
     rank_of_pid = {int(r["pid"]): r["rank"] for r in table if r.get("pid") is not None}
     rank_of_pid.update({pid: e.rank for e in injects if (pid := FaultInject.of(e).pid) is not None})

@@ -42,7 +42,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from drillbit.core.events import Metrics, Step
-from drillbit.core.history import Event, of
+from drillbit.core.history import Event, StepLine, of
 
 PartStatus = Literal["pass", "fail", "unknown", "not measured"]
 WINDOW = 5          # steps a level is the median of (at the start, around the restore, after it)
@@ -106,15 +106,97 @@ def rank_of(e: Event) -> int | None:
     return r if isinstance(r, int) and not isinstance(r, bool) else None
 
 
+class Lines(list):
+    """Step events, read in one pass the first time :func:`one_rank` asks: each line's rank,
+    the ranks whose lines print each figure, and the figures any line names and prints. The
+    fidelity judgement asks for three figures' series on each side of the fault, and before the
+    fault these are all the fleet's step lines: a pass over them for each question cost more
+    than the rest of the judgement at 1,024 nodes. :meth:`of_steps` takes what the history read
+    of each line as it came (its StepLine), and reads no event to answer."""
+
+    _lines: list[StepLine] | None = None
+    _ranked: list[tuple[Event, int | None]]
+    _printing: dict[str, set[int]]       # figure -> the ranks whose lines print it
+    _named: set[str]                     # the figures some line names (printed or not)
+    _printed: set[str]                   # the figures some line prints, ranked or not
+    _one: dict[str | None, list[Event]]  # one_rank's answers
+
+    @classmethod
+    def of_steps(cls, steps: list[StepLine]) -> "Lines":
+        out = cls(s.event for s in steps)
+        out._lines = steps
+        return out
+
+    def read(self) -> None:
+        if hasattr(self, "_one"):
+            return
+        printing: dict[str, set[int]] = {k: set() for k in FIGURE_KEYS}
+        named: set[str] = set()
+        printed: set[str] = set()
+        if self._lines is not None:
+            ranked = []
+            by_set: dict[frozenset[str], set[int | None]] = {}  # the lines' few sets of printed fields
+            names: set[frozenset[str]] = set()
+            for s in self._lines:
+                ranked.append((s.event, s.line_rank))
+                by_set.setdefault(s.printed, set()).add(s.line_rank)
+                names.add(s.named)
+            for fields, ranks in by_set.items():
+                printed |= fields.intersection(FIGURE_KEYS)
+                for k in fields.intersection(FIGURE_KEYS):
+                    printing[k] |= {r for r in ranks if r is not None}
+            for fields in names:
+                named |= fields.intersection(FIGURE_KEYS)
+        else:
+            ranked = []
+            for e in self:
+                r, data = rank_of(e), e.data
+                ranked.append((e, r))
+                for k in FIGURE_KEYS:
+                    if k in data:
+                        named.add(k)
+                        if data[k] is not None:
+                            printed.add(k)
+                            if r is not None:
+                                printing[k].add(r)
+        self._ranked, self._printing, self._named, self._printed, self._one = ranked, printing, named, printed, {}
+
+    def names(self, key: str) -> bool:
+        """Whether any line names ``key`` (a figure key), printed or not."""
+        self.read()
+        return key in self._named
+
+    def prints(self, key: str) -> bool:
+        """Whether any line prints ``key`` (a figure key)."""
+        self.read()
+        return key in self._printed
+
+
+def _names(steps: list[Event], key: str) -> bool:
+    return steps.names(key) if isinstance(steps, Lines) and key in FIGURE_KEYS else any(key in e.data for e in steps)
+
+
 def one_rank(steps: list[Event], key: str | None = None) -> list[Event]:
     """Where ranks print step lines, the lines of the lowest rank that prints ``key`` (any figure,
     without one), and those that name no rank: ranks print different losses, and a series that
-    takes whichever came last alternates between them (or takes a rank's line that has none)."""
+    takes whichever came last alternates between them (or takes a rank's line that has none).
+    :class:`Lines` are read once for every key."""
+    if isinstance(steps, Lines) and (key is None or key in FIGURE_KEYS):
+        steps.read()
+        if key not in steps._one:
+            printing = steps._printing
+            steps._one[key] = _lowest(steps, steps._ranked, printing[key] if key else set().union(*printing.values()))
+        return steps._one[key]
+
     def has(e: Event) -> bool:
         return e.data.get(key) is not None if key else any(e.data.get(k) is not None for k in FIGURE_KEYS)
 
     ranked = [(e, rank_of(e)) for e in steps]  # each line's rank read once: these lists are the fleet's step lines
-    ranks = {r for e, r in ranked if r is not None and has(e)}
+    return _lowest(steps, ranked, {r for e, r in ranked if r is not None and has(e)})
+
+
+def _lowest(steps: list[Event], ranked: list[tuple[Event, int | None]], ranks: set[int]) -> list[Event]:
+    """``one_rank`` of ``steps``, given each line's rank and the ranks that print the figure."""
     if not ranks or len(ranks) < 2 and all(r in ranks for _, r in ranked if r is not None):
         return steps  # no rank prints one, or one rank prints every ranked line
     lowest = min(ranks)  # the lines of ranks that print none are left out too: a step's first line must carry it
@@ -126,6 +208,8 @@ def _series(steps: list[Event], key: str, first: bool = False) -> dict[int, floa
     printed), from one rank (:func:`one_rank`); the last line of a step wins, or with ``first``
     the first one (the replay after a restore)."""
     out: dict[int, float] = {}
+    if isinstance(steps, Lines) and key in FIGURE_KEYS and not steps.prints(key):
+        return out  # no line prints it: nothing to read
     for e in one_rank(steps, key):
         value, n = e.data.get(key), e.data.get("n")
         if n is None or value is None or (first and int(n) in out):
@@ -422,7 +506,7 @@ def with_metrics(steps: list[Event], events: list[Event]) -> list[Event]:
     placed: dict[int, dict] = {}                          # step seq -> figures, by position
     steps_per_epoch: int | None = None
     accumulation: int | None = None
-    for e in sorted(events, key=lambda e: e.seq):
+    for e in sorted(of(events, "metrics", "step", *_PENDING_BOUNDS), key=lambda e: e.seq):
         if e.kind in _PENDING_BOUNDS:
             pending = {}
         if e.kind in _ATTEMPT_BOUNDS:
@@ -471,9 +555,10 @@ def restore_fidelity(before: list[Event], after: list[Event], restored: int | No
     the same, and which started over (:func:`started_over`)."""
     if restored is None or not after:
         return None
+    before, after = (steps if isinstance(steps, Lines) else Lines(steps) for steps in (before, after))
     if restored <= 0:
         return started_over(before, after, newest_saved)
-    key = next((k for k in DATA_KEYS if any(k in e.data for e in before) and any(k in e.data for e in after)), None)
+    key = next((k for k in DATA_KEYS if _names(after, k) and _names(before, k)), None)
     parts = [judge_loss(_series(before, "loss"), _first(after, "loss"), restored),
              _unless_placed(judge_lr(_series(before, "lr"), _first(after, "lr"), restored), before, after, "lr"),
              _unless_placed(judge_data(_series(before, key) if key else {}, _first(after, key) if key else {}, restored,
@@ -513,7 +598,7 @@ def started_over(before: list[Event], after: list[Event], newest_saved: int | No
                                f"step {newest_saved} before the fault")]
     parts.append(_weights_back(_finite(_series(before, "loss")), _finite(_first(after, "loss")), newest_saved))
     parts.append(_same_as_at_start(_series(before, "lr"), _first(after, "lr"), newest_saved, "learning rate", "lr"))
-    key = next((k for k in DATA_KEYS if any(k in e.data for e in before) and any(k in e.data for e in after)), None)
+    key = next((k for k in DATA_KEYS if _names(after, k) and _names(before, k)), None)
     parts.append(_same_as_at_start(_series(before, key) if key else {}, _first(after, key) if key else {},
                                    newest_saved, "data position", key))
     return Fidelity(restored_step=0, status="fail", parts=parts)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from drillbit.judging.checks.recovery import Measurements
-from drillbit.core.events import Kind, Restore, Save, Step
+from drillbit.core.events import Restore, Save, Step
 from drillbit.core.history import History
 
 BUCKETS = {
@@ -71,11 +71,12 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
         return None
     start, end, base = steady.t, m.t_observe_end, m.baseline_step_s
     led = Ledger(wall_s=end - start)
-    steps = [e for e in history.of("step") if start < e.t <= end]
-    high = max((Step.of(e).n for e in history.of(Kind.STEP) if e.t <= start), default=0)
-    new = {Step.of(e).n for e in steps if Step.of(e).n > high}
+    lines = history.steps()
+    high = max((s.n for s in lines if s.t <= start), default=0)
+    ahead = [s.n for s in lines if start < s.t <= end and s.n > high]
+    new = set(ahead)
     led.productive_s = len(new) * base
-    led.wasted_progress_s = (sum(1 for e in steps if Step.of(e).n > high) - len(new)) * base
+    led.wasted_progress_s = (len(ahead) - len(new)) * base
 
     # the disruption: from the fault to when the job trains again
     slow_fault = m.expects == "slow"  # recorded by the runner with fault.confirmed
@@ -113,7 +114,7 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
     if slow_fault and m.t_fault is not None:
         heal = history.first("fault.heal", after=m.t_fault)
         active_end = min(heal.t if heal else end, end)
-        active = [e for e in steps if m.t_fault < e.t <= active_end]
+        active = [s.event for s in lines if start < s.t <= end and m.t_fault < s.t <= active_end]
         slowdown = sum(max(0.0, (dt if (dt := Step.of(e).dt) is not None else base) - base) for e in active)
         led.spans = [("slowdown", max(start, m.t_fault), active_end)]
     # the training time is shared out in this order, each category capped by what is left,

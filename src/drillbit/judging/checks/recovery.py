@@ -6,6 +6,7 @@ job's own recovery.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -16,7 +17,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from drillbit.judging.checks.attribution import Attribution, attribute
-from drillbit.judging.checks.fidelity import Fidelity, restore_fidelity, with_metrics
+from drillbit.judging.checks.fidelity import Fidelity, Lines, restore_fidelity, with_metrics
 from drillbit.judging.checks.twin import TwinComparison, compare as compare_twin
 from drillbit.judging.checks.ownslow import name_slowed
 from drillbit.judging.checks.witness import DamagedRestore, judge_damaged_restore, relation
@@ -24,7 +25,7 @@ from drillbit.core.evidence import FileDamage, LinkCut, NodeGone, NodeState, Sav
 from drillbit.core.events import (CkptTiers, Error, FaultConfirmed, JobAttach, JobExit, JobLaunch, JobNodes, Kind,
                                   Predicted, Reject, ReplaceDone, Restart, Restore, RestoreCopy, RestoreFailed, Save,
                                   SaveBegin, SteadyReached, Step, Straggler)
-from drillbit.core.history import Event, Events, History, of
+from drillbit.core.history import Event, History, StepLine, of, steps_of
 
 
 class JobError(BaseModel):
@@ -218,11 +219,20 @@ def _window(history: History) -> tuple[list[Event], float | None]:
     end = history.first("observe.end")
     t_end = end.t if end else None
     # the uninterrupted run (matches_uninterrupted) is made after the drill, for its judgement
-    events = Events(e for e in history if t_end is None or e.t <= t_end or e.kind in AFTER_THE_WATCH)
+    events = history.window(t_end, AFTER_THE_WATCH)
+    # a step whose payload does not read leaves them unread: Window.of says so, from the events
+    with contextlib.suppress(ValueError, TypeError):
+        events.steps = _steps_to(history, t_end)
     return events, t_end
 
 
-def _from_going_back(before: list[Event], after: list[Event], recovered: list[Event], floor: int) -> list[Event]:
+def _steps_to(history: History, t_end: float | None) -> list[StepLine]:
+    """The history's step lines to the end of the watch (a step is never made after it)."""
+    return [s for s in history.steps() if t_end is None or s.t <= t_end]
+
+
+def _from_going_back(before: list[StepLine], after: list[StepLine], recovered: list[StepLine],
+                     floor: int) -> list[StepLine]:
     """The new attempt's steps, where the job's own numbering shows where it began: a step at or
     below the one before it from the same rank, above the restored step, at or before the first
     step the times put after the restore. The times alone can miss it: a stamp of whole seconds
@@ -231,18 +241,18 @@ def _from_going_back(before: list[Event], after: list[Event], recovered: list[Ev
     21" with step 20 restored, the line for step 21 put before the restore). Steps come from
     each log in the order written, so the going-back is the restart whatever the stamps say."""
     end = recovered[0].seq if recovered else None
-    last: dict[int | None, int] = {e.rank: Step.of(e).n for e in before}
+    last: dict[int | None, int] = {s.rank: s.n for s in before}
     back: int | None = None
-    for i, e in enumerate(after):
-        if end is not None and e.seq > end:
+    for i, s in enumerate(after):
+        if end is not None and s.seq > end:
             break
-        n, prev = Step.of(e).n, last.get(e.rank)
-        if prev is not None and n <= prev and n > floor:
+        prev = last.get(s.rank)
+        if prev is not None and s.n <= prev and s.n > floor:
             back = i
-        last[e.rank] = n
+        last[s.rank] = s.n
     if back is None:
         return recovered
-    return [e for e in after[back:] if Step.of(e).n > floor]
+    return [s for s in after[back:] if s.n > floor]
 
 
 def _attempt(restart: Event) -> int | str:
@@ -251,10 +261,9 @@ def _attempt(restart: Event) -> int | str:
     return attempt if attempt is not None else f"event-{restart.seq}"
 
 
-def _since(step: Event) -> float:
+def _since(step: StepLine) -> float:
     """The earliest a step can have been made: a step read from a metric, after its ``since``."""
-    since = Step.of(step).since
-    return since if since is not None else step.t
+    return step.since if step.since is not None else step.t
 
 
 @dataclass
@@ -268,12 +277,12 @@ class Window:
     confirmed: Event
     t0: float
     injected: float           # when the fault was injected (a scheduler may requeue before it is confirmed)
-    before: list[Event]       # the steps before the fault
-    after: list[Event]        # the steps after it
+    before: list[StepLine]    # the steps before the fault
+    after: list[StepLine]     # the steps after it
     late: set[int]            # seqs of first steps of a new attempt read after the fault, whatever their stamp
     restart: Event | None = None
     restore: Event | None = None
-    recovered: list[Event] = field(default_factory=list)
+    recovered: list[StepLine] = field(default_factory=list)
     first_at: float | None = None   # when the first step after recovery was made
     damaged: FileDamage | None = None
     crash_dir: str = ""
@@ -285,16 +294,16 @@ class Window:
     @classmethod
     def of(cls, events: list[Event], confirmed: Event) -> "Window":
         t0 = confirmed.t
-        steps = list(of(events, "step"))
+        steps = steps_of(events)
         # A stall is confirmed only after a quiet spell; a step that was already in flight
         # when the rank froze may land inside it and still belongs before the fault.
         settle = FaultConfirmed.of(confirmed).progress_quiet_s or 0.0
         # the first step after a restart or restore line, read after the fault was confirmed, is after
         # it whatever its stamp says: a stamp of whole seconds (Megatron's) can put it up to 1 s earlier
-        late = {e.seq for e in steps if Step.of(e).new_attempt and e.seq > confirmed.seq and e.t >= t0 - 1.0}
-        before = [e for e in steps if e.t < t0 + settle and e.seq not in late]
-        taken = {e.seq for e in before}  # by seq: a list's `in` compared every event with every other
-        after = [e for e in steps if (e.t >= t0 or e.seq in late) and e.seq not in taken]
+        late = {s.seq for s in steps if s.new_attempt and s.seq > confirmed.seq and s.t >= t0 - 1.0}
+        before = [s for s in steps if s.t < t0 + settle and s.seq not in late]
+        taken = {s.seq for s in before}  # by seq: a list's `in` compared every event with every other
+        after = [s for s in steps if (s.t >= t0 or s.seq in late) and s.seq not in taken]
         injected = next((e.t for e in of(events, "fault.inject") if e.t <= t0), t0)
         return cls(events=events, confirmed=confirmed, t0=t0, injected=injected, before=before, after=after, late=late)
 
@@ -305,7 +314,7 @@ def _fault(m: Measurements, w: Window) -> None:
     m.t_fault = w.t0
     last_t = m.t_observe_end if m.t_observe_end is not None else max(e.t for e in events)
     m.observed_s = max(0.0, last_t - w.t0)
-    m.step_at_fault = Step.of(w.before[-1]).n if w.before else None
+    m.step_at_fault = w.before[-1].n if w.before else None
     saves = [e for e in of(events, Kind.CKPT_SAVE) if e.t <= w.t0 and Save.of(e).step is not None]
     if saves:
         m.newest_save_step, m.newest_save_s = Save.of(saves[-1]).step, w.t0 - saves[-1].t
@@ -361,9 +370,9 @@ def _restore(m: Measurements, w: Window) -> tuple[float, int]:
         return w.restart.t, 0  # restarted without a restore: from wherever it began
     # a step number at or below the one at the fault is a restart the job did not
     # announce (its supervisor printed nothing we read): it began again from there
-    back = next((e for e in w.after if m.step_at_fault is not None and Step.of(e).n <= m.step_at_fault), None)
+    back = next((s for s in w.after if m.step_at_fault is not None and s.n <= m.step_at_fault), None)
     if back is not None:
-        w.restart = back
+        w.restart = back.event
         m.restarts = max(m.restarts, 1)
         return back.t, 0
     return w.t0, m.step_at_fault if m.step_at_fault is not None else -1
@@ -373,7 +382,7 @@ def _first_step(m: Measurements, w: Window, marker: float, floor: int) -> None:
     """The first step of recovery, and how many followed it."""
     # a step read from a metric happened somewhere after its ``since``: across a restart it
     # counts only when that whole span is after the restart (the old workers' last steps are not)
-    recovered = [e for e in w.after if _since(e) >= marker and Step.of(e).n > floor]
+    recovered = [s for s in w.after if _since(s) >= marker and s.n > floor]
     if w.restart or w.restore:
         recovered = _from_going_back(w.before, w.after, recovered, floor)
     w.recovered = recovered
@@ -381,8 +390,8 @@ def _first_step(m: Measurements, w: Window, marker: float, floor: int) -> None:
         # no earlier than the line that began its attempt, where its own stamp is coarser
         w.first_at = max(recovered[0].t, marker) if recovered[0].seq in w.late else recovered[0].t
         m.time_to_first_step = w.first_at - w.t0
-        m.first_step = Step.of(recovered[0]).n
-        m.steps_after_recovery = len({Step.of(e).n for e in recovered}) - 1
+        m.first_step = recovered[0].n
+        m.steps_after_recovery = len({s.n for s in recovered}) - 1
         if m.restored_step is None and (w.restart or w.restore):
             m.restored_step = m.first_step - 1
 
@@ -395,10 +404,10 @@ def _counted_from(m: Measurements, w: Window, marker: float, floor: int) -> int:
     replicas step on while one heals: no evidence the count began again.)"""
     if w.restore is None:
         return floor
-    first = next((e for e in w.after if e.t >= marker), None)
-    if first is None or floor <= 1 or Step.of(first).n > 1:
+    first = next((s for s in w.after if s.t >= marker), None)
+    if first is None or floor <= 1 or first.n > 1:
         return floor
-    m.restored_step = Step.of(first).n - 1
+    m.restored_step = first.n - 1
     return m.restored_step
 
 
@@ -432,12 +441,22 @@ def _recovery(m: Measurements, w: Window) -> None:
 
 def _fidelity(m: Measurements, w: Window) -> None:
     """FidelityFigures: whether what came back is what was saved."""
+    twin = bool(of(w.events, "uninterrupted"))
+    if not (twin or w.restart or w.restore):
+        return
+    before, recovered = _lines(w.before, w.events), _lines(w.recovered, w.events)
     if w.restart or w.restore:
-        m.fidelity = restore_fidelity(with_metrics(w.before, w.events), with_metrics(w.recovered, w.events),
-                                      m.restored_step, m.newest_save_step)
-    if of(w.events, "uninterrupted"):
-        m.uninterrupted = compare_twin(with_metrics(w.before, w.events), with_metrics(w.recovered, w.events),
-                                       m.restored_step, w.events)
+        m.fidelity = restore_fidelity(before, recovered, m.restored_step, m.newest_save_step)
+    if twin:
+        m.uninterrupted = compare_twin(before, recovered, m.restored_step, w.events)
+
+
+def _lines(steps: list[StepLine], events: list[Event]) -> list[Event]:
+    """The step lines' events with the figures of metrics lines merged in (with_metrics), or,
+    where the job prints none, as Lines that fidelity reads from what the history read."""
+    if of(events, "metrics"):
+        return with_metrics([s.event for s in steps], events)
+    return Lines.of_steps(steps)
 
 
 def _attribution(m: Measurements, w: Window) -> None:
@@ -508,7 +527,7 @@ def _damaged_restore(m: Measurements, w: Window) -> None:
     """Whether the restart loaded the damaged checkpoint: the witnesses (judging/checks/witness.py)."""
     if w.damaged is not None:
         m.damaged_restore = judge_damaged_restore(w.events, w.injected, w.damaged, w.restore,
-                                                  w.recovered[0] if w.recovered else None, w.restart is not None,
+                                                  w.recovered[0].event if w.recovered else None, w.restart is not None,
                                                   w.first_at)
 
 
@@ -587,7 +606,7 @@ def _before_the_fault(m: Measurements, events: list[Event]) -> None:
     predicted = next(iter(of(events, Kind.PREDICTED)), None)
     if predicted is not None:
         m.predicted_detect_s, m.predicted_by = Predicted.of(predicted).detect_s, Predicted.of(predicted).by
-    launch = next((e.payload for e in of(events, Kind.JOB_LAUNCH, Kind.JOB_ATTACH)), None)
+    launch = next((e.payload for e in of(events, Kind.JOB_LAUNCH.value, Kind.JOB_ATTACH.value)), None)
     if isinstance(launch, (JobLaunch, JobAttach)) and "reads" in launch.model_fields_set:
         m.signal_kinds = list(launch.reads)
 
@@ -641,8 +660,8 @@ def job_errors(events: list[Event], t0: float, restarts_at: list[float]) -> list
     """The first error line per rank per attempt after the fault, merged across attempts that
     said the same (digits aside: ports, pids and addresses change between attempts)."""
     first: dict[tuple[int, int | None], Event] = {}
-    for e in events:
-        if e.kind != "error" or e.t < t0:
+    for e in of(events, Kind.ERROR.value):
+        if e.t < t0:
             continue
         attempt = sum(1 for t in restarts_at if t <= e.t)
         rank = e.rank if e.rank is not None else e.data.get("rank")
@@ -745,7 +764,7 @@ def restored_tier(events: list[Event], restore: Event, until: float | None, orde
     failed (restore.failed), is where the job's state came from."""
     named: list[tuple[float, str]] = []
     failed_at = None
-    for e in events:
+    for e in of(events, Kind.RESTORE.value, Kind.RESTORE_FAILED.value):
         if e.t < restore.t or (until is not None and e.t > until):
             continue
         if e.kind == Kind.RESTORE and (tier := Restore.of(e).tier):
@@ -838,7 +857,7 @@ def quiet_after_fault(history: History, m: Measurements) -> float | None:
     """Longest stretch without a step from the fault to the end of observation."""
     if m.t_fault is None or m.t_observe_end is None:
         return None
-    times = [m.t_fault] + [e.t for e in history.of("step") if m.t_fault <= e.t <= m.t_observe_end] + [m.t_observe_end]
+    times = [m.t_fault] + [s.t for s in history.steps() if m.t_fault <= s.t <= m.t_observe_end] + [m.t_observe_end]
     return max(b - a for a, b in zip(times, times[1:], strict=False))
 
 
@@ -865,9 +884,10 @@ def awaits_restore(m: Measurements, history: History) -> bool:
             or m.signal_kinds is None or "restore" not in m.signal_kinds or m.step_at_fault is None
             or m.t_fault is None):
         return False
-    events, _ = _window(history)
-    after = [e for e in of(events, "step") if e.t >= m.t_fault + m.time_to_restart]
-    return bool(after) and all(Step.of(e).n > m.step_at_fault for e in after)
+    end = history.first("observe.end")
+    since = m.t_fault + m.time_to_restart
+    after = [s for s in _steps_to(history, end.t if end else None) if s.t >= since]
+    return bool(after) and all(s.n > m.step_at_fault for s in after)
 
 
 def awaiting(history: History, until_steps: int, m: Measurements | None = None) -> str:

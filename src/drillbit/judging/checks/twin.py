@@ -27,7 +27,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from drillbit.core.events import Restore, Uninterrupted
-from drillbit.core.history import Event
+from drillbit.core.history import Event, of
 from drillbit.judging.checks.fidelity import UNBOUND, one_rank, with_metrics
 
 FIGURES = ("loss", "lr", "samples", "tokens", "digest")
@@ -136,8 +136,8 @@ def _diffs(mine: dict[int, Event], twin: dict[int, Event], figures: list[str]) -
 def compare(before: list[Event], after: list[Event], restored: int | None, history: list[Event]) -> TwinComparison:
     """``before``: the drill's step events before the fault; ``after``: those of the attempt
     that restored; ``history``: where the uninterrupted run's events are."""
-    done = next((e for e in history if e.kind == "uninterrupted"), None)
-    twin_steps = [e for e in history if e.kind == "uninterrupted.step"]
+    done = next(iter(of(history, "uninterrupted")), None)
+    twin_steps = of(history, "uninterrupted.step")
     c = TwinComparison(restored_step=restored)
     if done is not None:
         said = Uninterrupted.of(done)
@@ -218,7 +218,7 @@ def twin_steps_of(events: list[Event]) -> list[dict]:
     """The uninterrupted run's step lines as uninterrupted.step payloads (the first of each
     step; its figures as printed, a metrics line's read to its step)."""
     out = []
-    for n, e in _by_step(with_metrics([e for e in events if e.kind == "step"], events)).items():
+    for n, e in _by_step(with_metrics(of(events, "step"), events)).items():
         said = {k: _value(e, k) for k in FIGURES}
         out.append({"n": n, **{k: v for k, v in said.items() if v is not None}})
     return out
@@ -226,9 +226,8 @@ def twin_steps_of(events: list[Event]) -> list[dict]:
 
 def first_restore(events: list[Event]) -> tuple[int | None, str | None]:
     """A restore of a step above 0 the run made (then it was not uninterrupted)."""
-    for e in events:
-        if e.kind == "restore":
-            r = Restore.of(e)
-            if r.step:
-                return r.step, r.path
+    for e in of(events, "restore"):
+        r = Restore.of(e)
+        if r.step:
+            return r.step, r.path
     return None, None
