@@ -169,3 +169,91 @@ def test_a_history_is_read_back_with_the_heap_frozen_and_nothing_stays_frozen_af
     else:
         raise AssertionError("a bad line that is not the last was read")
     assert gc.get_freeze_count() == 0
+
+
+def test_a_step_it_cannot_read_after_the_watch_is_named_and_judged_around_as_before():
+    """A step line recorded after observe.end whose step number does not read: the verdict is
+    inconclusive for that bug alone, every figure still measured (the ledger and the stall's
+    diagnosis read the history's whole step record, and once raised a checker error on it)."""
+    from drillbit.judging.checks import check
+    from tests.unit.test_checks import kill_pass_history, spec
+
+    history = kill_pass_history()
+    end = history.first("observe.end")
+    assert end is not None
+    history.record("probe", "step", t=end.t + 1, n="x")
+    result = check(spec(), history)
+    assert result.verdict == "inconclusive"
+    assert [r.split(":")[0] for r in result.reasons] == ["drillbit recorded 1 event(s) it cannot read"]
+    assert result.measurements.time_to_first_step is not None and result.measurements.goodput is not None
+    # as an older drillbit wrote it (no event.invalid beside the line): judged, the line left out
+    older = History(events=[e for e in history if e.kind != "event.invalid"])
+    assert check(spec(), older).verdict == "pass"
+
+
+def test_the_stop_test_on_a_step_it_cannot_read_after_the_watch_answers_and_never_raises():
+    from drillbit.judging.checks.recovery import recovered
+    from tests.unit.test_checks import T_FAULT, prelude, steps
+
+    rows = [r if r[1] != "job.launch" else (r[0], "job.launch", {"reads": ["step", "restore"]}) for r in prelude()]
+    rows += [(T_FAULT - 0.01, "fault.inject"), (T_FAULT, "fault.confirmed"), (T_FAULT + 0.2, "detect"),
+             (T_FAULT + 3, "restart", {"attempt": 1})]
+    rows += steps(26, 40, T_FAULT + 3.5)  # survivors step on from the step at the fault; no restore yet
+    rows += [(T_FAULT + 10, "observe.end")]
+    history = History.build(rows)
+    history.record("probe", "step", t=T_FAULT + 11, n="twelve")
+    assert recovered(history, 5) is False  # waiting for the restarted process's restore, as before
+
+
+def test_a_window_s_step_lines_are_its_own_step_events_while_a_probe_records():
+    """A step recorded while the window is cut is in both its events and its step lines, or in
+    neither: the stop test never sees a first step the events it measures beside do not hold."""
+    from tests.unit.test_checks import T_FAULT, prelude
+
+    rows = prelude() + [(T_FAULT, "fault.confirmed"), (T_FAULT + 0.2, "detect"), (T_FAULT + 3, "restart", {"attempt": 1})]
+    history = History.build(rows)
+    real = StepLine.of
+    recorded: list[int] = []
+
+    def recording(event: Event) -> StepLine:  # a probe's thread records while the lines are read
+        if not recorded:
+            recorded.append(1)
+            history.record("probe", "step", t=T_FAULT + 4, n=26)
+        return real(event)
+
+    try:
+        StepLine.of = recording  # type: ignore[method-assign]
+        window = history.window(None)
+    finally:
+        StepLine.of = real  # type: ignore[method-assign]
+    assert recorded
+    assert [s.seq for s in window.steps or []] == [e.seq for e in of(window, "step")]
+    assert window.steps and window.steps[-1].n == 26
+
+
+def test_the_step_lines_are_read_outside_the_history_s_lock():
+    """A probe's thread records while the step lines are read (the watch's first poll reads the
+    thousands of lines since the drill began): its record does not wait for them."""
+    import threading
+
+    history = History()
+    for n in range(50):
+        history.record("probe", "step", t=float(n), n=n)
+    real = StepLine.of
+    done = threading.Event()
+    blocked: list[bool] = []
+
+    def reading(event: Event) -> StepLine:
+        if not blocked:
+            probe = threading.Thread(target=lambda: (history.record("probe", "detect", t=99.0), done.set()))
+            probe.start()
+            blocked.append(not done.wait(30))  # held up only if the lock were held while reading
+            probe.join(30)
+        return real(event)
+
+    try:
+        StepLine.of = reading  # type: ignore[method-assign]
+        lines = history.steps()
+    finally:
+        StepLine.of = real  # type: ignore[method-assign]
+    assert blocked == [False] and len(lines) == 50 and history.of("detect")

@@ -17,7 +17,9 @@ _freezers = [0, False]  # works inside the freeze now; whether the first of them
 def frozen() -> Iterator[None]:
     """The heap frozen out of the collector's walks while any such work runs, and thawed when
     the last one ends; a process that froze its own objects before is left as it was. What the
-    work itself leaves is still collected."""
+    work itself leaves is still collected. One freeze the process makes from another thread
+    while such work runs is thawed with it when the work ends: the collector counts what is
+    frozen, not who froze it (drillbit itself freezes nowhere else)."""
     with _LOCK:
         if _freezers[0] == 0:
             _freezers[1] = gc.get_freeze_count() == 0

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from drillbit.core import events
-from drillbit.core.events import Kind
+from drillbit.core.events import Kind, Step
 from drillbit.core.heap import frozen
 from drillbit.core.trust import open_file
 
@@ -74,7 +74,7 @@ class StepLine(NamedTuple):
     @classmethod
     def of(cls, event: Event) -> "StepLine":
         """The line of one step event; raises as Step.of does where its payload does not read."""
-        step = events.Step.of(event)
+        step = Step.of(event)
         data = event.data
         rank = event.rank if event.rank is not None else data.get("rank")
         rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
@@ -103,6 +103,7 @@ class Events(list):
 
     _places: dict[str, list[int]] | None = None
     steps: list[StepLine] | None = None
+    unread: list[Event] = []  # the step events among them whose payload does not read (with ``steps``)
 
     @classmethod
     def placed(cls, events: Iterable[Event], places: dict[str, list[int]]) -> "Events":
@@ -130,8 +131,11 @@ def of(events: list[Event], *kinds: str) -> list[Event]:
 
 
 def steps_of(events: list[Event]) -> list[StepLine]:
-    """The step lines of ``events``, in their order (those the window kept, where it has them)."""
+    """The step lines of ``events``, in their order (those the window kept, where it has them).
+    Raises as Step.of does where a step event's payload does not read."""
     if isinstance(events, Events) and events.steps is not None:
+        for e in events.unread:
+            Step.of(e)  # raises
         return events.steps
     return [StepLine.of(e) for e in of(events, Kind.STEP)]
 
@@ -165,6 +169,9 @@ class History:
         # grew with the fleet's step lines (14,000 events at 1,024 nodes, asked 9 times a check)
         self._by_kind: dict[str, list[int]] = {}
         self._steps: list[StepLine] = []  # the step events' lines, read as steps() is asked for them
+        self._unread: list[int] = []      # the places of step events whose payload does not read
+        self._steps_read = 0              # the step events read so far, into either
+        self._reading = threading.Lock()  # taken before the lock, never while holding it
         self._times = array("d")  # each event's time, beside it: a window is cut without reading an event
         for event in events:
             self._put(event)
@@ -265,38 +272,79 @@ class History:
 
     def window(self, end: float | None, also: tuple[str, ...] = ()) -> Events:
         """The events to ``end`` (every one, without it), and those of the kinds ``also`` whatever
-        their time, in the history's order, with their kinds' places: cut from the times and
-        kinds the history keeps beside its events, without reading an event (the checks' window
-        at 1,024 nodes, 14,000 events allocated over a drill, cost 10-20 ms to filter)."""
-        with self._lock:
-            events, times = list(self._events), self._times[:]
-            by_kind = {kind: list(places) for kind, places in self._by_kind.items()}
+        their time, in the history's order, with their kinds' places and their step lines
+        (``steps``; ``unread``: the step events among them whose payload does not read). Cut from
+        the times and kinds the history keeps beside its events, without reading an event (the
+        checks' window at 1,024 nodes, 14,000 events allocated over a drill, cost 10-20 ms to
+        filter), and taken in one hold of the lock: its step lines are its own step events'."""
+        with self._reading:
+            self._read_steps()  # most of them outside the lock: a probe's thread records meanwhile
+            with self._lock:
+                self._read_steps()  # the few recorded since
+                events, times = list(self._events), self._times[:]
+                by_kind = {kind: list(places) for kind, places in self._by_kind.items()}
+                lines, unread = list(self._steps), [self._events[i] for i in self._unread]
         if end is None:
-            return Events.placed(events, by_kind)
-        also_at = {i for kind in also for i in by_kind.get(kind, ())}
-        # the events left out: after the end (NaN is no time before it) and not of those kinds.
-        # Few, and nearly all at the history's end (what the drill recorded after the watch)
-        out = [i for i, t in enumerate(times) if not t <= end and i not in also_at]
-        if not out:
-            return Events.placed(events, by_kind)
-        gone = set(out)
+            window = Events.placed(events, by_kind)
+        else:
+            also_at = {i for kind in also for i in by_kind.get(kind, ())}
+            # the events left out: after the end (NaN is no time before it) and not of those kinds.
+            # Few, and nearly all at the history's end (what the drill recorded after the watch)
+            out = [i for i, t in enumerate(times) if not t <= end and i not in also_at]
+            gone = set(out)
 
-        def moved(places: list[int]) -> list[int]:  # places in the window: less the events left out before them
-            unmoved = bisect.bisect_left(places, out[0])
-            return places[:unmoved] + [i - bisect.bisect_left(out, i) for i in places[unmoved:] if i not in gone]
+            def moved(places: list[int]) -> list[int]:  # places in the window: less those left out before them
+                unmoved = bisect.bisect_left(places, out[0])
+                return places[:unmoved] + [i - bisect.bisect_left(out, i) for i in places[unmoved:] if i not in gone]
 
-        return Events.placed(_without(events, out), {kind: moved(places) for kind, places in by_kind.items()})
+            window = Events.placed(events, by_kind) if not out else Events.placed(
+                _without(events, out), {kind: moved(places) for kind, places in by_kind.items()})
+            also_steps = Kind.STEP.value in also
+            lines = [s for s in lines if s.t <= end or also_steps]
+            unread = [e for e in unread if e.t <= end or also_steps]
+        window.steps, window.unread = lines, unread
+        return window
 
     def steps(self) -> list[StepLine]:
-        """The step events' lines (:class:`StepLine`), in the history's order. Each is read from
-        its event once, on the first call after it was recorded: the watch asks on every poll,
-        and the checks after the drill find them read. Raises as Step.of does on a step whose
-        payload does not read (a history an older drillbit wrote), on every call."""
+        """The step events' lines (:class:`StepLine`), in the history's order, less those whose
+        payload does not read (:meth:`unread_steps`). Each is read from its event once, the
+        first time it is asked for after it was recorded, outside the history's lock: the
+        watch asks on every poll, and the checks after the drill find them read."""
+        with self._reading:
+            self._read_steps()
         with self._lock:
-            places = self._by_kind.get(Kind.STEP.value, [])
-            for i in places[len(self._steps):]:
-                self._steps.append(StepLine.of(self._events[i]))
             return list(self._steps)
+
+    def unread_steps(self) -> list[Event]:
+        """The step events whose payload does not read (a history an older drillbit wrote, a
+        bug): left out of :meth:`steps`; a measurer that needs them says so, as Step.of does."""
+        with self._reading:
+            self._read_steps()
+        with self._lock:
+            return [self._events[i] for i in self._unread]
+
+    def times(self, kind: str) -> list[float]:
+        """The times of the events of one kind, in the history's order, without reading one."""
+        with self._lock:
+            return [self._times[i] for i in self._by_kind.get(kind, ())]
+
+    def _read_steps(self) -> None:
+        """The step events recorded since the last call, read into lines. The caller holds
+        ``_reading`` (one reader at a time, so each is read once and the lines stay in order);
+        with the history's lock held too, they are read under it."""
+        with self._lock:
+            new = [(i, self._events[i]) for i in self._by_kind.get(Kind.STEP.value, [])[self._steps_read:]]
+        lines: list[StepLine] = []
+        unread: list[int] = []
+        for i, event in new:
+            try:
+                lines.append(StepLine.of(event))
+            except (ValueError, TypeError):
+                unread.append(i)
+        with self._lock:
+            self._steps.extend(lines)
+            self._unread.extend(unread)
+            self._steps_read += len(new)
 
     def first(self, kind: str, *, after: float | None = None, before: float | None = None) -> Event | None:
         for e in self.of(kind):

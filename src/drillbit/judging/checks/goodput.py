@@ -72,6 +72,9 @@ def ledger(history: History, m: Measurements) -> Ledger | None:
     start, end, base = steady.t, m.t_observe_end, m.baseline_step_s
     led = Ledger(wall_s=end - start)
     lines = history.steps()
+    for e in history.unread_steps():
+        if e.t <= end:
+            Step.of(e)  # raises: a step in the window it cannot read leaves the ledger unknown
     high = max((s.n for s in lines if s.t <= start), default=0)
     ahead = [s.n for s in lines if start < s.t <= end and s.n > high]
     new = set(ahead)

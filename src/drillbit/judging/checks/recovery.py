@@ -6,7 +6,6 @@ job's own recovery.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import re
@@ -25,7 +24,7 @@ from drillbit.core.evidence import FileDamage, LinkCut, NodeGone, NodeState, Sav
 from drillbit.core.events import (CkptTiers, Error, FaultConfirmed, JobAttach, JobExit, JobLaunch, JobNodes, Kind,
                                   Predicted, Reject, ReplaceDone, Restart, Restore, RestoreCopy, RestoreFailed, Save,
                                   SaveBegin, SteadyReached, Step, Straggler)
-from drillbit.core.history import Event, History, StepLine, of, steps_of
+from drillbit.core.history import Event, Events, History, StepLine, of, steps_of
 
 
 class JobError(BaseModel):
@@ -215,20 +214,11 @@ class Measurements(PredictionFigures, TierFigures, RequeueFigures, AttributionFi
 AFTER_THE_WATCH = ("observe.end", "uninterrupted", "uninterrupted.step")
 
 
-def _window(history: History) -> tuple[list[Event], float | None]:
+def _window(history: History) -> tuple[Events, float | None]:
     end = history.first("observe.end")
     t_end = end.t if end else None
     # the uninterrupted run (matches_uninterrupted) is made after the drill, for its judgement
-    events = history.window(t_end, AFTER_THE_WATCH)
-    # a step whose payload does not read leaves them unread: Window.of says so, from the events
-    with contextlib.suppress(ValueError, TypeError):
-        events.steps = _steps_to(history, t_end)
-    return events, t_end
-
-
-def _steps_to(history: History, t_end: float | None) -> list[StepLine]:
-    """The history's step lines to the end of the watch (a step is never made after it)."""
-    return [s for s in history.steps() if t_end is None or s.t <= t_end]
+    return history.window(t_end, AFTER_THE_WATCH), t_end
 
 
 def _from_going_back(before: list[StepLine], after: list[StepLine], recovered: list[StepLine],
@@ -857,7 +847,7 @@ def quiet_after_fault(history: History, m: Measurements) -> float | None:
     """Longest stretch without a step from the fault to the end of observation."""
     if m.t_fault is None or m.t_observe_end is None:
         return None
-    times = [m.t_fault] + [s.t for s in history.steps() if m.t_fault <= s.t <= m.t_observe_end] + [m.t_observe_end]
+    times = [m.t_fault] + [t for t in history.times("step") if m.t_fault <= t <= m.t_observe_end] + [m.t_observe_end]
     return max(b - a for a, b in zip(times, times[1:], strict=False))
 
 
@@ -884,9 +874,12 @@ def awaits_restore(m: Measurements, history: History) -> bool:
             or m.signal_kinds is None or "restore" not in m.signal_kinds or m.step_at_fault is None
             or m.t_fault is None):
         return False
-    end = history.first("observe.end")
+    events, _ = _window(history)
     since = m.t_fault + m.time_to_restart
-    after = [s for s in _steps_to(history, end.t if end else None) if s.t >= since]
+    for e in events.unread:
+        if e.t >= since:
+            Step.of(e)  # raises: a step it cannot read (as measuring does)
+    after = [s for s in steps_of(events) if s.t >= since]
     return bool(after) and all(s.n > m.step_at_fault for s in after)
 
 
