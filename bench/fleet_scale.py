@@ -609,8 +609,8 @@ def draw(results: dict[str, Any], out_dir: Path) -> None:
             parts.append(f'<line x1="{X(n0):.1f}" y1="{Y(v0):.1f}" x2="{X(n1):.1f}" y2="{Y(v0 * n1 / n0):.1f}" '
                          f'stroke="{c}" stroke-dasharray="3,3" opacity="0.5"/>')
             if k == 0:
-                parts.append(f'<rect x="{x0 + pad + (i % 4) * 95}" y="{h + 20 + (i // 4) * 16}" width="10" height="10" '
-                             f'fill="{c}"/><text x="{x0 + pad + (i % 4) * 95 + 14}" y="{h + 29 + (i // 4) * 16}">{p}</text>')
+                parts.append(f'<rect x="{x0 + pad + (i % 4) * 140}" y="{h + 20 + (i // 4) * 16}" width="10" height="10" '
+                             f'fill="{c}"/><text x="{x0 + pad + (i % 4) * 140 + 14}" y="{h + 29 + (i // 4) * 16}">{p}</text>')
     parts.append(f'<text x="{pad}" y="{h + 70}">dotted: linear growth from the smallest size</text></svg>')
     svg = "\n".join(parts)
     (out_dir / "fleet_scale.svg").write_text(svg)

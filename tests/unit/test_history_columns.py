@@ -4,6 +4,7 @@ Lines) answer exactly as a plain pass over the events does: out of order, NaN an
 ranks on the envelope or in a group, figures printed, named empty or missing."""
 from __future__ import annotations
 
+import json
 import math
 
 from hypothesis import given, settings
@@ -152,13 +153,13 @@ def test_a_history_is_read_back_with_the_heap_frozen_and_nothing_stays_frozen_af
         written.record("test", "step", t=float(n), n=n)
     written.close()
     seen: list[int] = []
-    real = history_mod.Event.model_validate
+    real = history_mod.Event.model_validate_json
 
     def spying(*args, **kwargs):
         seen.append(gc.get_freeze_count())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(history_mod.Event, "model_validate", spying)
+    monkeypatch.setattr(history_mod.Event, "model_validate_json", spying)
     assert [e.data["n"] for e in History.load(path)] == [0, 1, 2]
     assert seen and min(seen) > 0 and gc.get_freeze_count() == 0
     path.write_text(path.read_text() + "not an event\n" + '{"torn":')  # a bad line, then a torn last line
@@ -257,3 +258,46 @@ def test_the_step_lines_are_read_outside_the_history_s_lock():
     finally:
         StepLine.of = real  # type: ignore[method-assign]
     assert blocked == [False] and len(lines) == 50 and history.of("detect")
+
+
+JSON_VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(),
+                                     st.text(max_size=5)),
+                           lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner,
+                                                                                                  max_size=3)), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.fixed_dictionaries({"seq": st.integers(0, 9), "t": st.floats(), "source": st.text(max_size=3),
+                           "kind": st.sampled_from(KINDS)},
+                          optional={"node": st.one_of(st.none(), st.text(max_size=3)), "rank": JSON_VALUES,
+                                    "data": st.dictionaries(st.text(max_size=4), JSON_VALUES, max_size=4),
+                                    "extra": JSON_VALUES}).map(json.dumps),
+    st.text(max_size=20)), min_size=1, max_size=6))
+def test_a_history_file_reads_back_as_json_and_the_model_read_it_line_by_line(lines):
+    """Lines read by pydantic's JSON reader first, json's after: the same events, NaN and
+    Infinity tokens, big numbers and bad lines alike; a bad line is named by json's words, and a
+    bad last line is a torn write, left out."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "history.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        kept = [line for line in path.read_text().splitlines() if line.strip()]
+        want: list[Event] = []
+        error = None
+        for i, line in enumerate(kept):
+            try:
+                want.append(Event.model_validate(json.loads(line)))
+            except ValueError as exc:
+                if i < len(kept) - 1:
+                    error = f"{path}:{i + 1}: not an event: {exc}"
+                break
+        try:
+            got = list(History.load(path))
+        except ValueError as exc:
+            assert str(exc) == error
+        else:
+            assert error is None
+            assert [e.model_dump_json() for e in got] == [e.model_dump_json() for e in want]

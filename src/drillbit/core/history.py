@@ -381,7 +381,12 @@ class History:
         events = []
         with frozen():  # every event is kept: the collector's walks over the heap would find nothing
             for i, line in enumerate(lines):
-                try:
+                try:  # pydantic's own JSON reader: a third faster than json's and a model from its dict
+                    events.append(Event.model_validate_json(line))
+                    continue
+                except ValueError:
+                    pass
+                try:  # what it refuses, read as before: json's reader is the file's contract, and its words
                     events.append(Event.model_validate(json.loads(line)))
                 except ValueError as exc:
                     if i == len(lines) - 1:

@@ -8,7 +8,6 @@ from html import escape
 
 from drillbit.judging.checks.goodput import ledger
 from drillbit.judging.checks.recovery import Measurements, measure
-from drillbit.core.events import Kind, Step
 from drillbit.core.history import History
 
 MARKS = (  # (event kind or measurement, label, colour)
@@ -79,7 +78,7 @@ def _mark_lines(marks: dict[str, float], x: Callable[[float], float], top: float
 
 def timeline_svg(history: History, measurements: Measurements | None = None, width: int = 900,
                  height: int = 320) -> str:
-    steps = [(e.t, Step.of(e).n) for e in history.of(Kind.STEP)]
+    steps = [(s.t, s.n) for s in history.steps()]  # a step line whose payload does not read is not drawn
     start_ev = history.first("job.launch") or history.first("drill.start")
     end_ev = history.first("observe.end") or history.last("drill.end")
     if not steps or start_ev is None or end_ev is None:
