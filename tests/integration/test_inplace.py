@@ -126,7 +126,9 @@ def test_a_sweep_of_torch_save_in_place_records_one_save_and_finds_the_points_th
     that never ended. A file written again after it closed begins the next save (saves.py)."""
     resolved = resolve("kill-during-save", cluster="local-process", job="torchsave",
                        config_path=str(torchsave_config(tmp_path)))
-    report, folder = run_sweep(short_window(resolved, 25), reports_dir=str(tmp_path / "reports"))
+    # a window of 40 s (the SLOs 35 s): on a slow draw of the CI machine the reference restart after a kill at
+    # the close took 20.3 s, past the 20 s a 25 s window allowed, and the pass it expects came out a true fail
+    report, folder = run_sweep(short_window(resolved, 40), reports_dir=str(tmp_path / "reports"))
     assert [(e["kind"], e["path"]) for e in report["recorded"]["events"]] == [("create", "ckpt.pt"),
                                                                                ("close", "ckpt.pt")]
     classes = {row["point"]: row["class"] for row in report["rows"]}
@@ -146,7 +148,7 @@ def test_a_sweep_of_torch_save_to_a_temporary_renamed_into_place_finds_no_point(
     resolved = resolve("kill-during-save", cluster="local-process", job="torchsave",
                        config_path=str(torchsave_config(tmp_path, "--atomic")))
     points = [CrashPoint.parse("torn ckpt.pt.tmp"), CrashPoint.parse("publish ckpt.pt")]
-    report, _ = run_sweep(short_window(resolved, 25), points=points, reports_dir=str(tmp_path / "reports"))
+    report, _ = run_sweep(short_window(resolved, 40), points=points, reports_dir=str(tmp_path / "reports"))
     classes = {row["point"]: row["class"] for row in report["rows"]}
     assert classes == {"torn ckpt.pt.tmp": "pass", "publish ckpt.pt": "pass"}, report["rows"]
     assert report["exit_code"] == 0
