@@ -74,12 +74,15 @@ class StepLine(NamedTuple):
     @classmethod
     def of(cls, event: Event) -> "StepLine":
         """The line of one step event; raises as Step.of does where its payload does not read."""
-        step = Step.of(event)
-        data = event.data
-        rank = event.rank if event.rank is not None else data.get("rank")
-        rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
-        return cls(event.t, event.seq, event.rank, step.n, step.since, step.new_attempt, rank,
+        step, data = Step.of(event), event.data
+        return cls(event.t, event.seq, event.rank, step.n, step.since, step.new_attempt, rank_of(event),
                    _shared(tuple(data)), _shared(tuple(k for k, v in data.items() if v is not None)), event)
+
+
+def rank_of(e: Event) -> int | None:
+    """The rank a line is from: the event's own, else an int group named rank."""
+    r = e.rank if e.rank is not None else e.data.get("rank")
+    return r if isinstance(r, int) and not isinstance(r, bool) else None
 
 
 _SETS: dict[tuple[str, ...], frozenset[str]] = {}

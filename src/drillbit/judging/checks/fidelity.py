@@ -43,7 +43,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from drillbit.core.events import Metrics, Step
-from drillbit.core.history import Event, StepLine, of
+from drillbit.core.history import Event, StepLine, of, rank_of
 
 PartStatus = Literal["pass", "fail", "unknown", "not measured"]
 WINDOW = 5          # steps a level is the median of (at the start, around the restore, after it)
@@ -100,11 +100,6 @@ WHAT = {"loss": "weights", "learning rate": "schedule", "data position": "data p
 
 def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
-
-
-def rank_of(e: Event) -> int | None:
-    r = e.rank if e.rank is not None else e.data.get("rank")
-    return r if isinstance(r, int) and not isinstance(r, bool) else None
 
 
 _LINE_RANK, _PRINTED, _NAMED, _EVENT = (attrgetter(f) for f in ("line_rank", "printed", "named", "event"))
