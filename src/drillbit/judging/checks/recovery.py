@@ -879,7 +879,7 @@ def awaits_restore(m: Measurements, history: History) -> bool:
     for e in events.unread:
         if e.t >= since:
             Step.of(e)  # raises: a step it cannot read (as measuring does)
-    after = [s for s in steps_of(events) if s.t >= since]
+    after = [s for s in events.steps or () if s.t >= since]  # the window's lines: an unread one before since is not read
     return bool(after) and all(s.n > m.step_at_fault for s in after)
 
 
